@@ -1,0 +1,48 @@
+# The README's commands. `make test` is the one way to run the tests: it builds the
+# venv, installs the Debian peers it needs, then runs ruff, mypy --strict and pytest.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# dpctl finds this machine's CPU through the OpenCL ICD shipped in the venv; the
+# wheel's own .icd file points at a placeholder path, so name the library directly.
+export OCL_ICD_FILENAMES := $(abspath $(VENV))/lib/libintelocl.so
+
+.PHONY: setup test lint typecheck pytest demo bench peers clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[all,test]'
+	touch $(STAMP)
+
+# Debian's Prometheus, promtool, Alertmanager and node_exporter are the real peers
+# the tests and benchmarks run against.
+peers:
+	@command -v promtool >/dev/null && command -v prometheus-node-exporter >/dev/null || { \
+	  echo "installing Debian's prometheus, prometheus-alertmanager, prometheus-node-exporter"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null; }
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+pytest: setup peers
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test: setup peers lint typecheck pytest
+
+demo: setup
+	$(PY) -m exporter.demo
+
+bench: setup peers
+	$(PY) bench/scrape.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,36 @@
+"""The backend registry: one line per backend, each implemented in its own file.
+
+Modules are named, not imported, here: importing a backend module must never be the
+thing that fails on a host without that vendor's library.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from exporter.backends.base import Backend, BackendOptions
+
+REGISTRY: dict[str, str] = {
+    "nvidia": "exporter.backends.nvidia:NvidiaBackend",
+    "cpu": "exporter.backends.cpu:CpuBackend",
+    "sim": "exporter.backends.sim:SimBackend",
+}
+
+
+def backend_class(name: str) -> type[Backend]:
+    module_name, _, attr = REGISTRY[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    assert issubclass(cls, Backend)
+    return cls
+
+
+def default_backends() -> list[str]:
+    """The hardware backends, which a plain ``accel-exporter`` polls."""
+    return [n for n in REGISTRY if backend_class(n).hardware]
+
+
+def create(name: str, options: BackendOptions) -> Backend:
+    return backend_class(name)(options)
+
+
+__all__ = ["REGISTRY", "Backend", "BackendOptions", "backend_class", "create", "default_backends"]

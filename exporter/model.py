@@ -1,0 +1,107 @@
+"""The vendor-neutral data that backends return.
+
+A backend translates one vendor's library or sysfs into these types and nothing else:
+it never builds metric families. Units are the catalogue's base units (bytes, watts,
+joules, hertz, celsius, ratios 0–1), so the renderer converts nothing.
+
+A field a device does not support stays ``None`` (or is absent from its dict) and is
+then left out of the exposition. It is never reported as 0: a 0 that means "unknown"
+would look like a healthy idle device to every rule that reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The identity of one device: what stays the same while the device lives.
+
+    ``device`` is the stable name every series carries (``nvidia0``, ``amd1``,
+    ``cpu0``). ``parent`` names the physical device of a partition (a MIG instance,
+    an AMD compute partition) and is empty for a whole device.
+    """
+
+    device: str
+    vendor: str
+    uuid: str
+    model: str = ""
+    pci_bus_id: str = ""
+    driver_version: str = ""
+    numa_node: str = ""
+    parent: str = ""
+    profile: str = ""
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One vendor fault event (an NVIDIA Xid, an AMD RAS/AFID event, an Intel RAS
+    event) seen since the previous read. The poller counts these; the severity comes
+    from ``exporter.faults``, never from the backend, so one catalogue decides."""
+
+    code: str
+    detail: str = ""
+
+
+@dataclass
+class Reading:
+    """One poll of one device. Cumulative device counters (ECC, energy, link errors)
+    are the device's own running totals; fault events are the new ones only."""
+
+    up: bool = True
+    # Why the device is down, for the log; never exported as a label.
+    down_reason: str = ""
+    utilization: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    memory_bandwidth_utilization: float | None = None
+    # Where the bandwidth figure came from, e.g. "NVML GPM DRAM_BW_UTIL"; it is named
+    # in the metric's HELP text.
+    memory_bandwidth_source: str = ""
+    # type -> count; types: corrected, uncorrected
+    ecc_errors: dict[str, float] = field(default_factory=dict)
+    # cause -> pages; causes: single_bit_ecc, double_bit_ecc (NVIDIA), ...
+    retired_pages: dict[str, float] = field(default_factory=dict)
+    # type -> rows; types: correctable, uncorrectable, pending, failure
+    remapped_rows: dict[str, float] = field(default_factory=dict)
+    fault_events: list[FaultEvent] = field(default_factory=list)
+    # sensor -> celsius; sensors: gpu, memory, hotspot, package, ...
+    temperatures: dict[str, float] = field(default_factory=dict)
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None
+    # clock -> hertz; clocks: graphics, sm, memory, video
+    clocks_hz: dict[str, float] = field(default_factory=dict)
+    # reason -> active; reasons are vendor-neutral names (power_cap, hw_slowdown, ...)
+    throttle: dict[str, bool] = field(default_factory=dict)
+    # direction -> bytes/s; directions: rx, tx
+    pcie_bytes_per_second: dict[str, float] = field(default_factory=dict)
+    # (link, direction) -> bytes/s
+    link_bytes_per_second: dict[tuple[str, str], float] = field(default_factory=dict)
+    # (link, type) -> errors; types are the vendor's counter names (crc_flit, replay, ...)
+    link_errors: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A connection between two devices of one host, as the vendor reports it.
+
+    ``link_type`` is one of nvlink, xgmi, xelink, pcie_switch, pcie_hostbridge,
+    pcie_numa, system; ``links`` counts parallel links (NVLink lanes, xGMI links).
+    """
+
+    device: str
+    peer_device: str
+    link_type: str
+    links: int = 1
+
+
+class DeviceLostError(Exception):
+    """The device stopped answering (fallen off the bus, GPU is lost). The poller
+    keeps its identity and exports ``accel_up 0``; the exporter never exits for it."""
+
+
+class BackendUnavailableError(Exception):
+    """The vendor library or driver is missing: the backend is disabled, with this
+    message logged once and ``accel_exporter_backend_up 0``."""

@@ -1,0 +1,263 @@
+"""Polls every backend in the background and keeps the rendered exposition.
+
+Why it is built this way:
+
+* Each backend gets its own single-thread executor and its own loop. A vendor call
+  that hangs (NVML stuck in the kernel, a wedged sysfs read) can only block that
+  backend's thread; the other backends keep polling on their own schedule and the
+  HTTP server, which only ever reads the cached bytes, keeps answering.
+* A thread cannot be killed, so a hung call is never piled on: while a backend's
+  previous call is still running, its next poll is skipped and the backend stays
+  ``accel_exporter_backend_up 0``. Its devices keep their identity with
+  ``accel_up 0`` rather than showing the last values as if they were fresh.
+* The exposition is rendered after every backend poll and cached with its gzip
+  form, so a scrape costs one dictionary lookup and a write.
+* The fault counters are the exporter's own: backends hand over new events, the
+  poller classifies them through ``exporter.faults`` and adds them up, so a counter
+  never goes backwards when a device is lost and found again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import gzip
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from exporter import faults
+from exporter.backends.base import Backend
+from exporter.model import (
+    BackendUnavailableError,
+    DeviceInfo,
+    DeviceLostError,
+    Link,
+    Reading,
+)
+from exporter.render import BackendStatus, DeviceState, render
+
+log = logging.getLogger("accel_exporter.poller")
+
+# How often a backend whose library was missing is asked to discover again, so that
+# a driver loaded after the exporter started is picked up without a restart.
+REDISCOVER_SECONDS = 60.0
+
+
+@dataclass
+class PollResult:
+    devices: list[DeviceInfo]
+    readings: dict[str, Reading]
+    links: list[Link]
+    duration: float
+
+
+@dataclass
+class Snapshot:
+    """The bytes a scrape returns, rendered once per poll."""
+
+    text: bytes
+    gzipped: bytes
+    rendered_at: float
+
+
+@dataclass
+class _BackendState:
+    backend: Backend
+    executor: concurrent.futures.ThreadPoolExecutor
+    discovered: bool = False
+    next_discover: float = 0.0
+    up: bool = False
+    reason: str = ""
+    in_flight: concurrent.futures.Future[PollResult] | None = None
+    duration: float | None = None
+    last_success: float | None = None
+    devices: list[DeviceInfo] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    # Per-device reasons already logged, so a flapping field logs once, not per poll.
+    logged: set[tuple[str, str]] = field(default_factory=set)
+
+
+class Poller:
+    def __init__(
+        self,
+        backends: Sequence[Backend],
+        interval: float,
+        timeout: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.interval = interval
+        self.timeout = timeout
+        self.clock = clock
+        self._states = [
+            _BackendState(
+                b,
+                concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"poll-{b.name}"),
+            )
+            for b in backends
+        ]
+        self._devices: dict[str, DeviceState] = {}
+        self._owner: dict[str, str] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.snapshot = Snapshot(b"", gzip.compress(b""), 0.0)
+        self.render()
+
+    # -- one backend poll -------------------------------------------------------
+
+    def _poll_sync(self, st: _BackendState) -> PollResult:
+        """Runs in the backend's own thread."""
+        start = time.perf_counter()
+        b = st.backend
+        if not st.discovered:
+            devices = b.discover()
+            links = b.topology()
+        else:
+            devices, links = st.devices, st.links
+        readings: dict[str, Reading] = {}
+        for d in devices:
+            try:
+                readings[d.device] = b.read(d)
+            except DeviceLostError as e:
+                readings[d.device] = Reading(up=False, down_reason=f"device lost: {e}")
+            except Exception as e:  # one device's failure is that device's, not ours
+                readings[d.device] = Reading(up=False, down_reason=f"{type(e).__name__}: {e}")
+        return PollResult(devices, readings, links, time.perf_counter() - start)
+
+    async def poll_backend(self, st: _BackendState) -> None:
+        name = st.backend.name
+        if st.in_flight is not None and not st.in_flight.done():
+            self._set_down(st, f"previous poll still running after {self.timeout:g}s (hung)")
+            return
+        if not st.discovered and self.clock() < st.next_discover:
+            return
+        fut = st.executor.submit(self._poll_sync, st)
+        st.in_flight = fut
+        try:
+            result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), self.timeout)
+        except TimeoutError:
+            self._set_down(st, f"poll timed out after {self.timeout:g}s")
+            return
+        except BackendUnavailableError as e:
+            st.next_discover = self.clock() + REDISCOVER_SECONDS
+            self._set_down(st, str(e), level=logging.INFO)
+            return
+        except Exception as e:
+            # A backend that raises outside read() (discover, topology) is down, and
+            # asked to discover again on the next poll in case the library recovers.
+            st.discovered = False
+            self._set_down(st, f"{type(e).__name__}: {e}")
+            return
+        finally:
+            if fut.done():
+                st.in_flight = None
+        self._apply(st, result)
+        if not st.up:
+            log.info("backend %s is up with %d devices", name, len(result.devices))
+        st.up, st.reason = True, ""
+
+    def _set_down(self, st: _BackendState, reason: str, level: int = logging.WARNING) -> None:
+        if reason != st.reason:
+            log.log(level, "backend %s is down: %s", st.backend.name, reason)
+        st.up, st.reason = False, reason
+        for d in st.devices:
+            ds = self._devices.get(d.device)
+            if ds is not None:
+                ds.reading = Reading(up=False, down_reason=f"backend {st.backend.name}: {reason}")
+
+    def _apply(self, st: _BackendState, result: PollResult) -> None:
+        name = st.backend.name
+        kept: list[DeviceInfo] = []
+        for d in result.devices:
+            owner = self._owner.setdefault(d.device, name)
+            if owner != name:
+                key = (d.device, "duplicate")
+                if key not in st.logged:
+                    st.logged.add(key)
+                    log.error(
+                        "backend %s reports device %s, which backend %s already exports; "
+                        "ignoring the duplicate",
+                        name,
+                        d.device,
+                        owner,
+                    )
+                continue
+            kept.append(d)
+        if not st.discovered:
+            st.discovered = True
+            st.devices, st.links = kept, result.links
+        for d in kept:
+            reading = result.readings[d.device]
+            ds = self._devices.get(d.device)
+            if ds is None:
+                ds = self._devices[d.device] = DeviceState(d, reading)
+            ds.info, ds.reading = d, reading
+            if not reading.up:
+                key = (d.device, reading.down_reason)
+                if key not in st.logged:
+                    st.logged.add(key)
+                    log.warning("device %s is down: %s", d.device, reading.down_reason)
+            for ev in reading.fault_events:
+                sev = faults.classify(d.vendor, ev.code)
+                ds.faults[sev] = ds.faults.get(sev, 0) + 1
+                ds.fault_codes[(ev.code, sev)] = ds.fault_codes.get((ev.code, sev), 0) + 1
+                log.warning(
+                    "fault on %s: code=%s severity=%s %s", d.device, ev.code, sev, ev.detail
+                )
+        st.duration = result.duration
+        st.last_success = self.clock()
+
+    # -- rendering ---------------------------------------------------------------
+
+    def render(self) -> Snapshot:
+        statuses = [
+            BackendStatus(s.backend.name, s.up, s.duration, s.last_success) for s in self._states
+        ]
+        links = [link for s in self._states for link in s.links]
+        text = render(list(self._devices.values()), links, statuses)
+        # Level 6 is what most clients get from Go's default; the cost is paid once
+        # per poll, not once per scrape.
+        self.snapshot = Snapshot(text, gzip.compress(text, 6, mtime=0), self.clock())
+        return self.snapshot
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def poll_once(self) -> Snapshot:
+        """Polls every backend once, concurrently, each within its timeout."""
+        await asyncio.gather(*(self.poll_backend(s) for s in self._states))
+        return self.render()
+
+    async def _loop(self, st: _BackendState) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            try:
+                await self.poll_backend(st)
+                self.render()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the poller itself must never die
+                log.exception("unexpected error polling backend %s", st.backend.name)
+            await asyncio.sleep(max(0.0, self.interval - (loop.time() - start)))
+
+    async def start(self) -> None:
+        """Runs a first poll of everything, then keeps each backend polling."""
+        await self.poll_once()
+        self._tasks = [asyncio.create_task(self._loop(s)) for s in self._states]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        for s in self._states:
+            # A hung thread cannot be joined; do not wait for it.
+            s.executor.shutdown(wait=False, cancel_futures=True)
+            try:
+                s.backend.close()
+            except Exception as e:
+                log.debug("closing backend %s: %s", s.backend.name, e)
+
+    @property
+    def backend_up(self) -> dict[str, bool]:
+        return {s.backend.name: s.up for s in self._states}

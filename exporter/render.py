@@ -1,0 +1,199 @@
+"""Renders a snapshot of every backend into Prometheus text exposition (0.0.4).
+
+Rendering happens once per poll, in the poller, and the HTTP handler serves the
+resulting bytes: no vendor call and no formatting ever happens on a scrape. The
+text is written by hand rather than through prometheus_client's registry because it
+is produced from data we already hold, once, and then cached with its gzip form.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from exporter import schema
+from exporter.model import DeviceInfo, Link, Reading
+from exporter.schema import MetricSpec
+
+
+@dataclass
+class DeviceState:
+    """What the renderer needs of one device: identity, the last reading, and the
+    fault counters the poller accumulates (the exporter owns those totals)."""
+
+    info: DeviceInfo
+    reading: Reading
+    # severity -> count; every severity is present from the start.
+    faults: dict[str, int] = field(default_factory=lambda: dict.fromkeys(schema.SEVERITIES, 0))
+    # (code, severity) -> count
+    fault_codes: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass
+class BackendStatus:
+    name: str
+    up: bool
+    duration_seconds: float | None
+    last_success: float | None
+
+
+def escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def format_value(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def _labels(pairs: Iterable[tuple[str, str]]) -> str:
+    return ",".join(f'{k}="{escape(v)}"' for k, v in pairs)
+
+
+class _Families:
+    """Samples grouped by metric family, written out in catalogue order."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[str]] = defaultdict(list)
+        self.help_override: dict[str, str] = {}
+
+    def add(self, spec: MetricSpec, labels: str, value: float) -> None:
+        self.samples[spec.name].append(f"{spec.name}{{{labels}}} {format_value(value)}")
+
+    def text(self) -> str:
+        out: list[str] = []
+        for spec in schema.CATALOGUE:
+            lines = self.samples.get(spec.name)
+            if not lines:
+                continue
+            help_text = self.help_override.get(spec.name, spec.help)
+            out.append(f"# HELP {spec.name} {escape_help(help_text)}")
+            out.append(f"# TYPE {spec.name} {spec.type}")
+            out.extend(lines)
+        return "\n".join(out) + "\n" if out else ""
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _bandwidth_help(devices: Sequence[DeviceState]) -> str:
+    """The HELP text names where each device's bandwidth figure came from, since
+    NVML's memory utilization is a busy-time fraction, not a bandwidth fraction."""
+    sources: dict[str, int] = defaultdict(int)
+    for d in devices:
+        r = d.reading
+        if r.up and r.memory_bandwidth_utilization is not None:
+            sources[r.memory_bandwidth_source or "unspecified"] += 1
+    if not sources:
+        return schema.MEMORY_BANDWIDTH.help
+    parts = "; ".join(f"{src} on {n} device{'s' if n != 1 else ''}" for src, n in sorted(sources.items()))
+    return f"{schema.MEMORY_BANDWIDTH.help} Source: {parts}."
+
+
+def _device(fam: _Families, d: DeviceState) -> None:
+    info, r = d.info, d.reading
+    base = _labels((("device", info.device), ("vendor", info.vendor), ("uuid", info.uuid)))
+
+    def with_(*pairs: tuple[str, str]) -> str:
+        return base + "," + _labels(pairs)
+
+    fam.add(
+        schema.DEVICE_INFO,
+        with_(
+            ("model", info.model),
+            ("pci_bus_id", info.pci_bus_id),
+            ("driver_version", info.driver_version),
+            ("numa_node", info.numa_node),
+            ("parent", info.parent),
+            ("profile", info.profile),
+        ),
+        1,
+    )
+    fam.add(schema.UP, base, 1 if r.up else 0)
+    # The exporter's own fault counters exist for every device, up or not, from the
+    # first scrape, so that increase() sees the first fault.
+    for sev in schema.SEVERITIES:
+        fam.add(schema.FAULT_EVENTS, with_(("severity", sev)), d.faults.get(sev, 0))
+    for (code, sev), n in sorted(d.fault_codes.items()):
+        fam.add(schema.FAULT_CODE_EVENTS, with_(("code", code), ("severity", sev)), n)
+    if not r.up:
+        return
+
+    def opt(spec: MetricSpec, value: float | None) -> None:
+        if value is not None:
+            fam.add(spec, base, value)
+
+    def each(spec: MetricSpec, label: str, values: Mapping[str, float]) -> None:
+        for k, v in sorted(values.items()):
+            fam.add(spec, with_((label, k)), v)
+
+    opt(schema.UTILIZATION, r.utilization)
+    opt(schema.MEMORY_USED, r.memory_used_bytes)
+    opt(schema.MEMORY_TOTAL, r.memory_total_bytes)
+    opt(schema.MEMORY_BANDWIDTH, r.memory_bandwidth_utilization)
+    if r.ecc_errors:
+        # Both types are present once ECC is supported at all, so a rule's increase()
+        # sees the first uncorrected error even if only corrected ones came before.
+        for t in schema.ECC_TYPES:
+            fam.add(schema.ECC_ERRORS, with_(("type", t)), r.ecc_errors.get(t, 0))
+    each(schema.RETIRED_PAGES, "cause", r.retired_pages)
+    each(schema.REMAPPED_ROWS, "type", r.remapped_rows)
+    each(schema.TEMPERATURE, "sensor", r.temperatures)
+    opt(schema.POWER, r.power_watts)
+    opt(schema.POWER_LIMIT, r.power_limit_watts)
+    opt(schema.ENERGY, r.energy_joules)
+    each(schema.CLOCK, "clock", r.clocks_hz)
+    for reason, active in sorted(r.throttle.items()):
+        fam.add(schema.THROTTLE, with_(("reason", reason)), 1 if active else 0)
+    each(schema.PCIE_THROUGHPUT, "direction", r.pcie_bytes_per_second)
+    for (link, direction), v in sorted(r.link_bytes_per_second.items()):
+        fam.add(schema.LINK_THROUGHPUT, with_(("link", link), ("direction", direction)), v)
+    for (link, typ), v in sorted(r.link_errors.items()):
+        fam.add(schema.LINK_ERRORS, with_(("link", link), ("type", typ)), v)
+
+
+def render(
+    devices: Sequence[DeviceState],
+    links: Sequence[Link],
+    backends: Sequence[BackendStatus],
+) -> bytes:
+    """The whole exposition for one snapshot."""
+    fam = _Families()
+    by_name = {d.info.device: d.info for d in devices}
+    for d in devices:
+        _device(fam, d)
+    for link in links:
+        own = by_name.get(link.device)
+        if own is None:
+            continue
+        fam.add(
+            schema.TOPOLOGY_LINK,
+            _labels(
+                (
+                    ("device", own.device),
+                    ("vendor", own.vendor),
+                    ("uuid", own.uuid),
+                    ("peer_device", link.peer_device),
+                    ("link_type", link.link_type),
+                    ("links", str(link.links)),
+                )
+            ),
+            1,
+        )
+    for b in backends:
+        lbl = _labels((("backend", b.name),))
+        fam.add(schema.BACKEND_UP, lbl, 1 if b.up else 0)
+        if b.duration_seconds is not None:
+            fam.add(schema.POLL_DURATION, lbl, round(b.duration_seconds, 6))
+        if b.last_success is not None:
+            fam.add(schema.LAST_SUCCESS, lbl, round(b.last_success, 3))
+    fam.help_override[schema.MEMORY_BANDWIDTH.name] = _bandwidth_help(devices)
+    return fam.text().encode()

@@ -1,0 +1,223 @@
+"""The metric catalogue: the one place metric names, types, units and labels live.
+
+The renderer, the README's metric table and the autoscaler's rule checker all read
+this module, so a name spelled here is spelled the same everywhere. Names follow
+Prometheus conventions: base units, ratios 0–1, ``_total`` on counters, ``_info``
+for identity series that are always 1.
+
+Every per-device series carries ``DEVICE_LABELS`` first (``device``, ``vendor``,
+``uuid``). The Kubernetes node name is not a label here: it is attached at scrape
+time by relabeling, so that the exporter does not stamp a static hostname on every
+series.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["gauge", "counter"]
+
+DEVICE_LABELS: tuple[str, ...] = ("device", "vendor", "uuid")
+
+SEVERITIES: tuple[str, ...] = ("fatal", "recoverable", "info")
+ECC_TYPES: tuple[str, ...] = ("corrected", "uncorrected")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    type: MetricType
+    help: str
+    unit: str
+    # Labels after the device labels (or the only labels, for exporter metrics).
+    labels: tuple[str, ...] = ()
+    per_device: bool = True
+
+    @property
+    def all_labels(self) -> tuple[str, ...]:
+        return (DEVICE_LABELS + self.labels) if self.per_device else self.labels
+
+
+def _g(name: str, help_: str, unit: str, *labels: str, per_device: bool = True) -> MetricSpec:
+    return MetricSpec(name, "gauge", help_, unit, tuple(labels), per_device)
+
+
+def _c(name: str, help_: str, unit: str, *labels: str, per_device: bool = True) -> MetricSpec:
+    return MetricSpec(name, "counter", help_, unit, tuple(labels), per_device)
+
+
+DEVICE_INFO = _g(
+    "accel_device_info",
+    "Identity of an accelerator device; always 1.",
+    "",
+    "model",
+    "pci_bus_id",
+    "driver_version",
+    "numa_node",
+    "parent",
+    "profile",
+)
+UP = _g("accel_up", "Whether the device answered its last poll (1) or not (0).", "")
+UTILIZATION = _g(
+    "accel_utilization_ratio",
+    "Fraction of the last sample period during which the device was busy (0-1).",
+    "ratio",
+)
+MEMORY_USED = _g("accel_memory_used_bytes", "Device memory in use.", "bytes")
+MEMORY_TOTAL = _g("accel_memory_total_bytes", "Device memory in total.", "bytes")
+MEMORY_BANDWIDTH = _g(
+    "accel_memory_bandwidth_utilization_ratio",
+    "Fraction of peak device memory bandwidth in use (0-1).",
+    "ratio",
+)
+ECC_ERRORS = _c(
+    "accel_ecc_errors_total",
+    "Volatile ECC errors since the driver loaded, by type (corrected, uncorrected).",
+    "",
+    "type",
+)
+RETIRED_PAGES = _g(
+    "accel_retired_pages",
+    "Device memory pages retired (blacklisted), by cause.",
+    "",
+    "cause",
+)
+REMAPPED_ROWS = _g(
+    "accel_remapped_rows",
+    "Device memory rows remapped, by type (correctable, uncorrectable, pending, failure).",
+    "",
+    "type",
+)
+FAULT_EVENTS = _c(
+    "accel_fault_events_total",
+    "Vendor fault events (NVIDIA Xid, AMD RAS, Intel RAS) seen by this exporter, by "
+    "vendor-neutral severity (fatal, recoverable, info). Present at 0 from the start.",
+    "",
+    "severity",
+)
+FAULT_CODE_EVENTS = _c(
+    "accel_fault_code_events_total",
+    "Vendor fault events seen by this exporter, by vendor code and severity.",
+    "",
+    "code",
+    "severity",
+)
+TEMPERATURE = _g("accel_temperature_celsius", "Temperature by sensor.", "celsius", "sensor")
+POWER = _g("accel_power_watts", "Power draw.", "watts")
+POWER_LIMIT = _g("accel_power_limit_watts", "Enforced power limit.", "watts")
+ENERGY = _c(
+    "accel_energy_joules_total", "Energy consumed since the driver loaded.", "joules"
+)
+CLOCK = _g("accel_clock_hertz", "Current clock frequency by clock domain.", "hertz", "clock")
+THROTTLE = _g(
+    "accel_throttle_active",
+    "Whether a clock throttle reason is active (1) or not (0).",
+    "",
+    "reason",
+)
+PCIE_THROUGHPUT = _g(
+    "accel_pcie_throughput_bytes_per_second",
+    "PCIe throughput by direction (rx, tx).",
+    "bytes_per_second",
+    "direction",
+)
+LINK_THROUGHPUT = _g(
+    "accel_link_throughput_bytes_per_second",
+    "Device interconnect (NVLink, xGMI, Xe Link) throughput by link and direction.",
+    "bytes_per_second",
+    "link",
+    "direction",
+)
+LINK_ERRORS = _c(
+    "accel_link_errors_total",
+    "Device interconnect errors by link and error type.",
+    "",
+    "link",
+    "type",
+)
+TOPOLOGY_LINK = _g(
+    "accel_topology_link_info",
+    "A connection between two devices of this host; always 1.",
+    "",
+    "peer_device",
+    "link_type",
+    "links",
+)
+TOPOLOGY_DISTANCE = _g(
+    "accel_topology_distance",
+    "Vendor-neutral distance between two devices of this host; lower is closer.",
+    "",
+    "peer_device",
+)
+DEVICE_POD = _g(
+    "accel_device_pod_info",
+    "A Kubernetes container that the kubelet assigned this device to; always 1.",
+    "",
+    "namespace",
+    "pod",
+    "container",
+)
+BACKEND_UP = _g(
+    "accel_exporter_backend_up",
+    "Whether a backend's last poll succeeded (1) or it is missing, failing or hung (0).",
+    "",
+    "backend",
+    per_device=False,
+)
+POLL_DURATION = _g(
+    "accel_exporter_poll_duration_seconds",
+    "How long a backend's last poll took.",
+    "seconds",
+    "backend",
+    per_device=False,
+)
+LAST_SUCCESS = _g(
+    "accel_exporter_last_success_timestamp_seconds",
+    "Unix time of a backend's last successful poll; tells stale data from fresh.",
+    "seconds",
+    "backend",
+    per_device=False,
+)
+
+CATALOGUE: tuple[MetricSpec, ...] = (
+    DEVICE_INFO,
+    UP,
+    UTILIZATION,
+    MEMORY_USED,
+    MEMORY_TOTAL,
+    MEMORY_BANDWIDTH,
+    ECC_ERRORS,
+    RETIRED_PAGES,
+    REMAPPED_ROWS,
+    FAULT_EVENTS,
+    FAULT_CODE_EVENTS,
+    TEMPERATURE,
+    POWER,
+    POWER_LIMIT,
+    ENERGY,
+    CLOCK,
+    THROTTLE,
+    PCIE_THROUGHPUT,
+    LINK_THROUGHPUT,
+    LINK_ERRORS,
+    TOPOLOGY_LINK,
+    TOPOLOGY_DISTANCE,
+    DEVICE_POD,
+    BACKEND_UP,
+    POLL_DURATION,
+    LAST_SUCCESS,
+)
+
+BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOGUE}
+
+
+def markdown_table() -> str:
+    """The README's metric table, generated so that it cannot drift from the code."""
+    rows = ["| metric | type | labels | help |", "|---|---|---|---|"]
+    for m in CATALOGUE:
+        labels = ", ".join(m.labels) if m.labels else ""
+        if m.per_device:
+            labels = "device, vendor, uuid" + (", " + labels if labels else "")
+        rows.append(f"| `{m.name}` | {m.type} | {labels} | {m.help} |")
+    return "\n".join(rows)
