@@ -44,6 +44,8 @@ def escape(value: str) -> str:
 
 
 def format_value(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):

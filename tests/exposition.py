@@ -32,3 +32,12 @@ def value(text: str, name: str, **labels: str) -> float | None:
 
 def names(text: str) -> set[str]:
     return {n for n, _, _ in parse(text)}
+
+
+def stable(text: str) -> str:
+    """The exposition without the poll duration, which no clock injection can fix."""
+    return "".join(
+        line + "\n"
+        for line in text.splitlines()
+        if "accel_exporter_poll_duration_seconds" not in line
+    )

@@ -1,0 +1,409 @@
+"""Simulated devices of any vendor and count, with scripted faults.
+
+The demo, the tests, the benchmarks and the fleet simulator need devices that behave
+like real ones without the hardware: plausible, deterministic load (the same seed
+and the same clock give the same numbers, so golden files are stable), and faults
+on cue — an Xid 79 and a GPU falling off the bus, an uncorrected ECC burst, a driver
+call that never returns. Faults are scripted in YAML (``--sim-script``)::
+
+    events:
+      - at: 30s
+        device: nvidia3
+        fault: 79            # a vendor fault code (NVIDIA Xid, AMD/Intel RAS name)
+        lost: true           # falls off the bus: every read fails from now on
+      - at: 60s
+        device: amd1
+        ecc: {uncorrected: 2}
+      - at: 90s
+        device: nvidia5
+        hang: forever        # the read blocks (a wedged driver call); or e.g. 20s
+      - at: 120s
+        device: nvidia3
+        recover: true        # answers again
+      - at: 10s
+        device: nvidia0
+        set: {utilization: 0.99, temperature: 92}   # hold a value from now on
+
+Every problem in a script is reported at once, each as ``file:line:col: message``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.backends.base import Backend, BackendOptions
+from exporter.durations import parse_duration
+from exporter.model import DeviceInfo, DeviceLostError, FaultEvent, Link, Reading
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class SimModel:
+    """What one simulated vendor's device looks like."""
+
+    model: str
+    memory_bytes: float
+    driver: str
+    tdp_watts: float
+    idle_watts: float
+    max_clock_hz: float
+    memory_clock_hz: float
+    link_type: str
+    links: int
+    link_bytes_per_second: float
+    link_error_types: tuple[str, ...]
+    bandwidth_source: str
+    uuid_prefix: str
+    group: int  # devices per simulated node, for topology
+
+
+MODELS: dict[str, SimModel] = {
+    "nvidia": SimModel(
+        "NVIDIA H100 80GB HBM3", 80 * GIB, "550.90.07", 700.0, 70.0, 1.98e9, 2.619e9,
+        "nvlink", 18, 25e9, ("crc_flit", "replay"), "NVML GPM DRAM_BW_UTIL", "GPU-", 8,
+    ),
+    "amd": SimModel(
+        "AMD Instinct MI300X", 192 * GIB, "6.8.5", 750.0, 90.0, 2.1e9, 1.3e9,
+        "xgmi", 7, 64e9, ("xgmi_err",), "gpu_metrics average_umc_activity", "", 8,
+    ),
+    "oneapi": SimModel(
+        "Intel(R) Data Center GPU Max 1550", 128 * GIB, "1.3.29735", 600.0, 60.0, 1.6e9,
+        3.2e9, "xelink", 16, 26.5e9, (), "Level Zero memory bandwidth counters", "", 8,
+    ),
+}
+
+
+class SimScriptError(ValueError):
+    """Every problem found in a sim script, one per line."""
+
+
+@dataclass
+class SimEvent:
+    at: float
+    device: str
+    fault: str | None = None
+    lost: bool = False
+    recover: bool = False
+    hang: float | None = None  # seconds; math.inf for forever
+    ecc: dict[str, float] = field(default_factory=dict)
+    set: dict[str, float] = field(default_factory=dict)
+
+
+SETTABLE = ("utilization", "memory_used_ratio", "memory_bandwidth", "temperature", "power")
+EVENT_KEYS = ("at", "device", "fault", "lost", "recover", "hang", "ecc", "set")
+
+
+def parse_sim_devices(text: str) -> tuple[tuple[str, int], ...]:
+    """``nvidia:8,amd:4`` → (("nvidia", 8), ("amd", 4)); raises ValueError."""
+    out: list[tuple[str, int]] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        vendor, sep, count = part.partition(":")
+        if vendor not in MODELS:
+            raise ValueError(
+                f"unknown sim vendor {vendor!r} in {part!r} (use {', '.join(MODELS)})"
+            )
+        if not sep or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"bad device count in {part!r} (use VENDOR:COUNT, e.g. nvidia:8)")
+        if any(v == vendor for v, _ in out):
+            raise ValueError(f"vendor {vendor!r} is named twice")
+        out.append((vendor, int(count)))
+    if not out:
+        raise ValueError("no devices given (use e.g. nvidia:8,amd:4)")
+    return tuple(out)
+
+
+def _where(path: Path, node: yaml.Node) -> str:
+    return f"{path}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
+
+
+def load_script(path: Path, devices: set[str]) -> list[SimEvent]:
+    """Parses and validates a sim script; raises SimScriptError naming every problem."""
+    try:
+        root = yaml.compose(path.read_text())
+    except OSError as e:
+        raise SimScriptError(f"{path}: cannot read sim script: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise SimScriptError(f"{path}: not valid YAML: {e}") from e
+    problems: list[str] = []
+    events: list[SimEvent] = []
+    if root is None:
+        return []
+    items: list[yaml.Node] = []
+    if isinstance(root, yaml.MappingNode):
+        for k, v in root.value:
+            if k.value != "events":
+                problems.append(f"{_where(path, k)}: unknown key {k.value!r} (expected 'events')")
+            elif not isinstance(v, yaml.SequenceNode):
+                problems.append(f"{_where(path, v)}: 'events' must be a list")
+            else:
+                items = list(v.value)
+    elif isinstance(root, yaml.SequenceNode):
+        items = list(root.value)
+    else:
+        problems.append(f"{_where(path, root)}: a sim script is a list of events under 'events'")
+    for item in items:
+        ev = _event(path, item, devices, problems)
+        if ev is not None:
+            events.append(ev)
+    if problems:
+        raise SimScriptError("\n".join(problems))
+    return sorted(events, key=lambda e: e.at)
+
+
+def _scalar(node: yaml.Node) -> Any:
+    return yaml.safe_load(yaml.serialize(node))
+
+
+def _event(
+    path: Path, node: yaml.Node, devices: set[str], problems: list[str]
+) -> SimEvent | None:
+    if not isinstance(node, yaml.MappingNode):
+        problems.append(f"{_where(path, node)}: an event is a mapping with 'at' and 'device'")
+        return None
+    ev = SimEvent(at=-1.0, device="")
+    seen: set[str] = set()
+    for k, v in node.value:
+        key = str(k.value)
+        where = _where(path, v)
+        seen.add(key)
+        if key not in EVENT_KEYS:
+            close = difflib.get_close_matches(key, EVENT_KEYS, 1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(f"{_where(path, k)}: unknown key {key!r}{hint}")
+            continue
+        value = _scalar(v)
+        if key == "at" or key == "hang":
+            if key == "hang" and value in (True, "forever"):
+                ev.hang = math.inf
+                continue
+            try:
+                seconds = parse_duration(str(value)) if isinstance(value, str) else float(value)
+            except (TypeError, ValueError):
+                problems.append(
+                    f"{where}: {key}: invalid duration {value!r} (use e.g. 30s"
+                    + (", or 'forever')" if key == "hang" else ")")
+                )
+                continue
+            if key == "at":
+                ev.at = seconds
+            else:
+                ev.hang = seconds
+        elif key == "device":
+            if value not in devices:
+                close = difflib.get_close_matches(str(value), sorted(devices), 1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                problems.append(f"{where}: no simulated device {value!r}{hint}")
+            ev.device = str(value)
+        elif key == "fault":
+            ev.fault = str(value)
+        elif key in ("lost", "recover"):
+            if not isinstance(value, bool):
+                problems.append(f"{where}: {key} must be true or false")
+            setattr(ev, key, bool(value))
+        elif key == "ecc":
+            if not isinstance(value, dict) or not value.keys() <= {"corrected", "uncorrected"}:
+                problems.append(f"{where}: ecc is a mapping of corrected/uncorrected to counts")
+            elif not all(isinstance(n, int) and n >= 0 for n in value.values()):
+                problems.append(f"{where}: ecc counts must be whole numbers >= 0")
+            else:
+                ev.ecc = {str(t): float(n) for t, n in value.items()}
+        elif key == "set":
+            if not isinstance(value, dict):
+                problems.append(f"{where}: set is a mapping, e.g. {{utilization: 0.9}}")
+                continue
+            for name, num in value.items():
+                if name not in SETTABLE:
+                    problems.append(
+                        f"{where}: cannot set {name!r} (settable: {', '.join(SETTABLE)})"
+                    )
+                elif not isinstance(num, int | float) or isinstance(num, bool):
+                    problems.append(f"{where}: set.{name} must be a number")
+                else:
+                    ev.set[str(name)] = float(num)
+    for required in ("at", "device"):
+        if required not in seen:
+            problems.append(f"{_where(path, node)}: event has no {required!r}")
+    return ev
+
+
+def _noise(seed: int, device: str, t: int, what: str) -> float:
+    """A deterministic pseudo-random number in [0, 1) for (seed, device, second)."""
+    h = hashlib.blake2b(f"{seed}/{device}/{t}/{what}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") / 2**64
+
+
+@dataclass
+class _DeviceState:
+    info: DeviceInfo
+    spec: SimModel
+    index: int
+    phase: float
+    lost: bool = False
+    hang_until: float = 0.0
+    ecc: dict[str, float] = field(default_factory=lambda: {"corrected": 0.0, "uncorrected": 0.0})
+    held: dict[str, float] = field(default_factory=dict)
+    pending_faults: list[FaultEvent] = field(default_factory=list)
+    energy: float = 0.0
+    last_t: float | None = None
+
+
+class SimBackend(Backend):
+    name = "sim"
+    hardware = False
+
+    def __init__(
+        self, options: BackendOptions, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(options)
+        self.clock = clock
+        self.start = clock()
+        self._devices: dict[str, _DeviceState] = {}
+        self._events: list[SimEvent] = []
+        self._next_event = 0
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+        slot = 0  # PCI slots are numbered across vendors, as on one real host
+        for vendor, count in options.sim_devices:
+            spec = MODELS[vendor]
+            for i in range(count):
+                slot += 1
+                name = f"{vendor}{i}"
+                info = DeviceInfo(
+                    device=name,
+                    vendor=vendor,
+                    uuid=self._uuid(vendor, i),
+                    model=spec.model,
+                    pci_bus_id=f"{slot // 256:04x}:{slot % 256:02x}:00.0",
+                    driver_version=spec.driver,
+                    numa_node=str(0 if i % spec.group < spec.group // 2 else 1),
+                )
+                phase = _noise(options.sim_seed, name, 0, "phase") * 2 * math.pi
+                self._devices[name] = _DeviceState(info, spec, i, phase)
+        if options.sim_script is not None:
+            self._events = load_script(options.sim_script, set(self._devices))
+
+    def _uuid(self, vendor: str, i: int) -> str:
+        h = hashlib.sha256(f"{self.options.sim_seed}/{vendor}/{i}".encode()).hexdigest()
+        if vendor == "nvidia":
+            return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        if vendor == "amd":
+            return f"0x{h[:16]}"
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+    def discover(self) -> list[DeviceInfo]:
+        return [d.info for d in self._devices.values()]
+
+    def topology(self) -> list[Link]:
+        out: list[Link] = []
+        for a in self._devices.values():
+            for b in self._devices.values():
+                same_node = a.index // a.spec.group == b.index // b.spec.group
+                if a is not b and a.info.vendor == b.info.vendor and same_node:
+                    out.append(Link(a.info.device, b.info.device, a.spec.link_type, a.spec.links))
+        return out
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def _advance(self, now: float) -> None:
+        """Applies every scripted event that is due."""
+        with self._lock:
+            while self._next_event < len(self._events) and self._events[self._next_event].at <= now:
+                ev = self._events[self._next_event]
+                self._next_event += 1
+                d = self._devices[ev.device]
+                if ev.fault is not None:
+                    d.pending_faults.append(FaultEvent(ev.fault, f"sim script at {ev.at:g}s"))
+                for t, n in ev.ecc.items():
+                    d.ecc[t] += n
+                d.held.update(ev.set)
+                if ev.lost:
+                    d.lost = True
+                if ev.recover:
+                    d.lost, d.hang_until = False, 0.0
+                if ev.hang is not None:
+                    d.hang_until = ev.at + ev.hang
+
+    def read(self, device: DeviceInfo) -> Reading:
+        now = self.elapsed()
+        self._advance(now)
+        d = self._devices[device.device]
+        if d.hang_until > now:
+            # A wedged driver call: block the backend's thread like real NVML would.
+            wait = None if math.isinf(d.hang_until) else d.hang_until - now
+            self._released.wait(wait)
+        faults, d.pending_faults = d.pending_faults, []
+        if d.lost:
+            # Like NVML, the fault events raised before the loss are still delivered.
+            if faults:
+                return Reading(up=False, down_reason="GPU has fallen off the bus", fault_events=faults)
+            raise DeviceLostError("simulated device fell off the bus")
+        return self._reading(d, now, faults)
+
+    def _reading(self, d: _DeviceState, now: float, faults: list[FaultEvent]) -> Reading:
+        seed, name, sec = self.options.sim_seed, d.info.device, int(now)
+        spec = d.spec
+        # A slow diurnal-like wave (period 10 min) plus per-second jitter, per device.
+        wave = 0.5 + 0.35 * math.sin(2 * math.pi * now / 600.0 + d.phase)
+        util = min(1.0, max(0.0, wave + 0.1 * (_noise(seed, name, sec, "u") - 0.5)))
+        util = d.held.get("utilization", round(util, 4))
+        mem_ratio = d.held.get("memory_used_ratio", round(0.2 + 0.6 * wave, 4))
+        bw = d.held.get("memory_bandwidth", round(min(1.0, 0.8 * util), 4))
+        power = d.held.get("power", round(spec.idle_watts + (spec.tdp_watts - spec.idle_watts) * util, 2))
+        temp = d.held.get("temperature", round(32.0 + 50.0 * util, 1))
+        if d.last_t is not None:
+            d.energy += power * max(0.0, now - d.last_t)
+        d.last_t = now
+        link_rate = spec.link_bytes_per_second * util * 0.5
+        r = Reading(
+            utilization=util,
+            memory_used_bytes=float(int(spec.memory_bytes * mem_ratio)),
+            memory_total_bytes=spec.memory_bytes,
+            memory_bandwidth_utilization=bw,
+            memory_bandwidth_source=spec.bandwidth_source,
+            ecc_errors=dict(d.ecc),
+            fault_events=faults,
+            temperatures={"gpu": temp, "memory": round(temp + 6.0, 1)},
+            power_watts=power,
+            power_limit_watts=spec.tdp_watts,
+            energy_joules=round(d.energy, 3),
+            clocks_hz={
+                "graphics": round(spec.max_clock_hz * (0.6 + 0.4 * util), -6),
+                "memory": spec.memory_clock_hz,
+            },
+            throttle={"power_cap": power >= spec.tdp_watts * 0.97, "thermal": temp >= 88.0},
+            pcie_bytes_per_second={
+                "rx": round(2e9 * util, 0),
+                "tx": round(1e9 * util, 0),
+            },
+        )
+        if d.info.vendor == "nvidia":
+            # An uncorrected error marks a row for remapping, as on Ampere and newer.
+            remapped = 1.0 if d.ecc["uncorrected"] > 0 else 0.0
+            r.remapped_rows = {
+                "correctable": 0.0,
+                "uncorrectable": remapped,
+                "pending": remapped,
+                "failure": 0.0,
+            }
+        for link in range(spec.links):
+            for direction in ("rx", "tx"):
+                r.link_bytes_per_second[(str(link), direction)] = round(link_rate, 0)
+            for typ in spec.link_error_types:
+                r.link_errors[(str(link), typ)] = 0.0
+        return r
+
+    def close(self) -> None:
+        # Release any read blocked in a scripted hang, so shutdown is prompt.
+        self._released.set()

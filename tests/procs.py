@@ -1,0 +1,121 @@
+"""Start and stop the real processes the tests talk to, on 127.0.0.1 only, each
+with its own port and data directory, always stopped when the test ends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        body: bytes = resp.read()
+        return body
+
+
+def wait_http(url: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            http_get(url, timeout=1.0)
+            return
+        except Exception as e:
+            last = e
+            time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer within {timeout}s: {last}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def exporter(args: Sequence[str], port: int | None = None) -> Iterator[str]:
+    """Runs accel-exporter on 127.0.0.1 and yields its base URL."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "exporter.cli", "--web.listen-address", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen([*cmd, *args], cwd=REPO, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_http(url + "/healthz")
+        except AssertionError:
+            _stop(proc)
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise AssertionError(f"exporter did not start: {err}") from None
+        yield url
+    finally:
+        _stop(proc)
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def require(binary: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        pytest.fail(f"{binary} is missing: `make test` installs it from Debian")
+    return path
+
+
+@contextlib.contextmanager
+def prometheus(tmp: Path, scrape_targets: Sequence[str], interval: str = "1s") -> Iterator[str]:
+    """Runs Debian's Prometheus scraping the given host:port targets; yields its URL."""
+    port = free_port()
+    targets = ", ".join(f"'{t}'" for t in scrape_targets)
+    config = tmp / "prometheus.yml"
+    config.write_text(
+        "global:\n"
+        f"  scrape_interval: {interval}\n"
+        f"  evaluation_interval: {interval}\n"
+        "scrape_configs:\n"
+        "  - job_name: accel\n"
+        f"    static_configs: [{{targets: [{targets}]}}]\n"
+    )
+    data = tmp / "prom-data"
+    data.mkdir()
+    proc = subprocess.Popen(
+        [
+            require("prometheus"),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HOME": str(tmp)},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/-/ready", timeout=30)
+        yield url
+    finally:
+        _stop(proc)
+        if proc.stderr:
+            proc.stderr.close()
