@@ -53,97 +53,229 @@ def _catalogue(*codes: FaultCode) -> dict[str, FaultCode]:
 
 
 NVIDIA_XID: dict[str, FaultCode] = _catalogue(
-    FaultCode("8", "info", "GPU stopped processing",
-              "A channel idle timeout; NVIDIA's immediate action is RESTART_APP."),
-    FaultCode("13", "info", "Graphics Engine Exception",
-              "Usually an out-of-range access by the application; RESTART_APP."),
-    FaultCode("31", "info", "GPU memory page fault",
-              "The application touched memory it does not own (an MMU fault); the "
-              "device is fine; RESTART_APP."),
-    FaultCode("32", "recoverable", "Invalid or corrupted push buffer stream",
-              "Can be a driver or PCIe corruption; watch for repeats."),
-    FaultCode("38", "recoverable", "Driver firmware error", "Reported by the driver, "
-              "which recovers the channel; repeated events want a reset."),
-    FaultCode("43", "info", "GPU stopped processing",
-              "A user application hit a software-induced fault; RESTART_APP."),
-    FaultCode("45", "info", "Preemptive cleanup, due to previous errors",
-              "The driver killed a process (often on Ctrl-C or after another Xid); "
-              "by itself it says nothing about the device."),
-    FaultCode("46", "fatal", "GPU stopped processing",
-              "The GPU stopped processing outside any application; RESET_GPU."),
-    FaultCode("48", "fatal", "Double Bit ECC Error",
-              "An uncorrectable (DBE) memory error: data in device memory is "
-              "corrupt; the page must be retired and the GPU reset."),
-    FaultCode("61", "recoverable", "Internal micro-controller breakpoint/warning",
-              "A PMU warning; the GPU usually continues but should be reset soon."),
-    FaultCode("62", "fatal", "Internal micro-controller halt",
-              "The PMU halted; the GPU will not recover without RESET_GPU."),
-    FaultCode("63", "recoverable", "ECC page retirement or row remapping recording event",
-              "A row was marked for remapping (or a page for retirement); it takes "
-              "effect at the next GPU reset and the GPU keeps working until then."),
-    FaultCode("64", "fatal", "ECC page retirement or row remapper recording failure",
-              "The GPU could not record the remapping of a failing row: the bad "
-              "memory stays in use; RESET_GPU, then check remapping failures."),
-    FaultCode("68", "recoverable", "NVDEC0 Exception", "A video decoder engine error; "
-              "the decoder recovers per stream."),
-    FaultCode("69", "recoverable", "Graphics Engine class error",
-              "Usually application-triggered; the engine recovers."),
-    FaultCode("74", "fatal", "NVLink Error",
-              "An NVLink fatal error: multi-GPU jobs over this link cannot proceed "
-              "until the GPU is reset; RESET_GPU."),
-    FaultCode("79", "fatal", "GPU has fallen off the bus",
-              "The GPU no longer answers on PCIe; it needs a reset or a reboot."),
-    FaultCode("92", "recoverable", "High single-bit ECC error rate",
-              "Corrected errors at a high rate: the device still works, but the "
-              "memory is degrading; watch and plan service."),
-    FaultCode("94", "recoverable", "Contained ECC error",
-              "An uncorrectable error contained to the process that used the "
-              "memory (Ampere+): RESTART_APP; other work continues; reset when "
-              "convenient so the row is remapped."),
-    FaultCode("95", "fatal", "Uncontained ECC error",
-              "An uncorrectable error that could not be contained: every process "
-              "on the GPU is affected; RESET_GPU."),
-    FaultCode("109", "recoverable", "Context Switch Timeout Error",
-              "Usually a misbehaving application; the driver recovers."),
-    FaultCode("119", "fatal", "GSP RPC Timeout",
-              "The GPU System Processor stopped answering; RESET_GPU."),
+    FaultCode(
+        "8",
+        "info",
+        "GPU stopped processing",
+        "A channel idle timeout; NVIDIA's immediate action is RESTART_APP.",
+    ),
+    FaultCode(
+        "13",
+        "info",
+        "Graphics Engine Exception",
+        "Usually an out-of-range access by the application; RESTART_APP.",
+    ),
+    FaultCode(
+        "31",
+        "info",
+        "GPU memory page fault",
+        "The application touched memory it does not own (an MMU fault); the "
+        "device is fine; RESTART_APP.",
+    ),
+    FaultCode(
+        "32",
+        "recoverable",
+        "Invalid or corrupted push buffer stream",
+        "Can be a driver or PCIe corruption; watch for repeats.",
+    ),
+    FaultCode(
+        "38",
+        "recoverable",
+        "Driver firmware error",
+        "Reported by the driver, which recovers the channel; repeated events want a reset.",
+    ),
+    FaultCode(
+        "43",
+        "info",
+        "GPU stopped processing",
+        "A user application hit a software-induced fault; RESTART_APP.",
+    ),
+    FaultCode(
+        "45",
+        "info",
+        "Preemptive cleanup, due to previous errors",
+        "The driver killed a process (often on Ctrl-C or after another Xid); "
+        "by itself it says nothing about the device.",
+    ),
+    FaultCode(
+        "46",
+        "fatal",
+        "GPU stopped processing",
+        "The GPU stopped processing outside any application; RESET_GPU.",
+    ),
+    FaultCode(
+        "48",
+        "fatal",
+        "Double Bit ECC Error",
+        "An uncorrectable (DBE) memory error: data in device memory is "
+        "corrupt; the page must be retired and the GPU reset.",
+    ),
+    FaultCode(
+        "61",
+        "recoverable",
+        "Internal micro-controller breakpoint/warning",
+        "A PMU warning; the GPU usually continues but should be reset soon.",
+    ),
+    FaultCode(
+        "62",
+        "fatal",
+        "Internal micro-controller halt",
+        "The PMU halted; the GPU will not recover without RESET_GPU.",
+    ),
+    FaultCode(
+        "63",
+        "recoverable",
+        "ECC page retirement or row remapping recording event",
+        "A row was marked for remapping (or a page for retirement); it takes "
+        "effect at the next GPU reset and the GPU keeps working until then.",
+    ),
+    FaultCode(
+        "64",
+        "fatal",
+        "ECC page retirement or row remapper recording failure",
+        "The GPU could not record the remapping of a failing row: the bad "
+        "memory stays in use; RESET_GPU, then check remapping failures.",
+    ),
+    FaultCode(
+        "68",
+        "recoverable",
+        "NVDEC0 Exception",
+        "A video decoder engine error; the decoder recovers per stream.",
+    ),
+    FaultCode(
+        "69",
+        "recoverable",
+        "Graphics Engine class error",
+        "Usually application-triggered; the engine recovers.",
+    ),
+    FaultCode(
+        "74",
+        "fatal",
+        "NVLink Error",
+        "An NVLink fatal error: multi-GPU jobs over this link cannot proceed "
+        "until the GPU is reset; RESET_GPU.",
+    ),
+    FaultCode(
+        "79",
+        "fatal",
+        "GPU has fallen off the bus",
+        "The GPU no longer answers on PCIe; it needs a reset or a reboot.",
+    ),
+    FaultCode(
+        "92",
+        "recoverable",
+        "High single-bit ECC error rate",
+        "Corrected errors at a high rate: the device still works, but the "
+        "memory is degrading; watch and plan service.",
+    ),
+    FaultCode(
+        "94",
+        "recoverable",
+        "Contained ECC error",
+        "An uncorrectable error contained to the process that used the "
+        "memory (Ampere+): RESTART_APP; other work continues; reset when "
+        "convenient so the row is remapped.",
+    ),
+    FaultCode(
+        "95",
+        "fatal",
+        "Uncontained ECC error",
+        "An uncorrectable error that could not be contained: every process "
+        "on the GPU is affected; RESET_GPU.",
+    ),
+    FaultCode(
+        "109",
+        "recoverable",
+        "Context Switch Timeout Error",
+        "Usually a misbehaving application; the driver recovers.",
+    ),
+    FaultCode(
+        "119", "fatal", "GSP RPC Timeout", "The GPU System Processor stopped answering; RESET_GPU."
+    ),
     FaultCode("120", "fatal", "GSP Error", "The GPU System Processor failed; RESET_GPU."),
-    FaultCode("121", "info", "C2C link corrected error",
-              "A corrected chip-to-chip link error; informational."),
-    FaultCode("140", "fatal", "Unrecovered ECC Error",
-              "Device memory holds an error that was neither corrected nor "
-              "contained; RESET_GPU."),
-    FaultCode("143", "fatal", "GPU Initialization Failure",
-              "The GPU failed to initialise; it cannot run work."),
+    FaultCode(
+        "121",
+        "info",
+        "C2C link corrected error",
+        "A corrected chip-to-chip link error; informational.",
+    ),
+    FaultCode(
+        "140",
+        "fatal",
+        "Unrecovered ECC Error",
+        "Device memory holds an error that was neither corrected nor contained; RESET_GPU.",
+    ),
+    FaultCode(
+        "143",
+        "fatal",
+        "GPU Initialization Failure",
+        "The GPU failed to initialise; it cannot run work.",
+    ),
 )
 
 # AMD and Intel events are named by the exporter, since their drivers report RAS
 # blocks rather than a single numbered code space. The backends that read them map
 # their sources onto these names.
 AMD_RAS: dict[str, FaultCode] = _catalogue(
-    FaultCode("ras_uncorrectable", "fatal", "Uncorrectable RAS error",
-              "An uncorrectable error in a RAS block (UMC, GFX, SDMA, XGMI...): the "
-              "driver schedules a GPU reset."),
-    FaultCode("ras_deferred", "recoverable", "Deferred RAS error",
-              "A poisoned value was contained; the consumer process is affected."),
-    FaultCode("ras_correctable", "info", "Correctable RAS error",
-              "Corrected by hardware; counted in accel_ecc_errors_total as well."),
-    FaultCode("gpu_reset", "fatal", "GPU reset", "The driver reset the GPU after a hang "
-              "or fatal error; running work on it was lost."),
+    FaultCode(
+        "ras_uncorrectable",
+        "fatal",
+        "Uncorrectable RAS error",
+        "An uncorrectable error in a RAS block (UMC, GFX, SDMA, XGMI...): the "
+        "driver schedules a GPU reset.",
+    ),
+    FaultCode(
+        "ras_deferred",
+        "recoverable",
+        "Deferred RAS error",
+        "A poisoned value was contained; the consumer process is affected.",
+    ),
+    FaultCode(
+        "ras_correctable",
+        "info",
+        "Correctable RAS error",
+        "Corrected by hardware; counted in accel_ecc_errors_total as well.",
+    ),
+    FaultCode(
+        "gpu_reset",
+        "fatal",
+        "GPU reset",
+        "The driver reset the GPU after a hang or fatal error; running work on it was lost.",
+    ),
     FaultCode("lost", "fatal", "Device lost", "The device stopped answering."),
-    FaultCode("vm_fault", "info", "GPU VM fault", "An application accessed memory it "
-              "does not own; the device is fine."),
+    FaultCode(
+        "vm_fault",
+        "info",
+        "GPU VM fault",
+        "An application accessed memory it does not own; the device is fine.",
+    ),
 )
 
 INTEL_RAS: dict[str, FaultCode] = _catalogue(
-    FaultCode("ras_fatal", "fatal", "Fatal RAS error",
-              "Level Zero ZES_RAS_ERROR_TYPE_UNCORRECTABLE with a reset required."),
-    FaultCode("ras_uncorrectable", "fatal", "Uncorrectable RAS error",
-              "Level Zero reported an uncorrectable error."),
-    FaultCode("ras_correctable", "info", "Correctable RAS error",
-              "Corrected by hardware; also counted as corrected ECC."),
-    FaultCode("reset_required", "fatal", "Device reset required",
-              "zesDeviceGetState reports that the device needs a reset."),
+    FaultCode(
+        "ras_fatal",
+        "fatal",
+        "Fatal RAS error",
+        "Level Zero ZES_RAS_ERROR_TYPE_UNCORRECTABLE with a reset required.",
+    ),
+    FaultCode(
+        "ras_uncorrectable",
+        "fatal",
+        "Uncorrectable RAS error",
+        "Level Zero reported an uncorrectable error.",
+    ),
+    FaultCode(
+        "ras_correctable",
+        "info",
+        "Correctable RAS error",
+        "Corrected by hardware; also counted as corrected ECC.",
+    ),
+    FaultCode(
+        "reset_required",
+        "fatal",
+        "Device reset required",
+        "zesDeviceGetState reports that the device needs a reset.",
+    ),
     FaultCode("lost", "fatal", "Device lost", "The device stopped answering."),
 )
 

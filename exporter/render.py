@@ -96,7 +96,9 @@ def _bandwidth_help(devices: Sequence[DeviceState]) -> str:
             sources[r.memory_bandwidth_source or "unspecified"] += 1
     if not sources:
         return schema.MEMORY_BANDWIDTH.help
-    parts = "; ".join(f"{src} on {n} device{'s' if n != 1 else ''}" for src, n in sorted(sources.items()))
+    parts = "; ".join(
+        f"{src} on {n} device{'s' if n != 1 else ''}" for src, n in sorted(sources.items())
+    )
     return f"{schema.MEMORY_BANDWIDTH.help} Source: {parts}."
 
 

@@ -106,9 +106,7 @@ FAULT_CODE_EVENTS = _c(
 TEMPERATURE = _g("accel_temperature_celsius", "Temperature by sensor.", "celsius", "sensor")
 POWER = _g("accel_power_watts", "Power draw.", "watts")
 POWER_LIMIT = _g("accel_power_limit_watts", "Enforced power limit.", "watts")
-ENERGY = _c(
-    "accel_energy_joules_total", "Energy consumed since the driver loaded.", "joules"
-)
+ENERGY = _c("accel_energy_joules_total", "Energy consumed since the driver loaded.", "joules")
 CLOCK = _g("accel_clock_hertz", "Current clock frequency by clock domain.", "hertz", "clock")
 THROTTLE = _g(
     "accel_throttle_active",

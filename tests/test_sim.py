@@ -25,8 +25,12 @@ class Clock:
         return self.t
 
 
-def sim(devices: str, script: Path | None = None, clock: Callable[[], float] | None = None,
-        seed: int = 0) -> SimBackend:
+def sim(
+    devices: str,
+    script: Path | None = None,
+    clock: Callable[[], float] | None = None,
+    seed: int = 0,
+) -> SimBackend:
     opts = BackendOptions(sim_devices=parse_sim_devices(devices), sim_script=script, sim_seed=seed)
     return SimBackend(opts, clock=clock or Clock())
 
@@ -180,7 +184,9 @@ async def test_scripted_hang_times_out_only_that_backend(tmp_path: Path) -> None
 
 def test_hang_durations(tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"
-    script.write_text("- {at: 1m, device: nvidia0, hang: 20s}\n- {at: 2m, device: nvidia0, hang: true}\n")
+    script.write_text(
+        "- {at: 1m, device: nvidia0, hang: 20s}\n- {at: 2m, device: nvidia0, hang: true}\n"
+    )
     events = load_script(script, {"nvidia0"})
     assert [(e.at, e.hang) for e in events] == [(60.0, 20.0), (120.0, math.inf)]
 
@@ -193,12 +199,24 @@ def test_script_file_missing(tmp_path: Path) -> None:
 def test_sim_exports_every_device_metric_it_claims() -> None:
     text = asyncio.run(text_of(Poller([sim("nvidia:2,amd:1,oneapi:1")], 1, 5)))
     expected = {
-        "accel_device_info", "accel_up", "accel_utilization_ratio", "accel_memory_used_bytes",
-        "accel_memory_total_bytes", "accel_memory_bandwidth_utilization_ratio",
-        "accel_ecc_errors_total", "accel_fault_events_total", "accel_temperature_celsius",
-        "accel_power_watts", "accel_power_limit_watts", "accel_energy_joules_total",
-        "accel_clock_hertz", "accel_throttle_active", "accel_pcie_throughput_bytes_per_second",
-        "accel_link_throughput_bytes_per_second", "accel_link_errors_total",
-        "accel_topology_link_info", "accel_remapped_rows",
+        "accel_device_info",
+        "accel_up",
+        "accel_utilization_ratio",
+        "accel_memory_used_bytes",
+        "accel_memory_total_bytes",
+        "accel_memory_bandwidth_utilization_ratio",
+        "accel_ecc_errors_total",
+        "accel_fault_events_total",
+        "accel_temperature_celsius",
+        "accel_power_watts",
+        "accel_power_limit_watts",
+        "accel_energy_joules_total",
+        "accel_clock_hertz",
+        "accel_throttle_active",
+        "accel_pcie_throughput_bytes_per_second",
+        "accel_link_throughput_bytes_per_second",
+        "accel_link_errors_total",
+        "accel_topology_link_info",
+        "accel_remapped_rows",
     }
     assert expected <= names(text)

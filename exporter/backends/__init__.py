@@ -20,7 +20,8 @@ REGISTRY: dict[str, str] = {
 def backend_class(name: str) -> type[Backend]:
     module_name, _, attr = REGISTRY[name].partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
-    assert issubclass(cls, Backend)
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise TypeError(f"{REGISTRY[name]} is not a Backend")
     return cls
 
 

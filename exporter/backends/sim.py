@@ -70,16 +70,52 @@ class SimModel:
 
 MODELS: dict[str, SimModel] = {
     "nvidia": SimModel(
-        "NVIDIA H100 80GB HBM3", 80 * GIB, "550.90.07", 700.0, 70.0, 1.98e9, 2.619e9,
-        "nvlink", 18, 25e9, ("crc_flit", "replay"), "NVML GPM DRAM_BW_UTIL", "GPU-", 8,
+        "NVIDIA H100 80GB HBM3",
+        80 * GIB,
+        "550.90.07",
+        700.0,
+        70.0,
+        1.98e9,
+        2.619e9,
+        "nvlink",
+        18,
+        25e9,
+        ("crc_flit", "replay"),
+        "NVML GPM DRAM_BW_UTIL",
+        "GPU-",
+        8,
     ),
     "amd": SimModel(
-        "AMD Instinct MI300X", 192 * GIB, "6.8.5", 750.0, 90.0, 2.1e9, 1.3e9,
-        "xgmi", 7, 64e9, ("xgmi_err",), "gpu_metrics average_umc_activity", "", 8,
+        "AMD Instinct MI300X",
+        192 * GIB,
+        "6.8.5",
+        750.0,
+        90.0,
+        2.1e9,
+        1.3e9,
+        "xgmi",
+        7,
+        64e9,
+        ("xgmi_err",),
+        "gpu_metrics average_umc_activity",
+        "",
+        8,
     ),
     "oneapi": SimModel(
-        "Intel(R) Data Center GPU Max 1550", 128 * GIB, "1.3.29735", 600.0, 60.0, 1.6e9,
-        3.2e9, "xelink", 16, 26.5e9, (), "Level Zero memory bandwidth counters", "", 8,
+        "Intel(R) Data Center GPU Max 1550",
+        128 * GIB,
+        "1.3.29735",
+        600.0,
+        60.0,
+        1.6e9,
+        3.2e9,
+        "xelink",
+        16,
+        26.5e9,
+        (),
+        "Level Zero memory bandwidth counters",
+        "",
+        8,
     ),
 }
 
@@ -110,9 +146,7 @@ def parse_sim_devices(text: str) -> tuple[tuple[str, int], ...]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         vendor, sep, count = part.partition(":")
         if vendor not in MODELS:
-            raise ValueError(
-                f"unknown sim vendor {vendor!r} in {part!r} (use {', '.join(MODELS)})"
-            )
+            raise ValueError(f"unknown sim vendor {vendor!r} in {part!r} (use {', '.join(MODELS)})")
         if not sep or not count.isdigit() or int(count) < 1:
             raise ValueError(f"bad device count in {part!r} (use VENDOR:COUNT, e.g. nvidia:8)")
         if any(v == vendor for v, _ in out):
@@ -165,9 +199,7 @@ def _scalar(node: yaml.Node) -> Any:
     return yaml.safe_load(yaml.serialize(node))
 
 
-def _event(
-    path: Path, node: yaml.Node, devices: set[str], problems: list[str]
-) -> SimEvent | None:
+def _event(path: Path, node: yaml.Node, devices: set[str], problems: list[str]) -> SimEvent | None:
     if not isinstance(node, yaml.MappingNode):
         problems.append(f"{_where(path, node)}: an event is a mapping with 'at' and 'device'")
         return None
@@ -347,7 +379,9 @@ class SimBackend(Backend):
         if d.lost:
             # Like NVML, the fault events raised before the loss are still delivered.
             if faults:
-                return Reading(up=False, down_reason="GPU has fallen off the bus", fault_events=faults)
+                return Reading(
+                    up=False, down_reason="GPU has fallen off the bus", fault_events=faults
+                )
             raise DeviceLostError("simulated device fell off the bus")
         return self._reading(d, now, faults)
 
@@ -360,7 +394,9 @@ class SimBackend(Backend):
         util = d.held.get("utilization", round(util, 4))
         mem_ratio = d.held.get("memory_used_ratio", round(0.2 + 0.6 * wave, 4))
         bw = d.held.get("memory_bandwidth", round(min(1.0, 0.8 * util), 4))
-        power = d.held.get("power", round(spec.idle_watts + (spec.tdp_watts - spec.idle_watts) * util, 2))
+        power = d.held.get(
+            "power", round(spec.idle_watts + (spec.tdp_watts - spec.idle_watts) * util, 2)
+        )
         temp = d.held.get("temperature", round(32.0 + 50.0 * util, 1))
         if d.last_t is not None:
             d.energy += power * max(0.0, now - d.last_t)

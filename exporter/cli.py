@@ -1,0 +1,308 @@
+"""``accel-exporter``: flags in node_exporter's style, then poll and serve.
+
+Every bad input (a flag, the web config, the sim script) is found before anything
+starts, and reported as one line that names the problem, with exit status 2, so a
+crash-looping DaemonSet shows the reason in its last log line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from aiohttp import web
+
+from exporter import __version__, backends, logs
+from exporter.backends.base import Backend, BackendOptions
+from exporter.backends.sim import SimScriptError, parse_sim_devices
+from exporter.durations import parse_duration
+from exporter.poller import Poller
+from exporter.server import make_app, split_listen_address
+from exporter.webconfig import WebConfig, WebConfigError, load_web_config
+
+log = logging.getLogger("accel_exporter")
+
+DEFAULT_PORT = 9835
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not the usage block: the reason is what an operator needs.
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _duration(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
+    return seconds
+
+
+_duration.__name__ = "duration"  # argparse names the type in its message
+
+
+def _backend_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in backends.REGISTRY]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown backend {unknown[0]!r} (available: {', '.join(backends.REGISTRY)})"
+        )
+    if not names:
+        raise argparse.ArgumentTypeError("no backend named")
+    return names
+
+
+def _sim_devices(text: str) -> tuple[tuple[str, int], ...]:
+    try:
+        return parse_sim_devices(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="accel-exporter",
+        description=(
+            "Prometheus exporter for NVIDIA, AMD and Intel oneAPI accelerators and the CPU, "
+            "in one vendor-neutral metric vocabulary. Backends are polled in the "
+            "background, each with its own timeout; /metrics serves the last rendering."
+        ),
+        epilog=(
+            "examples:\n"
+            "  accel-exporter                                  # every hardware backend on :9835\n"
+            "  accel-exporter --backends nvidia --poll-interval 2s\n"
+            "  accel-exporter --backends sim --sim-devices nvidia:8,amd:4 --once\n"
+            "  accel-exporter --web.config.file web.yml        # TLS and basic auth\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"accel-exporter {__version__}")
+    w = p.add_argument_group("web")
+    w.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        default=f":{DEFAULT_PORT}",
+        metavar="ADDR",
+        help="address to listen on, HOST:PORT or :PORT for all interfaces (default %(default)s)",
+    )
+    w.add_argument(
+        "--web.telemetry-path",
+        dest="telemetry_path",
+        default="/metrics",
+        metavar="PATH",
+        help="path under which metrics are served (default %(default)s)",
+    )
+    w.add_argument(
+        "--web.config.file",
+        dest="web_config",
+        type=Path,
+        metavar="FILE",
+        help="exporter-toolkit web config: tls_server_config, basic_auth_users (bcrypt), "
+        "http_server_config.headers",
+    )
+    b = p.add_argument_group("backends")
+    b.add_argument(
+        "--backends",
+        type=_backend_list,
+        metavar="LIST",
+        help=f"comma-separated backends to poll, from: {', '.join(backends.REGISTRY)} "
+        "(default: every hardware backend; a backend without its library or driver "
+        "reports accel_exporter_backend_up 0)",
+    )
+    b.add_argument(
+        "--poll-interval",
+        type=_duration,
+        default=5.0,
+        metavar="DURATION",
+        help="how often each backend is polled (default 5s)",
+    )
+    b.add_argument(
+        "--poll-timeout",
+        type=_duration,
+        metavar="DURATION",
+        help="how long one backend poll may take before the backend is reported down "
+        "(default: the poll interval, at most 10s)",
+    )
+    b.add_argument(
+        "--path.sysfs",
+        dest="sysfs",
+        type=Path,
+        default=Path("/sys"),
+        metavar="DIR",
+        help="sysfs mountpoint (default %(default)s)",
+    )
+    b.add_argument(
+        "--path.procfs",
+        dest="procfs",
+        type=Path,
+        default=Path("/proc"),
+        metavar="DIR",
+        help="procfs mountpoint (default %(default)s)",
+    )
+    s = p.add_argument_group("simulation")
+    s.add_argument(
+        "--sim-devices",
+        type=_sim_devices,
+        metavar="LIST",
+        help="simulated devices as VENDOR:COUNT,..., vendors nvidia, amd, oneapi "
+        "(e.g. nvidia:8,amd:4); implies the sim backend",
+    )
+    s.add_argument(
+        "--sim-script",
+        type=Path,
+        metavar="FILE",
+        help="YAML timeline of simulated faults (Xid, lost device, ECC, hang); see README",
+    )
+    s.add_argument(
+        "--sim-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the simulated load (default %(default)s)",
+    )
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--log.level",
+        dest="log_level",
+        choices=logs.LEVELS,
+        default="info",
+        help="minimum log level (default %(default)s)",
+    )
+    o.add_argument(
+        "--log.format",
+        dest="log_format",
+        choices=("logfmt", "json"),
+        default="logfmt",
+        help="log line format (default %(default)s)",
+    )
+    o.add_argument(
+        "--once",
+        action="store_true",
+        help="poll every backend once, print the exposition to stdout and exit",
+    )
+    return p
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, WebConfig | None]:
+    """Parses and validates everything that can be checked before starting."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.backends is None:
+        args.backends = backends.default_backends()
+        if args.sim_devices:
+            args.backends.append("sim")
+    if "sim" in args.backends and not args.sim_devices:
+        parser.error("the sim backend needs --sim-devices, e.g. --sim-devices nvidia:8")
+    if args.sim_devices and "sim" not in args.backends:
+        parser.error("--sim-devices is given but 'sim' is not in --backends")
+    if args.sim_script is not None and not args.sim_devices:
+        parser.error("--sim-script needs --sim-devices")
+    if not args.telemetry_path.startswith("/"):
+        parser.error(f"--web.telemetry-path must start with '/', got {args.telemetry_path!r}")
+    try:
+        split_listen_address(args.listen_address)
+    except ValueError as e:
+        parser.error(f"--web.listen-address: {e}")
+    if args.poll_timeout is None:
+        args.poll_timeout = min(args.poll_interval, 10.0)
+    web_config = None
+    if args.web_config is not None:
+        try:
+            web_config = load_web_config(args.web_config)
+        except WebConfigError as e:
+            parser.error(f"--web.config.file: {e}")
+    return args, web_config
+
+
+def make_backends(args: argparse.Namespace) -> list[Backend]:
+    options = BackendOptions(
+        sysfs=args.sysfs,
+        procfs=args.procfs,
+        sim_devices=args.sim_devices or (),
+        sim_script=args.sim_script,
+        sim_seed=args.sim_seed,
+    )
+    return [backends.create(name, options) for name in args.backends]
+
+
+async def _once(poller: Poller) -> bytes:
+    try:
+        return (await poller.poll_once()).text
+    finally:
+        await poller.stop()
+
+
+async def _serve(poller: Poller, args: argparse.Namespace, web_config: WebConfig | None) -> int:
+    host, port = split_listen_address(args.listen_address)
+    app = make_app(poller, args.telemetry_path, web_config)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    ssl_context = web_config.ssl_context if web_config is not None else None
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        log.error("cannot listen on %s: %s", args.listen_address, e.strerror or e)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    scheme = "https" if ssl_context is not None else "http"
+    log.info(
+        "listening on %s://%s:%d%s, backends %s, poll every %gs",
+        scheme,
+        host or "0.0.0.0",
+        port,
+        args.telemetry_path,
+        ",".join(args.backends),
+        args.poll_interval,
+    )
+    # The first poll runs in the background too: the server answers at once, with
+    # the backends' metrics from the moment each first poll completes.
+    poll_task = asyncio.create_task(poller.start())
+    await stop.wait()
+    log.info("shutting down")
+    poll_task.cancel()
+    await asyncio.gather(poll_task, return_exceptions=True)
+    await poller.stop()
+    await runner.cleanup()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, web_config = parse_args(argv)
+    logs.setup(args.log_level, args.log_format)
+    try:
+        poller_backends = make_backends(args)
+    except SimScriptError as e:
+        print(f"accel-exporter: error: --sim-script: {e}", file=sys.stderr)
+        return 2
+    poller = Poller(poller_backends, interval=args.poll_interval, timeout=args.poll_timeout)
+    if args.once:
+        text = asyncio.run(_once(poller))
+        sys.stdout.buffer.write(text)
+        rc = 0
+    else:
+        rc = asyncio.run(_serve(poller, args, web_config))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate()[1:]):
+        # A vendor call is still hung in a poll thread; Python would wait for it
+        # forever at exit, so leave without joining it.
+        os._exit(rc)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
