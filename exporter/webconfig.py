@@ -1,0 +1,736 @@
+"""The ``--web.config.file`` of the Prometheus exporter-toolkit: TLS, basic auth and
+response headers, in the format node_exporter users already write.
+
+Why it is built this way:
+
+* **Everything fails at startup.** The file is parsed, every key checked, every
+  certificate, key and CA loaded into the ``ssl.SSLContext`` here, in the loader, so
+  a typo or an unreadable key stops the exporter with one line that names the file,
+  the line and column, the key, what is wrong and what to do; it never surfaces as
+  a failed handshake on the first scrape. Positions come from ``yaml.compose``,
+  which keeps every node's place in the file.
+* **Same meaning as exporter-toolkit**: the same keys, defaults (TLS 1.2 to 1.3,
+  server cipher preference), header whitelist, relative paths resolved against the
+  config file's directory, bcrypt hashes for ``basic_auth_users``, a cache of
+  successful checks so that scrapes do not pay bcrypt each time, and a decoy
+  bcrypt check for unknown users so that timing does not tell which users exist.
+* **Stricter where Python's ``ssl`` cannot follow Go**, refused with the reason
+  rather than half-honoured: ``RequestClientCert``/``RequireAnyClientCert`` accept
+  a client certificate without verifying it, which ``ssl`` cannot do; the verifying
+  modes need a client CA (Go would fall back to the system roots, which would let
+  any publicly trusted certificate in); ``curve_preferences`` takes one curve
+  (``set_ecdh_curve``); ``client_allowed_sans`` and ``rate_limit`` are not
+  implemented. Settings that only tune the transport are accepted: ``http2`` (the
+  aiohttp server speaks HTTP/1.1, which every Prometheus speaks too) and TLS 1.3
+  names in ``cipher_suites`` (as in Go, ``cipher_suites`` governs TLS 1.2 and
+  below only).
+* Secrets never appear in an error message: a ``basic_auth_users`` value that is
+  not a bcrypt hash may be a plaintext password.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import difflib
+import hashlib
+import os
+import re
+import ssl
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import bcrypt
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+_NULL = "tag:yaml.org,2002:null"
+_BOOL = "tag:yaml.org,2002:bool"
+_BOOLS = {
+    "true": True,
+    "yes": True,
+    "on": True,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
+TLS_KEYS = (
+    "cert",
+    "key",
+    "client_ca",
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "client_allowed_sans",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "prefer_server_cipher_suites",
+    "curve_preferences",
+)
+HTTP_KEYS = ("http2", "headers")
+
+CLIENT_AUTH_TYPES: dict[str, ssl.VerifyMode | None] = {
+    "NoClientCert": ssl.CERT_NONE,
+    # Go accepts a client certificate without verifying it in these two; OpenSSL
+    # through Python's ssl verifies every certificate it asks for.
+    "RequestClientCert": None,
+    "RequireAnyClientCert": None,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+# exporter-toolkit still accepts this old spelling of RequireAnyClientCert.
+_CLIENT_AUTH_ALIASES = {"RequireClientCert": "RequireAnyClientCert"}
+
+TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+
+# Go's names (crypto/tls CipherSuites()) -> OpenSSL's. None: a TLS 1.3 suite, which
+# neither Go nor OpenSSL lets a server configure, so Go ignores it and so do we.
+CIPHER_SUITES: dict[str, str | None] = {
+    "TLS_AES_128_GCM_SHA256": None,
+    "TLS_AES_256_GCM_SHA384": None,
+    "TLS_CHACHA20_POLY1305_SHA256": None,
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+
+CURVES = {
+    "CurveP256": "prime256v1",
+    "CurveP384": "secp384r1",
+    "CurveP521": "secp521r1",
+    "X25519": "X25519",
+}
+
+# The response headers exporter-toolkit lets a config set, with the values it
+# accepts where the header is an enumeration (case-sensitive, as there).
+HEADERS: dict[str, tuple[str, ...]] = {
+    "Strict-Transport-Security": (),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": (),
+    "Content-Security-Policy": (),
+}
+
+_BCRYPT = re.compile(rb"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+_HASH_HINT = "hash the password with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`"
+
+
+class WebConfigError(Exception):
+    """A web config file that cannot be used. ``str()`` is one line:
+    ``FILE[:LINE:COL]: KEY: what is wrong; what to do``."""
+
+    def __init__(self, path: Path, where: str, problem: str, mark: yaml.Mark | None = None) -> None:
+        self.path = path
+        self.line = mark.line + 1 if mark is not None else None
+        self.column = mark.column + 1 if mark is not None else None
+        location = f"{path}:{self.line}:{self.column}" if mark is not None else str(path)
+        message = f"{location}: {where}: {problem}" if where else f"{location}: {problem}"
+        # One line, whatever a library's message brought with it.
+        super().__init__(" ".join(message.split()))
+
+
+@dataclass
+class WebConfig:
+    """What the HTTP server needs: a ready ``SSLContext`` (None: plain HTTP), the
+    basic-auth users (name -> bcrypt hash; empty: no auth) and extra headers."""
+
+    ssl_context: ssl.SSLContext | None = None
+    users: dict[str, bytes] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    _verified: set[tuple[str, bytes, bytes]] = field(
+        default_factory=set, init=False, repr=False, compare=False
+    )
+    _decoy: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    # One bcrypt comparison at a time, as exporter-toolkit does: a burst of bad
+    # passwords costs one core, not all of them.
+    _bcrypt_lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
+
+    def check_basic_auth(self, authorization: str | None) -> bool:
+        """Whether an ``Authorization`` header value lets the request in.
+
+        True when no users are configured. A cache miss costs one bcrypt comparison
+        (tens of milliseconds at cost 10) and holds a lock: call this from an
+        executor, not on the event loop. Only successful checks are cached, keyed by
+        the user, the hash and the SHA-256 of the password (never the password), so
+        a wrong guess always pays full bcrypt cost.
+        """
+        if not self.users:
+            return True
+        credentials = _parse_basic(authorization)
+        if credentials is None:
+            return False
+        user, password = credentials
+        hashed = self.users.get(user)
+        key = (user, hashed or b"", hashlib.sha256(password).digest())
+        if hashed is not None and key in self._verified:
+            return True
+        with self._bcrypt_lock:
+            # An unknown user is still compared, against a decoy of the same cost,
+            # so that the time taken does not tell which users exist.
+            ok = _checkpw(password, hashed if hashed is not None else self._decoy_hash())
+        if ok and hashed is not None:
+            self._verified.add(key)
+            return True
+        return False
+
+    def _decoy_hash(self) -> bytes:
+        if self._decoy is None:
+            cost = max((int(h[4:6]) for h in self.users.values() if _BCRYPT.match(h)), default=10)
+            self._decoy = bcrypt.hashpw(b"decoy password", bcrypt.gensalt(rounds=cost))
+        return self._decoy
+
+
+def _parse_basic(authorization: str | None) -> tuple[str, bytes] | None:
+    """(user, password) from ``Basic <base64 of user:password>``; None if malformed."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        raw = base64.b64decode(token.strip(), validate=True)
+        user, sep, password = raw.partition(b":")
+        return (user.decode("utf-8"), password) if sep else None
+    except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def _checkpw(password: bytes, hashed: bytes) -> bool:
+    try:
+        return bcrypt.checkpw(password, hashed)
+    except ValueError:
+        # bcrypt refuses passwords over 72 bytes rather than truncate them.
+        return False
+
+
+def load_web_config(path: Path) -> WebConfig:
+    """Reads and validates ``path``; raises ``WebConfigError`` on the first problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WebConfigError(path, "", "no such file; check --web.config.file") from None
+    except UnicodeDecodeError:
+        raise WebConfigError(path, "", "not UTF-8 text; save it as UTF-8 YAML") from None
+    except OSError as e:
+        raise WebConfigError(
+            path, "", f"cannot read: {e.strerror}; make it readable by the exporter's user"
+        ) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        raise WebConfigError(
+            path,
+            "",
+            f"invalid YAML: {e.problem or e.context or 'cannot parse'}; fix the syntax",
+            e.problem_mark,
+        ) from None
+    except yaml.YAMLError as e:
+        raise WebConfigError(path, "", f"invalid YAML: {e}; fix the syntax") from None
+    return _Loader(path).config(root)
+
+
+_Fields = dict[str, tuple[ScalarNode, Node]]
+_CA_KEYS = ("client_ca", "client_ca_file")
+
+
+def _tls(key: str) -> str:
+    return f"tls_server_config.{key}"
+
+
+class _Loader:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # exporter-toolkit resolves relative paths against the config file's directory.
+        self.base = path.parent
+
+    def fail(self, node: Node | None, where: str, problem: str) -> NoReturn:
+        raise WebConfigError(self.path, where, problem, node.start_mark if node else None)
+
+    # -- YAML shapes -------------------------------------------------------------
+
+    def mapping(self, node: Node | None, where: str, allowed: Sequence[str] | None) -> _Fields:
+        """A mapping's entries by key; ``allowed`` None takes any key. Null or
+        absent is an empty mapping, as in exporter-toolkit."""
+        if node is None or _is_null(node):
+            return {}
+        if not isinstance(node, MappingNode):
+            expected = f"a mapping of {', '.join(allowed)}" if allowed else "a mapping"
+            self.fail(node, where, f"expected {expected}, got {_describe(node)}")
+        out: _Fields = {}
+        for key, value in node.value:
+            if not isinstance(key, ScalarNode):
+                self.fail(key, where, f"a key must be a plain string, got {_kind(key)}")
+            name = key.value
+            at = f"{where}.{name}" if where else name
+            if allowed is not None and name not in allowed:
+                self.fail(key, at, f"unknown key; {_suggest(name, allowed)}")
+            if name in out:
+                first = out[name][0].start_mark.line + 1
+                self.fail(key, at, f"duplicate key (first set on line {first}); keep one")
+            out[name] = (key, value)
+        return out
+
+    def string(self, node: Node, where: str) -> str | None:
+        """A scalar as written (``0`` stays "0"); None for null or an empty string."""
+        if _is_null(node):
+            return None
+        if not isinstance(node, ScalarNode):
+            self.fail(node, where, f"expected a string, got {_kind(node)}")
+        return node.value or None
+
+    def boolean(self, node: Node, where: str) -> bool | None:
+        if _is_null(node):
+            return None
+        if not isinstance(node, ScalarNode) or node.tag != _BOOL:
+            self.fail(node, where, f"expected true or false, got {_describe(node)}")
+        return _BOOLS[node.value.lower()]
+
+    def strings(self, node: Node, where: str) -> list[tuple[ScalarNode, str]]:
+        if _is_null(node):
+            return []
+        if not isinstance(node, SequenceNode):
+            self.fail(node, where, f"expected a list of strings, got {_kind(node)}")
+        out = []
+        for item in node.value:
+            if not isinstance(item, ScalarNode) or _is_null(item):
+                self.fail(item, where, f"expected a string, got {_describe(item)}")
+            out.append((item, item.value))
+        return out
+
+    def choice(self, node: Node, where: str, choices: Sequence[str]) -> str | None:
+        value = self.string(node, where)
+        if value is not None and value not in choices:
+            self.fail(
+                node,
+                where,
+                f"unknown value '{value}'; {_suggest(value, choices)}",
+            )
+        return value
+
+    def pem(self, node: Node, where: str) -> tuple[bytes, str] | None:
+        """(contents, how to name it in a message) of a ``*_file`` key."""
+        name = self.string(node, where)
+        if name is None:
+            return None
+        p = Path(name).expanduser()
+        if not p.is_absolute():
+            p = self.base / p
+        try:
+            return p.read_bytes(), f"'{name}'"
+        except FileNotFoundError:
+            self.fail(
+                node,
+                where,
+                f"no such file '{name}' (looked for {p}); relative paths are resolved "
+                "against the directory of this config file",
+            )
+        except IsADirectoryError:
+            self.fail(node, where, f"'{name}' is a directory; name a PEM file")
+        except PermissionError:
+            self.fail(
+                node,
+                where,
+                f"cannot read '{name}': permission denied; make it readable by the exporter's user",
+            )
+        except OSError as e:
+            self.fail(node, where, f"cannot read '{name}': {e.strerror}")
+
+    # -- sections ----------------------------------------------------------------
+
+    def config(self, root: Node | None) -> WebConfig:
+        top = self.mapping(root, "", TOP_KEYS)
+        if "rate_limit" in top and not _is_null(top["rate_limit"][1]):
+            self.fail(
+                top["rate_limit"][0],
+                "rate_limit",
+                "not supported by accel-exporter (a scrape is served from bytes rendered "
+                "once per poll, so scrapes are cheap); remove it",
+            )
+        tls = top.get("tls_server_config")
+        http = top.get("http_server_config")
+        users = top.get("basic_auth_users")
+        return WebConfig(
+            ssl_context=self.tls(tls[1]) if tls else None,
+            users=self.users(users[1]) if users else {},
+            headers=self.http(http[1]) if http else {},
+        )
+
+    def users(self, node: Node) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for name, (_, value) in self.mapping(node, "basic_auth_users", None).items():
+            where = f"basic_auth_users.{name}"
+            # The value is never echoed: it may be a plaintext password.
+            if not isinstance(value, ScalarNode) or _is_null(value):
+                self.fail(value, where, f"expected a bcrypt hash, got {_kind(value)}; {_HASH_HINT}")
+            hashed = value.value.encode()
+            if not _BCRYPT.match(hashed):
+                self.fail(
+                    value,
+                    where,
+                    "not a bcrypt hash (expected $2a$, $2b$ or $2y$, a cost of 04-31 "
+                    f"and 53 characters of salt and hash); {_HASH_HINT}",
+                )
+            out[name] = hashed
+        return out
+
+    def http(self, node: Node) -> dict[str, str]:
+        fields = self.mapping(node, "http_server_config", HTTP_KEYS)
+        if "http2" in fields:
+            # Accepted for compatibility; the aiohttp server speaks HTTP/1.1 only.
+            self.boolean(fields["http2"][1], "http_server_config.http2")
+        if "headers" not in fields:
+            return {}
+        out: dict[str, str] = {}
+        entries = self.mapping(fields["headers"][1], "http_server_config.headers", None)
+        for name, (key, value) in entries.items():
+            where = f"http_server_config.headers.{name}"
+            if name not in HEADERS:
+                self.fail(
+                    key,
+                    where,
+                    f"this header cannot be set; {_suggest(name, HEADERS)}",
+                )
+            if not isinstance(value, ScalarNode):
+                self.fail(value, where, f"expected a string, got {_kind(value)}")
+            text = self.string(value, where)
+            if text is None:
+                continue  # "Unset if blank", as exporter-toolkit documents
+            allowed = HEADERS[name]
+            if allowed and text not in allowed:
+                self.fail(value, where, f"'{text}' is not allowed; use one of {', '.join(allowed)}")
+            out[name] = text
+        return out
+
+    def tls(self, node: Node) -> ssl.SSLContext | None:
+        fields: _Fields = {
+            k: kv
+            for k, kv in self.mapping(node, "tls_server_config", TLS_KEYS).items()
+            if not _is_null(kv[1])
+        }
+        if not fields:
+            return None
+        if "client_allowed_sans" in fields:
+            self.fail(
+                fields["client_allowed_sans"][0],
+                _tls("client_allowed_sans"),
+                "not supported by accel-exporter; use client_auth_type "
+                "RequireAndVerifyClientCert with a client_ca_file that signs only the "
+                "clients you allow",
+            )
+        # Inline PEM and *_file name the same thing; exporter-toolkit silently
+        # prefers the file, which hides a mistake.
+        for inline, file_key in (("cert", "cert_file"), ("key", "key_file"), _CA_KEYS):
+            if inline in fields and file_key in fields:
+                self.fail(fields[inline][0], _tls(inline), f"set {inline} or {file_key}, not both")
+
+        auth_name, verify_mode = self.client_auth(fields)
+        minimum, maximum = self.versions(fields)
+        ciphers = self.ciphers(fields)
+        curve = self.curve(fields)
+        prefer_server = True
+        if "prefer_server_cipher_suites" in fields:
+            chosen = self.boolean(
+                fields["prefer_server_cipher_suites"][1], _tls("prefer_server_cipher_suites")
+            )
+            prefer_server = True if chosen is None else chosen
+        cert_key, cert = self.source(fields, "cert", "cert_file")
+        key_key, key = self.source(fields, "key", "key_file")
+        if cert is None and key is None:
+            # Serving plain HTTP when TLS settings are present would hide the mistake.
+            self.fail(
+                next(iter(fields.values()))[0],
+                "tls_server_config",
+                "TLS settings without a certificate; add cert_file and key_file "
+                "(or remove tls_server_config to serve plain HTTP)",
+            )
+        if key is None:
+            self.fail(
+                fields[cert_key][0],
+                _tls(cert_key),
+                "set without key_file; add key_file, the certificate's private key",
+            )
+        if cert is None:
+            self.fail(
+                fields[key_key][0],
+                _tls(key_key),
+                "set without cert_file; add cert_file, the certificate of this key",
+            )
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        with warnings.catch_warnings():
+            # Setting TLS 1.0/1.1 warns that they are deprecated; the file asked for
+            # them explicitly, and the warning would only be noise at startup.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx.minimum_version = minimum
+            ctx.maximum_version = maximum
+        if prefer_server:
+            ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+        else:
+            ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+        if ciphers:
+            try:
+                ctx.set_ciphers(":".join(ciphers))
+            except ssl.SSLError:
+                self.fail(
+                    fields["cipher_suites"][1],
+                    _tls("cipher_suites"),
+                    "none of these cipher suites is available in this OpenSSL; choose others",
+                )
+        if curve is not None:
+            try:
+                ctx.set_ecdh_curve(curve)
+            except (ssl.SSLError, ValueError):
+                self.fail(
+                    fields["curve_preferences"][1],
+                    _tls("curve_preferences"),
+                    "this curve is not available in this OpenSSL; choose another",
+                )
+        self.load_chain(
+            ctx,
+            (fields[cert_key][1], _tls(cert_key), cert),
+            (fields[key_key][1], _tls(key_key), key),
+        )
+        self.client_ca(ctx, fields, auth_name, verify_mode)
+        return ctx
+
+    def client_auth(self, fields: _Fields) -> tuple[str, ssl.VerifyMode]:
+        if "client_auth_type" not in fields:
+            return "NoClientCert", ssl.CERT_NONE
+        node = fields["client_auth_type"][1]
+        written = self.choice(
+            node, _tls("client_auth_type"), [*CLIENT_AUTH_TYPES, *_CLIENT_AUTH_ALIASES]
+        )
+        name = _CLIENT_AUTH_ALIASES.get(written or "", written or "NoClientCert")
+        mode = CLIENT_AUTH_TYPES[name]
+        if mode is None:
+            self.fail(
+                node,
+                _tls("client_auth_type"),
+                f"{name} accepts a client certificate without verifying it, which "
+                "Python's ssl cannot do; use RequireAndVerifyClientCert (or "
+                "VerifyClientCertIfGiven) with client_ca_file",
+            )
+        return name, mode
+
+    def versions(self, fields: _Fields) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
+        # exporter-toolkit's defaults: TLS 1.2 to TLS 1.3.
+        chosen = {"min_version": "TLS12", "max_version": "TLS13"}
+        for bound in chosen:
+            if bound in fields:
+                written = self.choice(fields[bound][1], _tls(bound), list(TLS_VERSIONS))
+                chosen[bound] = written or chosen[bound]
+        minimum, maximum = chosen["min_version"], chosen["max_version"]
+        if TLS_VERSIONS[minimum] > TLS_VERSIONS[maximum]:
+            bound = "min_version" if "min_version" in fields else "max_version"
+            self.fail(
+                fields[bound][1],
+                _tls(bound),
+                f"min_version {minimum} is above max_version {maximum}; "
+                "lower min_version or raise max_version",
+            )
+        return TLS_VERSIONS[minimum], TLS_VERSIONS[maximum]
+
+    def ciphers(self, fields: _Fields) -> list[str]:
+        """OpenSSL names of the TLS 1.2-and-below suites asked for."""
+        if "cipher_suites" not in fields:
+            return []
+        out: list[str] = []
+        for item, name in self.strings(fields["cipher_suites"][1], _tls("cipher_suites")):
+            if name not in CIPHER_SUITES:
+                self.fail(
+                    item,
+                    _tls("cipher_suites"),
+                    f"unknown cipher suite '{name}'; {_suggest(name, CIPHER_SUITES)}",
+                )
+            openssl_name = CIPHER_SUITES[name]
+            if openssl_name is not None:
+                out.append(openssl_name)
+        return out
+
+    def curve(self, fields: _Fields) -> str | None:
+        if "curve_preferences" not in fields:
+            return None
+        node = fields["curve_preferences"][1]
+        curves = self.strings(node, _tls("curve_preferences"))
+        for item, name in curves:
+            if name not in CURVES:
+                self.fail(
+                    item,
+                    _tls("curve_preferences"),
+                    f"unknown curve '{name}'; {_suggest(name, CURVES)}",
+                )
+        if len(curves) > 1:
+            self.fail(node, _tls("curve_preferences"), "Python's ssl sets a single curve; list one")
+        return CURVES[curves[0][1]] if curves else None
+
+    def client_ca(
+        self, ctx: ssl.SSLContext, fields: _Fields, auth_name: str, verify_mode: ssl.VerifyMode
+    ) -> None:
+        ca_key, ca = self.source(fields, *_CA_KEYS)
+        if ca is not None and verify_mode == ssl.CERT_NONE:
+            # exporter-toolkit refuses this too: a CA that is never asked for is a
+            # config that believes it authenticates clients and does not.
+            self.fail(
+                fields[ca_key][0],
+                _tls(ca_key),
+                "a client CA without client_auth_type; set client_auth_type "
+                "RequireAndVerifyClientCert (or remove the CA)",
+            )
+        if ca is None and verify_mode != ssl.CERT_NONE:
+            self.fail(
+                fields["client_auth_type"][1],
+                _tls("client_auth_type"),
+                f"{auth_name} needs client_ca_file, the CA that signs client certificates",
+            )
+        if ca is not None:
+            try:
+                ctx.load_verify_locations(cadata=ca[0].decode("ascii", "replace"))
+            except ssl.SSLError:
+                self.fail(
+                    fields[ca_key][1],
+                    _tls(ca_key),
+                    f"no PEM certificate in {ca[1]}; name a CA file",
+                )
+        ctx.verify_mode = verify_mode
+
+    def source(
+        self, fields: _Fields, inline: str, file_key: str
+    ) -> tuple[str, tuple[bytes, str] | None]:
+        """Which key gives this PEM, and its (bytes, how to name it in a message)."""
+        if file_key in fields:
+            return file_key, self.pem(fields[file_key][1], _tls(file_key))
+        if inline in fields:
+            text = self.string(fields[inline][1], _tls(inline))
+            return inline, ((text.encode(), f"the inline {inline}") if text else None)
+        return file_key, None
+
+    def load_chain(
+        self,
+        ctx: ssl.SSLContext,
+        cert: tuple[Node, str, tuple[bytes, str]],
+        key: tuple[Node, str, tuple[bytes, str]],
+    ) -> None:
+        """Loads the server certificate and key; each argument is (node, key path,
+        (PEM, how to name it))."""
+        cert_node, cert_where, (cert_pem, cert_name) = cert
+        key_node, key_where, (key_pem, key_name) = key
+        # Try the certificate alone first, so that a bad certificate and a bad key
+        # get different messages (load_cert_chain says "PEM lib" for both).
+        try:
+            probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            probe.load_verify_locations(cadata=cert_pem.decode("ascii", "replace"))
+        except ssl.SSLError:
+            self.fail(
+                cert_node,
+                cert_where,
+                f"no PEM certificate in {cert_name}; name the server's certificate (PEM)",
+            )
+        try:
+            with _pem_file(cert_pem) as cert_path, _pem_file(key_pem) as key_path:
+                ctx.load_cert_chain(cert_path, key_path, password=_no_passphrase)
+        except _EncryptedKeyError:
+            self.fail(
+                key_node,
+                key_where,
+                f"{key_name} is encrypted and the exporter cannot prompt for a passphrase; "
+                "decrypt it (openssl pkey -in KEY -out KEY)",
+            )
+        except ssl.SSLError as e:
+            if "KEY_VALUES_MISMATCH" in str(e) or "key values mismatch" in str(e):
+                self.fail(
+                    key_node,
+                    key_where,
+                    f"{key_name} is not the private key of {cert_name}; pair them correctly",
+                )
+            self.fail(
+                key_node,
+                key_where,
+                f"no usable PEM private key in {key_name}"
+                + (f" ({e.reason})" if e.reason and e.reason != "PEM lib" else "")
+                + "; name the certificate's private key (PEM)",
+            )
+
+
+class _EncryptedKeyError(Exception):
+    pass
+
+
+def _no_passphrase() -> bytes:
+    # Without a callback OpenSSL prompts on the terminal, which hangs a service.
+    raise _EncryptedKeyError
+
+
+@contextlib.contextmanager
+def _pem_file(data: bytes) -> Iterator[str]:
+    """A path that holds ``data``, for ``load_cert_chain``, which only reads files.
+
+    PEM that was read once is loaded from memory (a memfd) rather than by opening
+    the path again: what was checked is what is loaded, and an inline key never
+    touches the disk. Without memfd, a private temporary directory does."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("accel-exporter-pem", os.MFD_CLOEXEC)
+        try:
+            with os.fdopen(os.dup(fd), "wb") as f:
+                f.write(data)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "pem"
+        path.touch(mode=0o600)
+        path.write_bytes(data)
+        yield str(path)
+
+
+def _is_null(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == _NULL
+
+
+def _kind(node: Node) -> str:
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    return "nothing" if _is_null(node) else "a scalar"
+
+
+def _describe(node: Node) -> str:
+    if isinstance(node, ScalarNode) and not _is_null(node):
+        return f"'{node.value}'"
+    return _kind(node)
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    """What to write instead: the closest choice, or all of them."""
+    options = list(choices)
+    close = difflib.get_close_matches(word, options, n=1)
+    return f"did you mean '{close[0]}'?" if close else f"expected one of {', '.join(options)}"

@@ -1,0 +1,798 @@
+"""The exporter-toolkit web config: every refusal names file:line:col and the key,
+a valid TLS config gives an SSLContext that really handshakes (client certificates
+included), and basic auth accepts the right password only. Certificates are made
+here with `cryptography`; bcrypt runs at cost 4 to stay fast."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import os
+import ssl
+import textwrap
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import bcrypt
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from exporter import webconfig
+from exporter.webconfig import WebConfig, WebConfigError, load_web_config
+
+# -- certificates ------------------------------------------------------------------
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _cert(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: tuple[str, ec.EllipticCurvePrivateKey] | None = None,
+    *,
+    ca: bool = False,
+    usage: x509.ObjectIdentifier = ExtendedKeyUsageOID.SERVER_AUTH,
+) -> x509.Certificate:
+    issuer_name, issuer_key = issuer if issuer else (subject, key)
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer_name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    else:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False
+        ).add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey, password: bytes | None = None) -> bytes:
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(password)
+        if password
+        else serialization.NoEncryption()
+    )
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+    )
+
+
+@dataclass
+class Pki:
+    dir: Path
+    server_pem: bytes
+    key_pem: bytes
+    ca_pem: bytes
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    d = tmp_path_factory.mktemp("pki")
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    rogue_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _cert("accel test CA", ca_key, ca=True)
+    files = {
+        "server.crt": _cert_pem(_cert("localhost", server_key)),
+        "server.key": _key_pem(server_key),
+        "other.key": _key_pem(ec.generate_private_key(ec.SECP256R1())),
+        "encrypted.key": _key_pem(server_key, b"secret"),
+        "ca.crt": _cert_pem(ca),
+        "client.crt": _cert_pem(
+            _cert(
+                "prometheus",
+                client_key,
+                ("accel test CA", ca_key),
+                usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+            )
+        ),
+        "client.key": _key_pem(client_key),
+        # A client certificate that signed itself: not from the CA.
+        "rogue.crt": _cert_pem(_cert("rogue", rogue_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH)),
+        "rogue.key": _key_pem(rogue_key),
+        "garbage.pem": b"this is not PEM\n",
+    }
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    return Pki(d, files["server.crt"], files["server.key"], files["ca.crt"])
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def write(directory: Path, text: str, name: str = "web.yml") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def refusal(path: Path) -> WebConfigError:
+    with pytest.raises(WebConfigError) as info:
+        load_web_config(path)
+    message = str(info.value)
+    assert "\n" not in message
+    return info.value
+
+
+def handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> ssl.SSLObject:
+    """A real TLS handshake between two contexts over memory BIOs; returns the
+    server side. Raises the SSLError of whichever side refuses."""
+    s_in, s_out, c_in, c_out = (ssl.MemoryBIO() for _ in range(4))
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
+    done: set[str] = set()
+    for _ in range(10):
+        for name, side in (("client", client), ("server", server)):
+            if name not in done:
+                try:
+                    side.do_handshake()
+                    done.add(name)
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if len(done) == 2:
+            # TLS 1.3 servers judge the client's certificate after the client is
+            # done; one more read lets a refusal surface.
+            with contextlib.suppress(ssl.SSLWantReadError):
+                server.read(1)
+            return server
+    raise AssertionError("handshake did not finish")
+
+
+def client_context(pki: Pki, cert: str | None = None) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cadata=pki.server_pem.decode())
+    if cert is not None:
+        ctx.load_cert_chain(pki.dir / f"{cert}.crt", pki.dir / f"{cert}.key")
+    return ctx
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def bcrypt_hash(password: str, prefix: bytes = b"$2b$") -> str:
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4))
+    return (prefix + hashed[4:]).decode()
+
+
+# -- valid configs -------------------------------------------------------------------
+
+
+def test_empty_file_is_plain_http_without_auth(tmp_path: Path) -> None:
+    cfg = load_web_config(write(tmp_path, ""))
+    assert cfg.ssl_context is None and cfg.users == {} and cfg.headers == {}
+    assert cfg.check_basic_auth(None)
+
+
+def test_tls_context_serves(pki: Pki, tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        tls_server_config:
+          cert_file: {pki.dir}/server.crt
+          key_file: {pki.dir}/server.key
+        """,
+    )
+    ctx = load_web_config(path).ssl_context
+    assert isinstance(ctx, ssl.SSLContext)
+    assert ctx.verify_mode == ssl.CERT_NONE
+    assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert ctx.maximum_version == ssl.TLSVersion.TLSv1_3
+    assert ctx.options & ssl.OP_CIPHER_SERVER_PREFERENCE
+    server = handshake(ctx, client_context(pki))
+    assert server.version() == "TLSv1.3"
+
+
+def test_relative_paths_resolve_against_the_config_directory(
+    pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    etc = tmp_path / "etc"
+    (etc / "certs").mkdir(parents=True)
+    for name in ("server.crt", "server.key", "ca.crt"):
+        (etc / "certs" / name).write_bytes((pki.dir / name).read_bytes())
+    path = write(
+        etc,
+        """
+        tls_server_config:
+          cert_file: certs/server.crt
+          key_file: certs/server.key
+          client_ca_file: certs/ca.crt
+          client_auth_type: RequireAndVerifyClientCert
+        """,
+    )
+    monkeypatch.chdir(tmp_path)  # anywhere but etc/
+    assert load_web_config(path).ssl_context is not None
+
+
+def test_require_and_verify_client_cert(pki: Pki, tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        tls_server_config:
+          cert_file: {pki.dir}/server.crt
+          key_file: {pki.dir}/server.key
+          client_auth_type: RequireAndVerifyClientCert
+          client_ca_file: {pki.dir}/ca.crt
+        """,
+    )
+    ctx = load_web_config(path).ssl_context
+    assert ctx is not None and ctx.verify_mode == ssl.CERT_REQUIRED
+    server = handshake(ctx, client_context(pki, "client"))
+    peer = server.getpeercert()
+    assert peer is not None and peer["subject"] == ((("commonName", "prometheus"),),)
+    with pytest.raises(ssl.SSLError):
+        handshake(ctx, client_context(pki))  # no certificate
+    with pytest.raises(ssl.SSLError):
+        handshake(ctx, client_context(pki, "rogue"))  # not signed by the CA
+
+
+def test_verify_client_cert_if_given(pki: Pki, tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        tls_server_config:
+          cert_file: {pki.dir}/server.crt
+          key_file: {pki.dir}/server.key
+          client_auth_type: VerifyClientCertIfGiven
+          client_ca_file: {pki.dir}/ca.crt
+        """,
+    )
+    ctx = load_web_config(path).ssl_context
+    assert ctx is not None and ctx.verify_mode == ssl.CERT_OPTIONAL
+    handshake(ctx, client_context(pki))
+    with pytest.raises(ssl.SSLError):
+        handshake(ctx, client_context(pki, "rogue"))
+
+
+def test_inline_pem(pki: Pki, tmp_path: Path) -> None:
+    path = tmp_path / "web.yml"
+    path.write_text(
+        "tls_server_config:\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n"
+        + "".join(
+            f"  {key}: |\n" + textwrap.indent(pem.decode(), "    ")
+            for key, pem in (
+                ("cert", pki.server_pem),
+                ("key", pki.key_pem),
+                ("client_ca", pki.ca_pem),
+            )
+        )
+    )
+    ctx = load_web_config(path).ssl_context
+    assert ctx is not None
+    handshake(ctx, client_context(pki, "client"))
+
+
+def test_tls_tuning(pki: Pki, tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        tls_server_config:
+          cert_file: {pki.dir}/server.crt
+          key_file: {pki.dir}/server.key
+          min_version: TLS10
+          max_version: TLS12
+          cipher_suites:
+            - TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+            - TLS_AES_128_GCM_SHA256
+          curve_preferences: [CurveP256]
+          prefer_server_cipher_suites: false
+        http_server_config:
+          http2: false
+        """,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # choosing TLS 1.0 explicitly is not noise
+        ctx = load_web_config(path).ssl_context
+    assert ctx is not None
+    assert ctx.minimum_version == ssl.TLSVersion.TLSv1
+    assert ctx.maximum_version == ssl.TLSVersion.TLSv1_2
+    assert not ctx.options & ssl.OP_CIPHER_SERVER_PREFERENCE
+    names = {c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.2"}
+    assert names == {"ECDHE-ECDSA-AES128-GCM-SHA256"}
+    server = handshake(ctx, client_context(pki))
+    assert server.version() == "TLSv1.2"
+    cipher = server.cipher()
+    assert cipher is not None and cipher[0] == "ECDHE-ECDSA-AES128-GCM-SHA256"
+
+
+def test_headers(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        http_server_config:
+          headers:
+            X-Frame-Options: deny
+            X-Content-Type-Options: nosniff
+            X-XSS-Protection: 0
+            Strict-Transport-Security: max-age=31536000; includeSubDomains
+            Content-Security-Policy: ""
+        """,
+    )
+    assert load_web_config(path).headers == {
+        "X-Frame-Options": "deny",
+        "X-Content-Type-Options": "nosniff",
+        # Written as YAML's integer 0: the header value is the text as written.
+        "X-XSS-Protection": "0",
+        "Strict-Transport-Security": "max-age=31536000; includeSubDomains",
+    }
+
+
+# -- refusals --------------------------------------------------------------------------
+
+# (name, YAML with {d} for the PKI directory, line, column, key, part of the message)
+REFUSALS: list[tuple[str, str, int, int, str, str]] = [
+    (
+        "unknown top-level key",
+        "tls_server_confg:\n  cert_file: x\n",
+        1,
+        1,
+        "tls_server_confg",
+        "unknown key; did you mean 'tls_server_config'?",
+    ),
+    (
+        "unknown tls key",
+        "tls_server_config:\n  cert_fle: {d}/server.crt\n",
+        2,
+        3,
+        "tls_server_config.cert_fle",
+        "did you mean 'cert_file'?",
+    ),
+    (
+        "cert_file without key_file",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n",
+        2,
+        3,
+        "tls_server_config.cert_file",
+        "set without key_file",
+    ),
+    (
+        "key_file without cert_file",
+        "tls_server_config:\n  key_file: {d}/server.key\n",
+        2,
+        3,
+        "tls_server_config.key_file",
+        "set without cert_file",
+    ),
+    (
+        "missing cert file",
+        "tls_server_config:\n  cert_file: x.crt\n  key_file: {d}/server.key\n",
+        2,
+        14,
+        "tls_server_config.cert_file",
+        "no such file 'x.crt'",
+    ),
+    (
+        "missing key file",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: nope.key\n",
+        3,
+        13,
+        "tls_server_config.key_file",
+        "no such file 'nope.key'",
+    ),
+    (
+        "cert file is a directory",
+        "tls_server_config:\n  cert_file: {d}\n  key_file: {d}/server.key\n",
+        2,
+        14,
+        "tls_server_config.cert_file",
+        "is a directory",
+    ),
+    (
+        "cert that does not load",
+        "tls_server_config:\n  cert_file: {d}/garbage.pem\n  key_file: {d}/server.key\n",
+        2,
+        14,
+        "tls_server_config.cert_file",
+        "no PEM certificate",
+    ),
+    (
+        "key that does not load",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/garbage.pem\n",
+        3,
+        13,
+        "tls_server_config.key_file",
+        "no usable PEM private key",
+    ),
+    (
+        "key of another certificate",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/other.key\n",
+        3,
+        13,
+        "tls_server_config.key_file",
+        "is not the private key of",
+    ),
+    (
+        "encrypted key",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/encrypted.key\n",
+        3,
+        13,
+        "tls_server_config.key_file",
+        "encrypted",
+    ),
+    (
+        "cert and cert_file",
+        "tls_server_config:\n  cert: x\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n",
+        2,
+        3,
+        "tls_server_config.cert",
+        "set cert or cert_file, not both",
+    ),
+    (
+        "TLS settings without a certificate",
+        "tls_server_config:\n  min_version: TLS13\n",
+        2,
+        3,
+        "tls_server_config",
+        "without a certificate",
+    ),
+    (
+        "misspelt client_auth_type",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  client_auth_type: RequireAndVerifyClientCerts\n",
+        4,
+        21,
+        "tls_server_config.client_auth_type",
+        "unknown value 'RequireAndVerifyClientCerts'; did you mean 'RequireAndVerifyClientCert'?",
+    ),
+    (
+        "unverified client certificates",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  client_auth_type: RequireAnyClientCert\n",
+        4,
+        21,
+        "tls_server_config.client_auth_type",
+        "without verifying it",
+    ),
+    (
+        "verifying without a CA",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n",
+        4,
+        21,
+        "tls_server_config.client_auth_type",
+        "needs client_ca_file",
+    ),
+    (
+        "CA without client_auth_type",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  client_ca_file: {d}/ca.crt\n",
+        4,
+        3,
+        "tls_server_config.client_ca_file",
+        "without client_auth_type",
+    ),
+    (
+        "missing CA file",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n",
+        5,
+        19,
+        "tls_server_config.client_ca_file",
+        "no such file 'ca.pem'",
+    ),
+    (
+        "CA file without a certificate",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {d}/garbage.pem\n",
+        5,
+        19,
+        "tls_server_config.client_ca_file",
+        "no PEM certificate",
+    ),
+    (
+        "bad min_version",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  min_version: TLS1.2\n",
+        4,
+        16,
+        "tls_server_config.min_version",
+        "unknown value 'TLS1.2'",
+    ),
+    (
+        "min_version above max_version",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  max_version: TLS11\n",
+        4,
+        16,
+        "tls_server_config.max_version",
+        "min_version TLS12 is above max_version TLS11",
+    ),
+    (
+        "unknown cipher suite",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA384]\n",
+        4,
+        19,
+        "tls_server_config.cipher_suites",
+        "did you mean",
+    ),
+    (
+        "two curves",
+        "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+        "  curve_preferences: [X25519, CurveP256]\n",
+        4,
+        22,
+        "tls_server_config.curve_preferences",
+        "a single curve",
+    ),
+    (
+        "client_allowed_sans",
+        "tls_server_config:\n  client_allowed_sans: [prometheus]\n",
+        2,
+        3,
+        "tls_server_config.client_allowed_sans",
+        "not supported",
+    ),
+    (
+        "plaintext password",
+        "basic_auth_users:\n  alice: hunter2\n",
+        2,
+        10,
+        "basic_auth_users.alice",
+        "not a bcrypt hash",
+    ),
+    (
+        "unknown bcrypt variant",
+        "basic_auth_users:\n  alice: $2x$04$" + "a" * 53 + "\n",
+        2,
+        10,
+        "basic_auth_users.alice",
+        "not a bcrypt hash",
+    ),
+    (
+        "user without a hash",
+        "basic_auth_users:\n  alice:\n",
+        2,
+        9,
+        "basic_auth_users.alice",
+        "expected a bcrypt hash, got nothing",
+    ),
+    (
+        "header value that is not a string",
+        "http_server_config:\n  headers:\n    X-Frame-Options: [deny]\n",
+        3,
+        22,
+        "http_server_config.headers.X-Frame-Options",
+        "expected a string, got a list",
+    ),
+    (
+        "header that cannot be set",
+        "http_server_config:\n  headers:\n    X-Frame-Option: deny\n",
+        3,
+        5,
+        "http_server_config.headers.X-Frame-Option",
+        "did you mean 'X-Frame-Options'?",
+    ),
+    (
+        "header value outside its enumeration",
+        "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
+        3,
+        22,
+        "http_server_config.headers.X-Frame-Options",
+        "use one of deny, sameorigin",
+    ),
+    (
+        "headers that are not a mapping",
+        "http_server_config:\n  headers: nosniff\n",
+        2,
+        12,
+        "http_server_config.headers",
+        "expected a mapping",
+    ),
+    (
+        "http2 that is not a boolean",
+        "http_server_config:\n  http2: maybe\n",
+        2,
+        10,
+        "http_server_config.http2",
+        "expected true or false, got 'maybe'",
+    ),
+    (
+        "rate_limit",
+        "rate_limit:\n  interval: 1s\n  burst: 20\n",
+        1,
+        1,
+        "rate_limit",
+        "not supported",
+    ),
+    (
+        "duplicate key",
+        "basic_auth_users: {{}}\nbasic_auth_users: {{}}\n",
+        2,
+        1,
+        "basic_auth_users",
+        "duplicate key (first set on line 1)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "line", "column", "key", "problem"),
+    [r[1:] for r in REFUSALS],
+    ids=[r[0] for r in REFUSALS],
+)
+def test_refusal(
+    pki: Pki, tmp_path: Path, yaml_text: str, line: int, column: int, key: str, problem: str
+) -> None:
+    path = write(tmp_path, yaml_text.format(d=pki.dir))
+    err = refusal(path)
+    assert str(err).startswith(f"{path}:{line}:{column}: {key}: "), str(err)
+    assert problem in str(err)
+    assert (err.line, err.column) == (line, column)
+
+
+def test_refusal_never_echoes_a_password(tmp_path: Path) -> None:
+    err = refusal(write(tmp_path, "basic_auth_users:\n  alice: correct-horse-battery\n"))
+    assert "correct-horse-battery" not in str(err)
+    assert "htpasswd" in str(err)  # says how to make a hash
+
+
+def test_unreadable_key(pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = tmp_path / "locked.key"
+    key.write_bytes(pki.key_pem)
+    key.chmod(0)
+    if os.geteuid() == 0:
+        # root reads a mode-0 file; make it fail the way it fails for everyone else.
+        real = Path.read_bytes
+
+        def read_bytes(self: Path) -> bytes:
+            if self == key:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self)
+
+        monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    path = write(
+        tmp_path, f"tls_server_config:\n  cert_file: {pki.dir}/server.crt\n  key_file: {key}\n"
+    )
+    err = refusal(path)
+    assert str(err).startswith(f"{path}:3:13: tls_server_config.key_file: cannot read")
+    assert "permission denied" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "problem"),
+    [
+        ("tls_server_config: [\n", ":2:1: ", "invalid YAML"),
+        ("- tls_server_config\n", ":1:1: ", "expected a mapping of tls_server_config"),
+        ("a: 1\n---\nb: 2\n", ":2:1: ", "invalid YAML"),
+    ],
+    ids=["syntax", "not a mapping", "two documents"],
+)
+def test_refusal_of_the_whole_file(tmp_path: Path, text: str, position: str, problem: str) -> None:
+    path = write(tmp_path, text)
+    err = str(refusal(path))
+    assert err.startswith(f"{path}{position}"), err
+    assert problem in err
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yml"
+    err = refusal(path)
+    assert str(err) == f"{path}: no such file; check --web.config.file"
+    assert err.line is None
+
+
+# -- basic auth ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def users(tmp_path: Path) -> WebConfig:
+    path = write(
+        tmp_path,
+        f"""
+        basic_auth_users:
+          alice: {bcrypt_hash("wonderland")}
+          bob: {bcrypt_hash("builder", prefix=b"$2y$")}
+        """,
+    )
+    return load_web_config(path)
+
+
+def test_basic_auth_accepts_the_right_password(users: WebConfig) -> None:
+    assert users.check_basic_auth(basic("alice", "wonderland"))
+    assert users.check_basic_auth(basic("bob", "builder"))  # an htpasswd ($2y$) hash
+    # The scheme is case-insensitive (RFC 7617).
+    assert users.check_basic_auth(basic("alice", "wonderland").replace("Basic", "basic"))
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        basic("alice", "wrong"),
+        basic("alice", "wonderland "),
+        basic("bob", "wonderland"),
+        basic("mallory", "wonderland"),
+        basic("alice", "x" * 100),  # bcrypt refuses passwords over 72 bytes
+        "Bearer abc",
+        "Basic",
+        "Basic !!!not-base64!!!",
+        "Basic " + base64.b64encode(b"alice").decode(),  # no colon
+        "Basic " + base64.b64encode(b"\xff\xfe:wonderland").decode(),  # not UTF-8
+    ],
+    ids=[
+        "none",
+        "empty",
+        "wrong password",
+        "trailing space",
+        "another user's password",
+        "unknown user",
+        "too long",
+        "other scheme",
+        "no credentials",
+        "bad base64",
+        "no colon",
+        "not utf-8",
+    ],
+)
+def test_basic_auth_rejects(users: WebConfig, header: str | None) -> None:
+    assert not users.check_basic_auth(header)
+
+
+def test_basic_auth_caches_successes_only(
+    users: WebConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[bytes] = []
+    real: Callable[[bytes, bytes], bool] = webconfig._checkpw
+
+    def counting(password: bytes, hashed: bytes) -> bool:
+        calls.append(hashed)
+        return real(password, hashed)
+
+    monkeypatch.setattr(webconfig, "_checkpw", counting)
+    for _ in range(3):
+        assert users.check_basic_auth(basic("alice", "wonderland"))
+    assert len(calls) == 1
+    for _ in range(2):
+        assert not users.check_basic_auth(basic("alice", "wrong"))
+    assert len(calls) == 3  # a wrong guess always pays bcrypt
+    assert not users.check_basic_auth(basic("mallory", "wonderland"))
+    # An unknown user is compared too, against a decoy of the users' cost.
+    assert len(calls) == 4
+    decoy = calls[-1]
+    assert decoy not in users.users.values() and decoy[4:6] == b"04"
+
+
+def test_no_users_lets_everyone_in(tmp_path: Path) -> None:
+    cfg = load_web_config(write(tmp_path, "basic_auth_users:\n"))
+    assert cfg.users == {}
+    assert cfg.check_basic_auth(None)
+    assert cfg.check_basic_auth("Basic garbage")
