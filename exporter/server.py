@@ -34,17 +34,20 @@ def accepts_gzip(header: str) -> bool:
 def make_app(poller: Poller, telemetry_path: str, web_config: WebConfig | None) -> web.Application:
     @web.middleware
     async def security(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if web_config is not None and web_config.users:
-            auth = request.headers.get("Authorization")
-            if not await asyncio.to_thread(web_config.check_basic_auth, auth):
-                return web.Response(
-                    status=401,
-                    text="Unauthorized\n",
-                    headers={"WWW-Authenticate": 'Basic realm="accel-exporter"'},
-                )
-        resp = await handler(request)
-        if web_config is not None:
-            resp.headers.update(web_config.headers)
+        if web_config is None:
+            return await handler(request)
+        resp: web.StreamResponse
+        auth = request.headers.get("Authorization")
+        if web_config.users and not await asyncio.to_thread(web_config.check_basic_auth, auth):
+            resp = web.Response(
+                status=401,
+                text="Unauthorized\n",
+                headers={"WWW-Authenticate": 'Basic realm="accel-exporter"'},
+            )
+        else:
+            resp = await handler(request)
+        # Configured headers (HSTS, CSP...) go on every answer, refusals included.
+        resp.headers.update(web_config.headers)
         return resp
 
     async def metrics(request: web.Request) -> web.StreamResponse:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.pki import Pki, make_pki
+
 GOLDEN_DIR = Path(__file__).parent / "golden"
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -66,3 +68,9 @@ def promtool_check() -> Callable[[str], None]:
         assert proc.returncode == 0 and not out.strip(), f"promtool check metrics:\n{out}"
 
     return check
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """Server, CA, client and rogue certificates in one directory."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

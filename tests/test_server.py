@@ -4,15 +4,23 @@ while scrapes keep their latency (acceptance 3)."""
 
 from __future__ import annotations
 
+import base64
 import gzip
+import http.client
+import ssl
 import statistics
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import bcrypt
+
 from tests.exposition import value
-from tests.procs import exporter, http_get
+from tests.pki import Pki
+from tests.procs import REPO, exporter, free_port, http_get
 
 SIM = ["--sim-devices", "nvidia:4,amd:2", "--poll-interval", "200ms"]
 
@@ -98,3 +106,68 @@ def test_lost_device_and_hung_backend_do_not_stall_scrapes(tmp_path: Path) -> No
     assert len(latencies) > 50
     p99 = statistics.quantiles(latencies, n=100)[98]
     assert p99 < 0.050, f"p99 scrape latency {p99 * 1000:.1f} ms"
+
+
+def test_tls_and_basic_auth_from_web_config(tmp_path: Path, pki: Pki) -> None:
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(
+        "tls_server_config:\n"
+        f"  cert_file: {pki.dir / 'server.crt'}\n"
+        f"  key_file: {pki.dir / 'server.key'}\n"
+        "basic_auth_users:\n"
+        f"  prometheus: '{hashed}'\n"
+        "http_server_config:\n"
+        "  headers:\n"
+        "    X-Content-Type-Options: nosniff\n"
+    )
+    port = free_port()
+    ctx = ssl.create_default_context(cadata=pki.server_pem.decode())
+    args = [
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--web.config.file",
+        str(cfg),
+        "--backends",
+        "sim",
+        *SIM,
+    ]
+    proc = subprocess.Popen([sys.executable, "-m", "exporter.cli", *args], cwd=REPO)
+    try:
+        url = f"https://localhost:{port}/metrics"
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                urllib.request.urlopen(url, context=ctx, timeout=1)
+            except urllib.error.HTTPError as e:
+                assert e.code == 401
+                assert e.headers["WWW-Authenticate"].startswith("Basic")
+                assert e.headers["X-Content-Type-Options"] == "nosniff"
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the TLS exporter did not start"
+                time.sleep(0.1)
+        token = base64.b64encode(b"prometheus:s3cret").decode()
+        req = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
+        with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+            assert resp.status == 200
+            assert resp.headers["X-Content-Type-Options"] == "nosniff"
+            assert b"accel_exporter_backend_up" in resp.read()
+        wrong = base64.b64encode(b"prometheus:guess").decode()
+        req = urllib.request.Request(url, headers={"Authorization": f"Basic {wrong}"})
+        try:
+            urllib.request.urlopen(req, context=ctx, timeout=5)
+        except urllib.error.HTTPError as e:
+            assert e.code == 401
+        else:
+            raise AssertionError("a wrong password was accepted")
+        # Plain HTTP to the TLS port is refused, not served.
+        try:
+            http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+        except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
+            pass
+        else:
+            raise AssertionError("plain HTTP was served on the TLS port")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
