@@ -1,0 +1,1 @@
+"""Benchmarks that print our figures beside a peer's, from one run."""
