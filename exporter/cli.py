@@ -289,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"accel-exporter: error: --sim-script: {e}", file=sys.stderr)
         return 2
     poller = Poller(poller_backends, interval=args.poll_interval, timeout=args.poll_timeout)
+    # A backend thread running pure-Python code (the sim, sysfs parsing) holds the
+    # GIL; a shorter switch interval than the default 5 ms lets the event loop
+    # answer a scrape meanwhile.
+    sys.setswitchinterval(0.001)
     if args.once:
         text = asyncio.run(_once(poller))
         sys.stdout.buffer.write(text)

@@ -29,6 +29,9 @@ class DeviceState:
     faults: dict[str, int] = field(default_factory=lambda: dict.fromkeys(schema.SEVERITIES, 0))
     # (code, severity) -> count
     fault_codes: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The reading's sample lines by metric name, formatted in the backend's poll
+    # thread by reading_lines(), so the event loop never formats a device.
+    lines: dict[str, list[str]] | None = None
 
 
 @dataclass
@@ -55,6 +58,10 @@ def format_value(value: float) -> str:
     return repr(value)
 
 
+def sample(spec: MetricSpec, labels: str, value: float) -> str:
+    return f"{spec.name}{{{labels}}} {format_value(value)}"
+
+
 def _labels(pairs: Iterable[tuple[str, str]]) -> str:
     return ",".join(f'{k}="{escape(v)}"' for k, v in pairs)
 
@@ -67,7 +74,7 @@ class _Families:
         self.help_override: dict[str, str] = {}
 
     def add(self, spec: MetricSpec, labels: str, value: float) -> None:
-        self.samples[spec.name].append(f"{spec.name}{{{labels}}} {format_value(value)}")
+        self.samples[spec.name].append(sample(spec, labels, value))
 
     def text(self) -> str:
         out: list[str] = []
@@ -102,14 +109,23 @@ def _bandwidth_help(devices: Sequence[DeviceState]) -> str:
     return f"{schema.MEMORY_BANDWIDTH.help} Source: {parts}."
 
 
-def _device(fam: _Families, d: DeviceState) -> None:
-    info, r = d.info, d.reading
-    base = _labels((("device", info.device), ("vendor", info.vendor), ("uuid", info.uuid)))
+def device_labels(info: DeviceInfo) -> str:
+    return _labels((("device", info.device), ("vendor", info.vendor), ("uuid", info.uuid)))
+
+
+def reading_lines(info: DeviceInfo, r: Reading) -> dict[str, list[str]]:
+    """Every sample of one device that depends only on its identity and its reading.
+    Pure, so the poller runs it in the backend's thread."""
+    out: dict[str, list[str]] = defaultdict(list)
+    base = device_labels(info)
+
+    def add(spec: MetricSpec, labels: str, value: float) -> None:
+        out[spec.name].append(sample(spec, labels, value))
 
     def with_(*pairs: tuple[str, str]) -> str:
         return base + "," + _labels(pairs)
 
-    fam.add(
+    add(
         schema.DEVICE_INFO,
         with_(
             ("model", info.model),
@@ -121,23 +137,17 @@ def _device(fam: _Families, d: DeviceState) -> None:
         ),
         1,
     )
-    fam.add(schema.UP, base, 1 if r.up else 0)
-    # The exporter's own fault counters exist for every device, up or not, from the
-    # first scrape, so that increase() sees the first fault.
-    for sev in schema.SEVERITIES:
-        fam.add(schema.FAULT_EVENTS, with_(("severity", sev)), d.faults.get(sev, 0))
-    for (code, sev), n in sorted(d.fault_codes.items()):
-        fam.add(schema.FAULT_CODE_EVENTS, with_(("code", code), ("severity", sev)), n)
+    add(schema.UP, base, 1 if r.up else 0)
     if not r.up:
-        return
+        return out
 
     def opt(spec: MetricSpec, value: float | None) -> None:
         if value is not None:
-            fam.add(spec, base, value)
+            add(spec, base, value)
 
     def each(spec: MetricSpec, label: str, values: Mapping[str, float]) -> None:
         for k, v in sorted(values.items()):
-            fam.add(spec, with_((label, k)), v)
+            add(spec, with_((label, k)), v)
 
     opt(schema.UTILIZATION, r.utilization)
     opt(schema.MEMORY_USED, r.memory_used_bytes)
@@ -147,7 +157,7 @@ def _device(fam: _Families, d: DeviceState) -> None:
         # Both types are present once ECC is supported at all, so a rule's increase()
         # sees the first uncorrected error even if only corrected ones came before.
         for t in schema.ECC_TYPES:
-            fam.add(schema.ECC_ERRORS, with_(("type", t)), r.ecc_errors.get(t, 0))
+            add(schema.ECC_ERRORS, with_(("type", t)), r.ecc_errors.get(t, 0))
     each(schema.RETIRED_PAGES, "cause", r.retired_pages)
     each(schema.REMAPPED_ROWS, "type", r.remapped_rows)
     each(schema.TEMPERATURE, "sensor", r.temperatures)
@@ -156,12 +166,24 @@ def _device(fam: _Families, d: DeviceState) -> None:
     opt(schema.ENERGY, r.energy_joules)
     each(schema.CLOCK, "clock", r.clocks_hz)
     for reason, active in sorted(r.throttle.items()):
-        fam.add(schema.THROTTLE, with_(("reason", reason)), 1 if active else 0)
+        add(schema.THROTTLE, with_(("reason", reason)), 1 if active else 0)
     each(schema.PCIE_THROUGHPUT, "direction", r.pcie_bytes_per_second)
     for (link, direction), v in sorted(r.link_bytes_per_second.items()):
-        fam.add(schema.LINK_THROUGHPUT, with_(("link", link), ("direction", direction)), v)
+        add(schema.LINK_THROUGHPUT, with_(("link", link), ("direction", direction)), v)
     for (link, typ), v in sorted(r.link_errors.items()):
-        fam.add(schema.LINK_ERRORS, with_(("link", link), ("type", typ)), v)
+        add(schema.LINK_ERRORS, with_(("link", link), ("type", typ)), v)
+    return out
+
+
+def _faults(fam: _Families, d: DeviceState) -> None:
+    # The exporter's own fault counters exist for every device, up or not, from the
+    # first scrape, so that increase() sees the first fault.
+    base = device_labels(d.info)
+    for sev in schema.SEVERITIES:
+        fam.add(schema.FAULT_EVENTS, f'{base},severity="{sev}"', d.faults.get(sev, 0))
+    for (code, sev), n in sorted(d.fault_codes.items()):
+        labels = base + "," + _labels((("code", code), ("severity", sev)))
+        fam.add(schema.FAULT_CODE_EVENTS, labels, n)
 
 
 def render(
@@ -173,7 +195,10 @@ def render(
     fam = _Families()
     by_name = {d.info.device: d.info for d in devices}
     for d in devices:
-        _device(fam, d)
+        lines = d.lines if d.lines is not None else reading_lines(d.info, d.reading)
+        for name, rows in lines.items():
+            fam.samples[name].extend(rows)
+        _faults(fam, d)
     for link in links:
         own = by_name.get(link.device)
         if own is None:
