@@ -47,7 +47,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def read(self, device: DeviceInfo) -> Reading:
-        """Poll one device. Raise ``DeviceLostError`` when it stopped answering."""
+        """Poll one device. Raise ``DeviceLostError`` when it stopped answering; or,
+        when the loss comes with fault events still to count (an Xid 79 as the GPU
+        falls off the bus), return ``Reading(up=False, fault_events=...)`` so the
+        fatal fault is counted at the moment it happens."""
 
     def topology(self) -> list[Link]:
         """Links between this backend's devices; none by default."""
