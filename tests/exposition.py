@@ -10,6 +10,20 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 Sample = tuple[str, dict[str, str], float]
 
+# The metrics the foundation issue's acceptance names for every simulated device.
+ACCEPTANCE_METRICS: tuple[str, ...] = (
+    "accel_device_info",
+    "accel_up",
+    "accel_utilization_ratio",
+    "accel_memory_used_bytes",
+    "accel_memory_total_bytes",
+    "accel_memory_bandwidth_utilization_ratio",
+    "accel_ecc_errors_total",
+    "accel_fault_events_total",
+    "accel_temperature_celsius",
+    "accel_power_watts",
+)
+
 
 def parse(text: str) -> list[Sample]:
     out: list[Sample] = []

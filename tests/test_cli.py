@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.exposition import parse, value
+from tests.exposition import ACCEPTANCE_METRICS, parse, value
 from tests.procs import REPO
 
 
@@ -102,23 +102,11 @@ def test_once_prints_checked_exposition(promtool_check: Callable[[str], None]) -
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     promtool_check(text)
-    required = [
-        "accel_device_info",
-        "accel_up",
-        "accel_utilization_ratio",
-        "accel_memory_used_bytes",
-        "accel_memory_total_bytes",
-        "accel_memory_bandwidth_utilization_ratio",
-        "accel_ecc_errors_total",
-        "accel_fault_events_total",
-        "accel_temperature_celsius",
-        "accel_power_watts",
-    ]
     samples = parse(text)
     devices = (
         [f"nvidia{i}" for i in range(8)] + [f"amd{i}" for i in range(4)] + ["oneapi0", "oneapi1"]
     )
-    for name in required:
+    for name in ACCEPTANCE_METRICS:
         rows = [lb for n, lb, _ in samples if n == name]
         assert rows, name
         assert all({"device", "vendor", "uuid"} <= lb.keys() for lb in rows), name

@@ -12,7 +12,7 @@ import pytest
 from exporter.backends.base import BackendOptions
 from exporter.backends.sim import SimBackend, SimScriptError, load_script, parse_sim_devices
 from exporter.poller import Poller
-from tests.exposition import names, stable, value
+from tests.exposition import ACCEPTANCE_METRICS, names, stable, value
 
 FIXED = 1_700_000_000.0
 
@@ -199,16 +199,7 @@ def test_script_file_missing(tmp_path: Path) -> None:
 def test_sim_exports_every_device_metric_it_claims() -> None:
     text = asyncio.run(text_of(Poller([sim("nvidia:2,amd:1,oneapi:1")], 1, 5)))
     expected = {
-        "accel_device_info",
-        "accel_up",
-        "accel_utilization_ratio",
-        "accel_memory_used_bytes",
-        "accel_memory_total_bytes",
-        "accel_memory_bandwidth_utilization_ratio",
-        "accel_ecc_errors_total",
-        "accel_fault_events_total",
-        "accel_temperature_celsius",
-        "accel_power_watts",
+        *ACCEPTANCE_METRICS,
         "accel_power_limit_watts",
         "accel_energy_joules_total",
         "accel_clock_hertz",
