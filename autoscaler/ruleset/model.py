@@ -1,0 +1,100 @@
+"""The typed rule model. The loader builds it; the engine, the sources and the API
+read it. Durations are seconds; every rule remembers where it was written so that
+any later message about it can point at the file and line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Target = Literal["node", "device", "pod"]
+TARGETS: tuple[str, ...] = ("node", "device", "pod")
+
+
+@dataclass(frozen=True)
+class Position:
+    file: str
+    line: int  # 1-based
+    col: int  # 1-based
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True)
+class Action:
+    """An action type (``cordon``, ``taint``, ``drain``, ``migrate_jobs``,
+    ``requeue_job``, ``rebalance``, ``scale_node_pool``, ``uncordon``) and its
+    parameters, already validated and with defaults filled in."""
+
+    type: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recover:
+    """When ``expr`` has held for ``for_`` seconds for a target that this rule
+    acted on, the action is undone (hysteresis: the trigger and the recovery are
+    different conditions)."""
+
+    expr: str
+    for_: float = 0.0
+
+
+@dataclass(frozen=True)
+class RuleLimits:
+    """Per-rule limits; None means no limit of that kind."""
+
+    max_concurrent: int | None = None
+    max_actions_per_hour: int | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    # Exactly one of expr and alertname is set: a rule is either evaluated (PromQL)
+    # or triggered by a firing Alertmanager alert of that name.
+    expr: str | None
+    alertname: str | None
+    target: Target
+    action: Action
+    description: str = ""
+    for_: float = 0.0
+    cooldown: float = 0.0
+    limits: RuleLimits = RuleLimits()
+    recover: Recover | None = None
+    position: Position = Position("<memory>", 1, 1)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Global limits and the circuit breaker."""
+
+    # maxUnhealthyNodes: a count ("3") or a share of nodes ("10%"); at most one is set.
+    max_unhealthy_nodes: int | None = None
+    max_unhealthy_ratio: float | None = None
+    max_concurrent_drains: int | None = None
+    max_actions_per_hour: int | None = None
+    # How an open breaker closes: "manual" (POST /api/v1/breaker/reset) or "window"
+    # (after breakerWindow seconds with the share back under the limit).
+    breaker_reset: Literal["manual", "window"] = "window"
+    breaker_window: float = 1800.0
+    # Nodes that a scale-up added within this many seconds do not count towards the
+    # breaker: a new, still-initialising node is not a fault storm.
+    scale_up_grace: float = 600.0
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    evaluation_interval: float = 15.0
+    limits: Limits = Limits()
+    rules: tuple[Rule, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def rule(self, name: str) -> Rule:
+        for r in self.rules:
+            if r.name == name:
+                return r
+        raise KeyError(name)
