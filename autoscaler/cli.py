@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("query", help="evaluate one expression with the built-in evaluator")
     q.add_argument("expr", metavar="EXPR")
     q.add_argument(
-        "--series", required=True, metavar="FILE",
+        "--series",
+        required=True,
+        metavar="FILE",
         help="OpenMetrics samples with timestamps (what promtool tsdb create-blocks-from "
         "openmetrics reads)",
     )

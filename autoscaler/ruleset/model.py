@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Target = Literal["node", "device", "pod"]
-TARGETS: tuple[str, ...] = ("node", "device", "pod")
+# The label that names what a rule acts on. "pool" is for scale_node_pool, whose
+# expressions are per node pool.
+Target = Literal["node", "device", "pod", "pool"]
+TARGETS: tuple[str, ...] = ("node", "device", "pod", "pool")
 
 
 @dataclass(frozen=True)
