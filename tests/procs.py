@@ -84,10 +84,18 @@ def require(binary: str) -> str:
 
 
 @contextlib.contextmanager
-def prometheus(tmp: Path, scrape_targets: Sequence[str], interval: str = "1s") -> Iterator[str]:
-    """Runs Debian's Prometheus scraping the given host:port targets; yields its URL."""
-    port = free_port()
+def prometheus(
+    tmp: Path,
+    scrape_targets: Sequence[str],
+    interval: str = "1s",
+    labels: dict[str, str] | None = None,
+    port: int | None = None,
+) -> Iterator[str]:
+    """Runs Debian's Prometheus scraping the given host:port targets (with extra
+    target labels, e.g. the node name relabeling would add); yields its URL."""
+    port = port or free_port()
     targets = ", ".join(f"'{t}'" for t in scrape_targets)
+    extra = ", ".join(f"{k}: '{v}'" for k, v in (labels or {}).items())
     config = tmp / "prometheus.yml"
     config.write_text(
         "global:\n"
@@ -95,7 +103,7 @@ def prometheus(tmp: Path, scrape_targets: Sequence[str], interval: str = "1s") -
         f"  evaluation_interval: {interval}\n"
         "scrape_configs:\n"
         "  - job_name: accel\n"
-        f"    static_configs: [{{targets: [{targets}]}}]\n"
+        f"    static_configs: [{{targets: [{targets}], labels: {{{extra}}}}}]\n"
     )
     data = tmp / "prom-data"
     data.mkdir()
@@ -110,6 +118,50 @@ def prometheus(tmp: Path, scrape_targets: Sequence[str], interval: str = "1s") -
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, "HOME": str(tmp)},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/-/ready", timeout=30)
+        yield url
+    finally:
+        _stop(proc)
+        if proc.stderr:
+            proc.stderr.close()
+
+
+@contextlib.contextmanager
+def alertmanager(tmp: Path, webhook_url: str, token: str | None = None) -> Iterator[str]:
+    """Runs Debian's Alertmanager routing every alert to ``webhook_url`` at once, with
+    resolved notifications; yields its base URL."""
+    port, cluster_port = free_port(), free_port()
+    auth = f"\n        http_config: {{authorization: {{credentials: '{token}'}}}}" if token else ""
+    config = tmp / "alertmanager.yml"
+    config.write_text(
+        "route:\n"
+        "  receiver: accel\n"
+        "  group_by: ['...']\n"
+        "  group_wait: 0s\n"
+        "  group_interval: 1s\n"
+        "  repeat_interval: 1h\n"
+        "receivers:\n"
+        "  - name: accel\n"
+        "    webhook_configs:\n"
+        f"      - url: '{webhook_url}'\n"
+        f"        send_resolved: true{auth}\n"
+    )
+    data = tmp / "am-data"
+    data.mkdir()
+    proc = subprocess.Popen(
+        [
+            require("prometheus-alertmanager"),
+            f"--config.file={config}",
+            f"--storage.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--cluster.listen-address=127.0.0.1:{cluster_port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         url = f"http://127.0.0.1:{port}"

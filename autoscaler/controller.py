@@ -1,0 +1,346 @@
+"""``accel-autoscaler run``: the evaluation loop and its HTTP API.
+
+Once per ``evaluationInterval`` the controller picks up changed rule files, asks
+its source whether it has data at all, queries every rule (and its ``recover``
+expression), and hands the results to the engine's pure ``evaluate``. Decisions are
+logged, counted and kept (the last 1,000) for the API.
+
+Until the Kubernetes actions land, the controller only records decisions: it logs
+each one as "recorded, not acted" and never pretends to have changed the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from autoscaler.engine.decision import Decision
+from autoscaler.engine.evaluate import evaluate
+from autoscaler.engine.state import ClusterInfo, EngineState
+from autoscaler.ruleset.loader import RuleSetError
+from autoscaler.ruleset.model import RuleSet
+from autoscaler.ruleset.watch import RuleWatcher
+from autoscaler.sources.alertmanager import AlertReceiver
+from autoscaler.sources.base import Source
+from autoscaler.types import QueryResult, Unknown, Vector
+from exporter import logs
+from exporter.durations import parse_duration
+
+log = logging.getLogger("accel_autoscaler")
+
+DEFAULT_PORT = 9836
+# The nodes the breaker counts, from the exporters' own series.
+NODES_QUERY = "count by (node) (accel_up)"
+
+
+@dataclass
+class CycleStats:
+    cycles: int = 0
+    last_duration: float = 0.0
+    last_timestamp: float = 0.0
+    decisions: Counter[tuple[str, str, str, bool]] = field(default_factory=Counter)
+    unknown: Counter[str] = field(default_factory=Counter)
+    skipped_source_down: int = 0
+
+
+class Controller:
+    def __init__(
+        self,
+        watcher: RuleWatcher,
+        source: Source,
+        alerts: AlertReceiver,
+        *,
+        dry_run: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.watcher = watcher
+        self.source = source
+        self.alerts = alerts
+        self.dry_run = dry_run
+        self.clock = clock
+        self.state = EngineState()
+        self.stats = CycleStats()
+        self.source_up = False
+        self.lock = asyncio.Lock()
+
+    @property
+    def ruleset(self) -> RuleSet:
+        return self.watcher.current
+
+    async def _cluster(self, now: float) -> ClusterInfo | None:
+        result = await self.source.query(NODES_QUERY, now)
+        if not isinstance(result, Vector):
+            return None
+        nodes = frozenset(s.get("node") for s in result.samples if s.get("node"))
+        return ClusterInfo(nodes=nodes)
+
+    async def cycle(self) -> list[Decision]:
+        """One evaluation. The lock keeps an API call (breaker reset) and the loop
+        from interleaving on the engine state."""
+        async with self.lock:
+            start = time.perf_counter()
+            self.watcher.check()
+            ruleset = self.ruleset
+            now = self.clock()
+            self.source_up = await self.source.refresh(now)
+            results: dict[str, QueryResult] = {}
+            recover: dict[str, QueryResult] = {}
+            cluster = await self._cluster(now) if self.source_up else None
+            for rule in ruleset.rules:
+                if rule.alertname is not None:
+                    results[rule.name] = self.alerts.vector(rule.alertname, now)
+                elif not self.source_up:
+                    results[rule.name] = Unknown(f"source {self.source.name} is down")
+                else:
+                    assert rule.expr is not None
+                    results[rule.name] = await self.source.query(rule.expr, now)
+                if rule.recover is not None:
+                    recover[rule.name] = (
+                        await self.source.query(rule.recover.expr, now)
+                        if self.source_up
+                        else Unknown(f"source {self.source.name} is down")
+                    )
+            if not self.source_up:
+                self.stats.skipped_source_down += 1
+            for name, result in results.items():
+                if isinstance(result, Unknown):
+                    self.stats.unknown[name] += 1
+            decisions = evaluate(
+                ruleset,
+                results,
+                self.state,
+                now,
+                recover_results=recover,
+                cluster=cluster,
+                dry_run=self.dry_run,
+            )
+            self.state.record(decisions)
+            for d in decisions:
+                self.stats.decisions[(d.rule, d.action, d.kind, d.dry_run)] += 1
+                log.info(
+                    "decision %s: rule=%s action=%s target=%s value=%g%s "
+                    "(recorded, not acted: Kubernetes actions are not wired yet)",
+                    d.kind,
+                    d.rule,
+                    d.action,
+                    dict(d.target),
+                    d.sample_value,
+                    " dry-run" if d.dry_run else "",
+                )
+            self.stats.cycles += 1
+            self.stats.last_duration = time.perf_counter() - start
+            self.stats.last_timestamp = now
+            return decisions
+
+    async def run_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the loop must outlive any one bad cycle
+                log.exception("evaluation cycle failed")
+            interval = self.ruleset.evaluation_interval
+            await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
+
+
+def _duration(text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
+    return seconds
+
+
+_duration.__name__ = "duration"
+
+
+def _file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file {text!r}")
+    return path
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rules",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="rule file or directory (repeatable); reloaded on change and on SIGHUP",
+    )
+    p.add_argument(
+        "--source",
+        choices=("prometheus", "scrape"),
+        default="prometheus",
+        help="where rule results come from (default %(default)s)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="mark every decision as dry-run (decisions are only recorded for now)",
+    )
+    p.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        default=f":{DEFAULT_PORT}",
+        metavar="ADDR",
+        help="API and /metrics address (default %(default)s)",
+    )
+    p.add_argument(
+        "--api.token-file",
+        dest="token_file",
+        type=_file,
+        metavar="FILE",
+        help="bearer token that POST /api/v1/alerts and /api/v1/breaker/reset require",
+    )
+    p.add_argument(
+        "--api.basic-auth-file",
+        dest="basic_auth_file",
+        type=_file,
+        metavar="FILE",
+        help="user:password that the same endpoints accept as basic auth",
+    )
+    prom = p.add_argument_group("prometheus source")
+    prom.add_argument(
+        "--prometheus.url",
+        dest="prometheus_url",
+        metavar="URL",
+        help="Prometheus base URL, e.g. http://prometheus:9090",
+    )
+    prom.add_argument(
+        "--prometheus.bearer-token-file", dest="prometheus_token_file", type=_file, metavar="FILE"
+    )
+    prom.add_argument(
+        "--prometheus.basic-auth-file",
+        dest="prometheus_basic_auth_file",
+        type=_file,
+        metavar="FILE",
+        help="one line: user:password",
+    )
+    prom.add_argument("--prometheus.ca-file", dest="prometheus_ca_file", type=_file, metavar="FILE")
+    prom.add_argument(
+        "--prometheus.timeout",
+        dest="prometheus_timeout",
+        type=_duration,
+        default=10.0,
+        metavar="DURATION",
+        help="per query (default 10s)",
+    )
+    prom.add_argument(
+        "--source.health-query",
+        dest="health_query",
+        default="count(accel_up)",
+        metavar="EXPR",
+        help="an empty or failed answer marks the source down and every rule unknown "
+        "(default %(default)s)",
+    )
+    scrape = p.add_argument_group("scrape source")
+    scrape.add_argument(
+        "--targets",
+        metavar="LIST",
+        help="exporters to scrape, NODE=URL,... e.g. node-a=http://10.0.0.5:9835/metrics",
+    )
+    scrape.add_argument(
+        "--scrape.timeout", dest="scrape_timeout", type=_duration, default=10.0, metavar="DURATION"
+    )
+    out = p.add_argument_group("output")
+    out.add_argument("--log.level", dest="log_level", choices=logs.LEVELS, default="info")
+    out.add_argument(
+        "--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt"
+    )
+
+
+def _fail(message: str) -> int:
+    print(f"accel-autoscaler: error: {message}", flush=True, file=sys.stderr)
+    return 2
+
+
+def build_source(args: argparse.Namespace) -> Source:
+    if args.source == "prometheus":
+        from autoscaler.sources.prometheus import PrometheusConfig, PrometheusSource
+
+        if not args.prometheus_url:
+            raise ValueError("--source prometheus needs --prometheus.url")
+        return PrometheusSource(
+            PrometheusConfig(
+                url=args.prometheus_url,
+                timeout=args.prometheus_timeout,
+                bearer_token_file=args.prometheus_token_file,
+                basic_auth_file=args.prometheus_basic_auth_file,
+                ca_file=args.prometheus_ca_file,
+                health_query=args.health_query,
+            )
+        )
+    from autoscaler.sources.scrape import ScrapeSource, parse_targets
+
+    if not args.targets:
+        raise ValueError("--source scrape needs --targets NODE=URL,...")
+    return ScrapeSource(parse_targets(args.targets), timeout=args.scrape_timeout)
+
+
+async def _serve(controller: Controller, args: argparse.Namespace) -> int:
+    from autoscaler.server import make_app, split_listen_address
+
+    host, port = split_listen_address(args.listen_address)
+    app = make_app(controller, token_file=args.token_file, basic_auth_file=args.basic_auth_file)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        log.error("cannot listen on %s: %s", args.listen_address, e.strerror or e)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, controller.watcher.reload)
+    log.info(
+        "listening on http://%s:%d, source %s, %d rules, every %gs%s",
+        host or "0.0.0.0",
+        port,
+        controller.source.name,
+        len(controller.ruleset.rules),
+        controller.ruleset.evaluation_interval,
+        ", dry-run" if controller.dry_run else "",
+    )
+    task = asyncio.create_task(controller.run_forever())
+    await stop.wait()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await controller.source.close()
+    await runner.cleanup()
+    return 0
+
+
+def run_main(args: argparse.Namespace) -> int:
+    logs.setup(args.log_level, args.log_format)
+    try:
+        watcher = RuleWatcher(args.rules, source=args.source)
+    except RuleSetError as e:
+        print(str(e), file=sys.stderr)
+        return _fail(f"the rules did not load ({len(e.problems)} problems above)")
+    try:
+        source = build_source(args)
+    except (ValueError, OSError) as e:
+        return _fail(str(e))
+    controller = Controller(watcher, source, AlertReceiver(), dry_run=args.dry_run)
+    return asyncio.run(_serve(controller, args))

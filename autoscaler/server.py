@@ -1,0 +1,263 @@
+"""The controller's HTTP API: its own ``/metrics``, ``/healthz``, the rules, the
+decision log and the engine state as JSON, Alertmanager's webhook, and the breaker
+reset.
+
+The two endpoints that change state (alerts in, breaker reset) require a bearer
+token or basic auth when one is configured; the breaker reset is refused outright
+when none is, since anyone who can reach the port could otherwise re-open the
+fleet to remediation during a fault storm.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from autoscaler import __version__
+from autoscaler.controller import Controller
+from autoscaler.engine.state import reset_breaker
+from autoscaler.ruleset.model import Rule
+from autoscaler.sources.alertmanager import MAX_BODY, PayloadError
+
+log = logging.getLogger("accel_autoscaler.api")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def split_listen_address(address: str) -> tuple[str | None, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid listen address {address!r} (use HOST:PORT or :PORT)")
+    return (host.strip("[]") or None), int(port)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**pairs: str) -> str:
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs.items()) + "}"
+
+
+def render_metrics(c: Controller) -> str:
+    """The controller's own series; names are accel_autoscaler_*."""
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_: str, rows: list[tuple[str, float]]) -> None:
+        out.append(f"# HELP {name} {help_}")
+        out.append(f"# TYPE {name} {kind}")
+        out.extend(f"{name}{labels} {value:g}" for labels, value in rows)
+
+    family(
+        "accel_autoscaler_decisions_total",
+        "counter",
+        "Decisions made, by rule, action, kind (act, recover) and dry-run.",
+        [
+            (_labels(rule=r, action=a, kind=k, dry_run=str(d).lower()), n)
+            for (r, a, k, d), n in sorted(c.stats.decisions.items())
+        ],
+    )
+    family(
+        "accel_autoscaler_rule_unknown_total",
+        "counter",
+        "Evaluations whose result was unknown (failed, timed out or empty), by rule.",
+        [(_labels(rule=r.name), c.stats.unknown.get(r.name, 0)) for r in c.ruleset.rules],
+    )
+    family(
+        "accel_autoscaler_evaluation_duration_seconds",
+        "gauge",
+        "How long the last evaluation cycle took.",
+        [("", c.stats.last_duration)],
+    )
+    family(
+        "accel_autoscaler_last_evaluation_timestamp_seconds",
+        "gauge",
+        "Unix time of the last evaluation cycle.",
+        [("", c.stats.last_timestamp)],
+    )
+    family(
+        "accel_autoscaler_source_up",
+        "gauge",
+        "Whether the source answered with data in the last cycle.",
+        [(_labels(source=c.source.name), 1 if c.source_up else 0)],
+    )
+    family(
+        "accel_autoscaler_breaker_open",
+        "gauge",
+        "Whether the circuit breaker stopped new remediation (1).",
+        [("", 1 if c.state.breaker_open else 0)],
+    )
+    family(
+        "accel_autoscaler_rules_reload_success",
+        "gauge",
+        "Whether the last rules (re)load succeeded; on 0 the last good rules still run.",
+        [("", 1 if c.watcher.reload_success else 0)],
+    )
+    family("accel_autoscaler_rules", "gauge", "Rules loaded.", [("", len(c.ruleset.rules))])
+    pending = c.state.pending_counts()
+    active = c.state.active_counts()
+    family(
+        "accel_autoscaler_pending_targets",
+        "gauge",
+        "Targets whose rule condition holds but whose 'for' has not yet passed, by rule.",
+        [(_labels(rule=r.name), pending.get(r.name, 0)) for r in c.ruleset.rules],
+    )
+    family(
+        "accel_autoscaler_active_targets",
+        "gauge",
+        "Targets under remediation by a rule, by rule.",
+        [(_labels(rule=r.name), active.get(r.name, 0)) for r in c.ruleset.rules],
+    )
+    family(
+        "accel_autoscaler_alerts_firing",
+        "gauge",
+        "Alertmanager alerts currently firing, as received on the webhook.",
+        [("", len(c.alerts.firing))],
+    )
+    return "\n".join(out) + "\n"
+
+
+def _rule_json(r: Rule) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "description": r.description,
+        "expr": r.expr,
+        "alertname": r.alertname,
+        "for": r.for_,
+        "target": r.target,
+        "action": {"type": r.action.type, **dict(r.action.params)},
+        "cooldown": r.cooldown,
+        "recover": None if r.recover is None else {"expr": r.recover.expr, "for": r.recover.for_},
+        "source": str(r.position),
+    }
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Auth:
+    """Bearer token and/or basic auth, read from files at start."""
+
+    def __init__(self, token_file: Path | None, basic_auth_file: Path | None) -> None:
+        self.token = token_file.read_text().strip().encode() if token_file else None
+        self.basic = basic_auth_file.read_text().strip().encode() if basic_auth_file else None
+
+    @property
+    def configured(self) -> bool:
+        return self.token is not None or self.basic is not None
+
+    def allows(self, header: str | None) -> bool:
+        if not self.configured:
+            return True
+        if header is None:
+            return False
+        scheme, _, credentials = header.partition(" ")
+        if scheme.lower() == "bearer" and self.token is not None:
+            return hmac.compare_digest(credentials.strip().encode(), self.token)
+        if scheme.lower() == "basic" and self.basic is not None:
+            try:
+                decoded = base64.b64decode(credentials.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                return False
+            return hmac.compare_digest(decoded, self.basic)
+        return False
+
+
+def make_app(
+    c: Controller, token_file: Path | None = None, basic_auth_file: Path | None = None
+) -> web.Application:
+    auth = Auth(token_file, basic_auth_file)
+
+    def refuse(status: int, reason: str) -> web.Response:
+        return web.json_response({"status": "error", "error": reason}, status=status)
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=render_metrics(c).encode(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def healthz(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="ok\n")
+
+    async def rules(request: web.Request) -> web.StreamResponse:
+        rs = c.ruleset
+        return web.json_response(
+            {
+                "evaluationInterval": rs.evaluation_interval,
+                "files": list(rs.files),
+                "reloadSuccess": c.watcher.reload_success,
+                "problems": [str(p) for p in c.watcher.last_problems],
+                "rules": [_rule_json(r) for r in rs.rules],
+            }
+        )
+
+    async def decisions(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"decisions": [d.as_json() for d in c.state.decisions]})
+
+    async def state(request: web.Request) -> web.StreamResponse:
+        body = c.state.to_json()
+        body["sourceUp"] = c.source_up
+        return web.json_response(body)
+
+    async def alerts(request: web.Request) -> web.StreamResponse:
+        if not auth.allows(request.headers.get("Authorization")):
+            return refuse(401, "authorization required")
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            return refuse(413, f"body larger than {MAX_BODY} bytes")
+        try:
+            raw = await request.content.read(MAX_BODY + 1)
+        except ValueError as e:
+            return refuse(400, f"cannot read the body: {e}")
+        if len(raw) > MAX_BODY:
+            return refuse(413, f"body larger than {MAX_BODY} bytes")
+        try:
+            payload = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return refuse(400, f"malformed JSON: {e}")
+        try:
+            firing, resolved = c.alerts.ingest(payload, c.clock())
+        except PayloadError as e:
+            return refuse(400, str(e))
+        return web.json_response({"status": "success", "firing": firing, "resolved": resolved})
+
+    async def breaker_reset(request: web.Request) -> web.StreamResponse:
+        if not auth.configured:
+            return refuse(
+                403,
+                "breaker reset needs --api.token-file or --api.basic-auth-file to be set",
+            )
+        if not auth.allows(request.headers.get("Authorization")):
+            return refuse(401, "authorization required")
+        async with c.lock:
+            was_open = c.state.breaker_open
+            reset_breaker(c.state, c.clock())
+        log.warning(
+            "circuit breaker reset through the API (was %s)", "open" if was_open else "closed"
+        )
+        return web.json_response({"status": "success", "wasOpen": was_open})
+
+    async def landing(request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            text=(
+                f"accel-autoscaler {__version__}\n"
+                "/metrics /healthz /api/v1/rules /api/v1/decisions /api/v1/state\n"
+                "POST /api/v1/alerts (Alertmanager webhook) POST /api/v1/breaker/reset\n"
+            )
+        )
+
+    app = web.Application(client_max_size=MAX_BODY)
+    app.router.add_get("/", landing)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/api/v1/rules", rules)
+    app.router.add_get("/api/v1/decisions", decisions)
+    app.router.add_get("/api/v1/state", state)
+    app.router.add_post("/api/v1/alerts", alerts)
+    app.router.add_post("/api/v1/breaker/reset", breaker_reset)
+    return app
