@@ -29,7 +29,7 @@ apiVersion: accel-fleet/v1
 kind: RuleSet
 spec:
   evaluationInterval: 1s
-  limits: {maxUnhealthyNodes: "50%"}
+  limits: {maxUnhealthyNodes: 3}
   rules:
     - name: fatal-device-fault
       expr: increase(accel_fault_events_total{severity="fatal"}[1m]) > 0
@@ -94,7 +94,8 @@ async def test_prometheus_without_accelerator_data_means_no_decision(tmp_path: P
 
 async def test_fatal_fault_through_prometheus_gives_one_decision(tmp_path: Path) -> None:
     script = tmp_path / "faults.yaml"
-    script.write_text("- {at: 4s, device: nvidia1, fault: 79}\n")
+    # After Prometheus's first scrape (about 5 s), so it sees the counter go 0 -> 1.
+    script.write_text("- {at: 12s, device: nvidia1, fault: 79}\n")
     port = free_port()
     args = [
         "--backends",

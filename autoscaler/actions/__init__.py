@@ -1,0 +1,34 @@
+"""Actions: what a rule does to the cluster. The registry, one line per action, each
+implemented in its own file with its parameters, defaults and validation beside it
+(the descheduler's habit), so adding one touches nothing else but this list.
+
+This issue brings each action's parameters and validation; the Kubernetes side
+(planning and executing through the ``Kube`` wrapper) is added to the same files.
+"""
+
+from __future__ import annotations
+
+from autoscaler.actions import (
+    cordon,
+    drain,
+    migrate_jobs,
+    rebalance,
+    requeue_job,
+    scale_node_pool,
+    taint,
+    uncordon,
+)
+from autoscaler.actions.base import ActionSpec, ParamProblem, from_params
+
+ACTIONS: dict[str, ActionSpec] = {
+    "cordon": cordon.SPEC,
+    "taint": taint.SPEC,
+    "drain": drain.SPEC,
+    "migrate_jobs": migrate_jobs.SPEC,
+    "requeue_job": requeue_job.SPEC,
+    "rebalance": rebalance.SPEC,
+    "scale_node_pool": scale_node_pool.SPEC,
+    "uncordon": uncordon.SPEC,
+}
+
+__all__ = ["ACTIONS", "ActionSpec", "ParamProblem", "from_params"]

@@ -1,0 +1,39 @@
+"""``cordon``: mark a node unschedulable, so that no new pod lands on it while
+running pods stay where they are.
+
+The gentlest action: for a device that misbehaves but still runs its jobs, keeping
+new work away is often all that is wanted. Kubernetes cannot cordon a single
+device, so a ``device`` target cordons the device's node. A rule's ``recover``
+block undoes it (uncordon), and only on nodes this controller cordoned.
+
+Targets: ``node``, ``device`` (acts on the device's node).
+
+Parameters: none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param_keys, to_params
+
+NAME = "cordon"
+TARGETS = ("node", "device")
+
+
+@dataclass(frozen=True)
+class CordonParams:
+    """No parameters: the node is unschedulable or it is not."""
+
+
+DEFAULTS = CordonParams()
+
+
+def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]]:
+    r = ParamReader(NAME, raw, param_keys(CordonParams))
+    return to_params(DEFAULTS), r.problems
+
+
+SPEC = ActionSpec(NAME, TARGETS, reversible=True, params_type=CordonParams, validate=validate)

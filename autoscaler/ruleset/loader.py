@@ -1,0 +1,706 @@
+"""Load rule files into a ``RuleSet``, reporting every problem as ``file:line:col``.
+
+Rules are written by people and read by a controller that evicts pods on their
+say-so, so the loader is strict and talkative: an unknown key is a typo until
+proved otherwise, a target the expression can never name is a rule that will never
+fire, and PromQL the built-in evaluator cannot run would fail silently at 3 a.m.
+Each of these is a ``Problem`` with the position of the offending YAML node; the
+loader walks the whole input, keeps going after each one, and raises a single
+``RuleSetError`` with all of them at the end (``accel-autoscaler check`` prints
+them; the controller refuses to start, or keeps its last good rules on reload).
+
+The YAML is read with ``yaml.compose``, not ``safe_load``: the node tree keeps the
+line and column of every key and value, which plain Python objects lose.
+
+Several files merge into one rule set: rules are concatenated (names are unique
+across all of them), and ``evaluationInterval`` and each ``limits`` key may be set
+in more than one file only if every file agrees.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import promql_parser as pp
+import yaml
+from yaml.constructor import SafeConstructor
+
+from autoscaler import clusterstate
+from autoscaler.actions import ACTIONS
+from autoscaler.actions.base import did_you_mean, duration_seconds
+from autoscaler.ruleset.errors import Problem, RuleSetError, whole_file
+from autoscaler.ruleset.labels import TARGET_LABELS, missing_labels, value_type
+from autoscaler.ruleset.model import (
+    TARGETS,
+    Action,
+    Limits,
+    Position,
+    Recover,
+    Rule,
+    RuleLimits,
+    RuleSet,
+    Target,
+)
+from exporter import schema
+
+API_VERSION = "accel-fleet/v1"
+KIND = "RuleSet"
+SOURCES = ("prometheus", "scrape")
+RULE_FILE_SUFFIXES = (".yaml", ".yml")
+
+TOP_KEYS = ("apiVersion", "kind", "spec")
+SPEC_KEYS = ("evaluationInterval", "limits", "rules")
+LIMITS_KEYS = (
+    "maxUnhealthyNodes",
+    "maxConcurrentDrains",
+    "maxActionsPerHour",
+    "breakerReset",
+    "breakerWindow",
+    "scaleUpGrace",
+)
+RULE_KEYS = (
+    "name",
+    "description",
+    "expr",
+    "alertname",
+    "for",
+    "target",
+    "action",
+    "cooldown",
+    "limits",
+    "recover",
+)
+RULE_LIMITS_KEYS = ("maxConcurrent", "maxActionsPerHour")
+RECOVER_KEYS = ("expr", "for")
+BREAKER_RESETS = ("manual", "window")
+
+# A rule name appears in decision logs, metrics labels and Kubernetes annotations:
+# keep it to a DNS label.
+_RULE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+# Metric names a rule may read: the exporter's and the controller's catalogues. A
+# name in our own ``accel_`` namespace that is in neither is a typo; other names
+# (kube-state-metrics, DCGM, recording rules) are Prometheus's business.
+KNOWN_METRICS: frozenset[str] = frozenset(schema.BY_NAME) | frozenset(
+    m.name for m in clusterstate.CATALOGUE
+)
+_OWN_PREFIX = "accel_"
+# The controller's own telemetry, which no catalogue above lists.
+_SELF_PREFIX = "accel_autoscaler_"
+
+
+def rule_files(paths: Sequence[str | Path]) -> tuple[list[str], list[Problem]]:
+    """The rule files that ``paths`` name: files as given, and the ``*.yaml``/``*.yml``
+    files directly inside a directory (so ``rules/tests/`` is not read). A path that
+    does not exist, or a directory without rule files, is a problem."""
+    files: list[str] = []
+    problems: list[Problem] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(
+                c for c in path.iterdir() if c.is_file() and c.suffix in RULE_FILE_SUFFIXES
+            )
+            if not found:
+                problems.append(
+                    Problem(whole_file(str(path)), "no rule files (*.yaml, *.yml) in directory")
+                )
+        elif path.exists():
+            found = [path]
+        else:
+            problems.append(Problem(whole_file(str(raw)), "no such file or directory"))
+            continue
+        for f in found:
+            key = f.resolve()
+            if key not in seen:
+                seen.add(key)
+                files.append(str(f))
+    return files, problems
+
+
+def load_ruleset(paths: Sequence[str | Path], *, source: str = "prometheus") -> RuleSet:
+    """Loads and validates rule files and directories into one ``RuleSet``.
+
+    ``source`` is where the controller will evaluate the rules; with ``scrape`` the
+    built-in evaluator runs them, and PromQL outside its subset is a problem too.
+    Raises ``RuleSetError`` listing every problem.
+    """
+    if source not in SOURCES:
+        raise ValueError(f"unknown source {source!r} (use {' or '.join(SOURCES)})")
+    files, problems = rule_files(paths)
+    if not files and not problems:
+        problems.append(Problem(whole_file("<none>"), "no rule files given"))
+    parsed = [_FileReader(f, source).read() for f in files]
+    merged = _merge(parsed, problems)
+    if problems:
+        raise RuleSetError(problems)
+    return merged
+
+
+def check_main(paths: Sequence[str | Path], source: str = "prometheus") -> int:
+    """``accel-autoscaler check``: every problem on stderr and 1, or a one-line
+    summary on stdout and 0."""
+    try:
+        ruleset = load_ruleset(paths, source=source)
+    except RuleSetError as e:
+        for problem in e.problems:
+            print(problem, file=sys.stderr)
+        return 1
+    n = len(ruleset.rules)
+    where = ", ".join(str(p) for p in paths)
+    print(f"{where}: {n} rule{'' if n == 1 else 's'} OK")
+    return 0
+
+
+# --- one file ---------------------------------------------------------------------
+
+
+@dataclass
+class _Setting:
+    """A spec-level value from one file, for the merge: normalized value, the text
+    as written, and where."""
+
+    value: Any
+    text: str
+    position: Position
+
+
+@dataclass
+class _ParsedFile:
+    file: str
+    problems: list[Problem] = field(default_factory=list)
+    evaluation_interval: _Setting | None = None
+    limits: dict[str, _Setting] = field(default_factory=dict)
+    rules: list[Rule] = field(default_factory=list)
+    # Every rule name written, with its position, valid rule or not.
+    names: list[tuple[str, Position]] = field(default_factory=list)
+
+
+_Entry = tuple[yaml.Node, yaml.Node]
+
+# A YAML value that could not be constructed (already reported).
+_INVALID = object()
+
+
+class _FileReader:
+    """Reads one file's node tree, recording problems as it goes."""
+
+    def __init__(self, file: str, source: str) -> None:
+        self.file = file
+        self.source = source
+        self.out = _ParsedFile(file)
+
+    # positions and problems
+
+    def pos(self, node: yaml.Node) -> Position:
+        return Position(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def problem(self, node: yaml.Node, message: str) -> None:
+        self.out.problems.append(Problem(self.pos(node), message))
+
+    # the file
+
+    def read(self) -> _ParsedFile:
+        try:
+            text = Path(self.file).read_text(encoding="utf-8")
+        except OSError as e:
+            self.out.problems.append(
+                Problem(whole_file(self.file), f"cannot read: {e.strerror or e}")
+            )
+            return self.out
+        except UnicodeDecodeError as e:
+            self.out.problems.append(Problem(whole_file(self.file), f"not UTF-8 text: {e}"))
+            return self.out
+        try:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            context = f"{e.context}: " if e.context else ""
+            message = f"invalid YAML: {context}{e.problem}"
+            where = (
+                Position(self.file, mark.line + 1, mark.column + 1)
+                if mark is not None
+                else whole_file(self.file)
+            )
+            self.out.problems.append(Problem(where, message))
+            return self.out
+        except yaml.YAMLError as e:
+            self.out.problems.append(Problem(whole_file(self.file), f"invalid YAML: {e}"))
+            return self.out
+        if root is None:
+            self.out.problems.append(
+                Problem(
+                    whole_file(self.file),
+                    f"empty file: expected apiVersion: {API_VERSION}, kind: {KIND} and a spec",
+                )
+            )
+            return self.out
+        self.top(root)
+        return self.out
+
+    def top(self, root: yaml.Node) -> None:
+        entries = self.mapping(root, "a rule file", TOP_KEYS, required=TOP_KEYS)
+        if entries is None:
+            return
+        for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+            if key in entries:
+                node = entries[key][1]
+                got = self.value(node)
+                if got is not _INVALID and got != expected:
+                    self.problem(node, f"{key} must be {expected!r}, got {got!r}")
+        if "spec" in entries:
+            self.spec(entries["spec"][1])
+
+    def spec(self, node: yaml.Node) -> None:
+        entries = self.mapping(node, "spec", SPEC_KEYS)
+        if entries is None:
+            return
+        if "evaluationInterval" in entries:
+            v = entries["evaluationInterval"][1]
+            seconds = self.duration(v, "evaluationInterval", positive=True)
+            if seconds is not None:
+                self.out.evaluation_interval = _Setting(seconds, self.text(v), self.pos(v))
+        if "limits" in entries:
+            self.limits(entries["limits"][1])
+        if "rules" in entries:
+            rules = entries["rules"][1]
+            if not isinstance(rules, yaml.SequenceNode):
+                if not self.is_null(rules):
+                    self.problem(rules, "rules must be a list of rules")
+                return
+            for item in rules.value:
+                rule = self.rule(item)
+                if rule is not None:
+                    self.out.rules.append(rule)
+
+    def limits(self, node: yaml.Node) -> None:
+        entries = self.mapping(node, "limits", LIMITS_KEYS)
+        if entries is None:
+            return
+        for key, (_, v) in entries.items():
+            value: Any = None
+            if key == "maxUnhealthyNodes":
+                value = self.unhealthy(v)
+            elif key in ("maxConcurrentDrains", "maxActionsPerHour"):
+                value = self.count(v, key)
+            elif key == "breakerReset":
+                value = self.choice(v, key, BREAKER_RESETS)
+            elif key == "breakerWindow":
+                value = self.duration(v, key, positive=True)
+            elif key == "scaleUpGrace":
+                value = self.duration(v, key)
+            if value is not None:
+                self.out.limits[key] = _Setting(value, self.text(v), self.pos(v))
+
+    def unhealthy(self, node: yaml.Node) -> tuple[str, float] | None:
+        """maxUnhealthyNodes: a whole number of nodes, or a percentage of them."""
+        value = self.value(node)
+        if value is _INVALID:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value >= 0:
+                return ("count", float(value))
+        elif isinstance(value, str):
+            if value.strip().isdigit():
+                return ("count", float(value))
+            m = _PERCENT.match(value)
+            if m and 0.0 <= float(m.group(1)) <= 100.0:
+                return ("ratio", float(m.group(1)) / 100.0)
+        self.problem(
+            node,
+            f"maxUnhealthyNodes must be a whole number of nodes >= 0 or a percentage "
+            f'from 0% to 100% (e.g. 3 or "10%"), got {value!r}',
+        )
+        return None
+
+    # a rule
+
+    def rule(self, node: yaml.Node) -> Rule | None:
+        before = len(self.out.problems)
+        entries = self.mapping(node, "a rule", RULE_KEYS, required=("name", "target", "action"))
+        if entries is None:
+            return None
+
+        name = ""
+        if "name" in entries:
+            v = entries["name"][1]
+            name = self.string(v, "name") or ""
+            if name:
+                self.out.names.append((name, self.pos(v)))
+                if len(name) > 63 or not _RULE_NAME.match(name):
+                    self.problem(
+                        v,
+                        f"rule name {name!r} must be at most 63 lowercase letters, digits "
+                        "or '-', starting and ending with a letter or digit",
+                    )
+        description = ""
+        if "description" in entries:
+            description = self.string(entries["description"][1], "description", empty=True) or ""
+
+        target: str | None = None
+        if "target" in entries:
+            v = entries["target"][1]
+            target = self.choice(v, "target", TARGETS)
+
+        expr_node = entries["expr"][1] if "expr" in entries else None
+        alert_node = entries["alertname"][1] if "alertname" in entries else None
+        expr = alertname = None
+        if expr_node is not None and alert_node is not None:
+            self.problem(
+                alert_node,
+                "a rule has expr or alertname, not both (expr is evaluated; alertname "
+                "waits for a firing Alertmanager alert)",
+            )
+        elif expr_node is None and alert_node is None:
+            self.problem(node, "a rule: missing required key 'expr' (or 'alertname')")
+        if expr_node is not None:
+            expr = self.expr(expr_node, "expr", target)
+        if alert_node is not None:
+            alertname = self.string(alert_node, "alertname")
+
+        for_ = self.optional_duration(entries, "for")
+        cooldown = self.optional_duration(entries, "cooldown")
+
+        action = self.action(entries["action"][1], target) if "action" in entries else None
+        rule_limits = self.rule_limits(entries["limits"][1]) if "limits" in entries else None
+
+        recover = None
+        if "recover" in entries:
+            key_node, v = entries["recover"]
+            recover = self.recover(v, target)
+            spec = ACTIONS.get(action.type) if action is not None else None
+            if spec is not None and not spec.reversible:
+                self.problem(
+                    key_node,
+                    f"recover: {spec.name} cannot be undone, so a rule with it has no recover",
+                )
+
+        if len(self.out.problems) > before or target is None or action is None:
+            return None
+        return Rule(
+            name=name,
+            expr=expr,
+            alertname=alertname,
+            target=cast(Target, target),
+            action=action,
+            description=description,
+            for_=for_ or 0.0,
+            cooldown=cooldown or 0.0,
+            limits=rule_limits or RuleLimits(),
+            recover=recover,
+            position=self.pos(node),
+        )
+
+    def action(self, node: yaml.Node, target: str | None) -> Action | None:
+        entries = self.mapping(node, "action", None, required=("type",))
+        if entries is None:
+            return None
+        type_node = entries["type"][1] if "type" in entries else None
+        kind = self.string(type_node, "action type") if type_node is not None else None
+        if type_node is None or kind is None:
+            return None
+        spec = ACTIONS.get(kind)
+        if spec is None:
+            self.problem(
+                type_node,
+                f"unknown action type {kind!r}{did_you_mean(kind, list(ACTIONS))} "
+                f"(one of {', '.join(ACTIONS)})",
+            )
+            return None
+        values = {k: self.value(v) for k, (_, v) in entries.items() if k != "type"}
+        raw = {k: v for k, v in values.items() if v is not _INVALID}
+        params, param_problems = spec.validate(raw)
+        if target is not None:
+            if target not in spec.targets:
+                self.problem(
+                    type_node,
+                    f"action {kind} acts on target {' or '.join(spec.targets)}, not {target!r}",
+                )
+            else:
+                param_problems = param_problems + spec.check_target(params, target)
+        for pp_ in param_problems:
+            where = type_node
+            if pp_.param is not None and pp_.param in entries:
+                key_node, value_node = entries[pp_.param]
+                where = value_node if pp_.param in spec.keys else key_node
+            self.problem(where, str(pp_))
+        return Action(kind, params)
+
+    def rule_limits(self, node: yaml.Node) -> RuleLimits | None:
+        entries = self.mapping(node, "rule limits", RULE_LIMITS_KEYS)
+        if entries is None:
+            return None
+        counts = {k: self.count(v, k) for k, (_, v) in entries.items()}
+        return RuleLimits(
+            max_concurrent=counts.get("maxConcurrent"),
+            max_actions_per_hour=counts.get("maxActionsPerHour"),
+        )
+
+    def recover(self, node: yaml.Node, target: str | None) -> Recover | None:
+        entries = self.mapping(node, "recover", RECOVER_KEYS, required=("expr",))
+        if entries is None:
+            return None
+        expr = self.expr(entries["expr"][1], "recover expr", target) if "expr" in entries else None
+        for_ = self.optional_duration(entries, "for")
+        return Recover(expr, for_ or 0.0) if expr is not None else None
+
+    def expr(self, node: yaml.Node, what: str, target: str | None) -> str | None:
+        """A PromQL expression: it parses, returns a vector, can carry the target's
+        labels, names known metrics, and (scrape) the built-in evaluator runs it."""
+        text = self.string(node, what)
+        if text is None:
+            return None
+        try:
+            ast = pp.parse(text)
+        except Exception as e:  # the binding raises ValueError; be safe with others
+            self.problem(node, f"{what}: invalid PromQL: {e}")
+            return text
+        kind = value_type(ast)
+        if kind != "vector":
+            self.problem(
+                node,
+                f"{what} must return an instant vector (one sample per target), "
+                f"but returns a {kind}",
+            )
+        if target in TARGET_LABELS:
+            missing = missing_labels(ast, TARGET_LABELS[target])
+            if missing:
+                many = len(missing) > 1
+                self.problem(
+                    node,
+                    f"{what} can never carry the {', '.join(repr(m) for m in missing)} "
+                    f"{'labels that name' if many else 'label that names'} a {target} target; "
+                    f"keep {'them' if many else 'it'} in by (...) and on (...)",
+                )
+        for name in sorted(_metric_names(ast)):
+            if (
+                name.startswith(_OWN_PREFIX)
+                and not name.startswith(_SELF_PREFIX)
+                and name not in KNOWN_METRICS
+            ):
+                self.problem(
+                    node,
+                    f"{what}: unknown metric {name!r}{did_you_mean(name, sorted(KNOWN_METRICS))} "
+                    "(not in exporter/schema.py nor autoscaler/clusterstate.py)",
+                )
+        if self.source == "scrape":
+            from autoscaler.promql.support import unsupported
+
+            for reason in unsupported(text):
+                self.problem(
+                    node,
+                    f"{what}: not supported by the built-in evaluator (--source scrape): {reason}",
+                )
+        return text
+
+    # typed scalars
+
+    def mapping(
+        self,
+        node: yaml.Node,
+        what: str,
+        keys: Sequence[str] | None,
+        required: Sequence[str] = (),
+    ) -> dict[str, _Entry] | None:
+        """The entries of a mapping node, after reporting unknown, duplicate and
+        missing keys. ``keys`` None accepts any key (an action's parameters, which
+        the action validates)."""
+        if not isinstance(node, yaml.MappingNode):
+            self.problem(node, f"{what} must be a mapping, got {self.describe(node)}")
+            return None
+        SafeConstructor().flatten_mapping(node)
+        out: dict[str, _Entry] = {}
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                self.problem(k, f"{what}: keys must be strings")
+                continue
+            key = str(k.value)
+            if key in out:
+                first = self.pos(out[key][0])
+                self.problem(k, f"duplicate key {key!r} in {what} (first at line {first.line})")
+                continue
+            if keys is not None and key not in keys:
+                self.problem(
+                    k,
+                    f"unknown key {key!r} in {what}{did_you_mean(key, keys)}"
+                    f" (expected {', '.join(keys)})",
+                )
+                continue
+            out[key] = (k, v)
+        for r in required:
+            if r not in out:
+                self.problem(node, f"{what}: missing required key {r!r}")
+        return out
+
+    def value(self, node: yaml.Node) -> Any:
+        """The Python value of a node; a tag that safe YAML cannot construct
+        (``!python/...``, a custom ``!tag``) is a problem, and the value ``_INVALID``,
+        which the typed readers below pass over without a second message."""
+        try:
+            return SafeConstructor().construct_object(node, deep=True)
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None) or str(e)
+            self.problem(node, f"invalid YAML value: {problem}")
+            return _INVALID
+
+    def text(self, node: yaml.Node) -> str:
+        return str(node.value) if isinstance(node, yaml.ScalarNode) else self.describe(node)
+
+    def is_null(self, node: yaml.Node) -> bool:
+        return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+    def describe(self, node: yaml.Node) -> str:
+        if isinstance(node, yaml.MappingNode):
+            return "a mapping"
+        if isinstance(node, yaml.SequenceNode):
+            return "a list"
+        try:
+            return repr(SafeConstructor().construct_object(node, deep=True))
+        except yaml.YAMLError:
+            return repr(node.value)
+
+    def string(self, node: yaml.Node, what: str, *, empty: bool = False) -> str | None:
+        value = self.value(node)
+        if value is _INVALID:
+            return None
+        if not isinstance(value, str) or not (empty or value.strip()):
+            kind = "a string" if empty else "a non-empty string"
+            self.problem(node, f"{what} must be {kind}, got {self.describe(node)}")
+            return None
+        return value
+
+    def choice(self, node: yaml.Node, what: str, choices: Sequence[str]) -> str | None:
+        value = self.value(node)
+        if value is _INVALID:
+            return None
+        if not isinstance(value, str) or value not in choices:
+            self.problem(
+                node,
+                f"{what} must be {' or '.join(choices)}, got {self.describe(node)}"
+                f"{did_you_mean(str(value), choices)}",
+            )
+            return None
+        return value
+
+    def count(self, node: yaml.Node, what: str) -> int | None:
+        value = self.value(node)
+        if value is _INVALID:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.problem(node, f"{what} must be a whole number >= 0, got {self.describe(node)}")
+            return None
+        return value
+
+    def duration(self, node: yaml.Node, what: str, *, positive: bool = False) -> float | None:
+        value = self.value(node)
+        if value is _INVALID:
+            return None
+        try:
+            seconds = duration_seconds(value)
+        except ValueError as e:
+            self.problem(node, f"{what}: {e}")
+            return None
+        if positive and seconds <= 0:
+            self.problem(node, f"{what} must be longer than 0s, got {value!r}")
+            return None
+        return seconds
+
+    def optional_duration(self, entries: Mapping[str, _Entry], key: str) -> float | None:
+        return self.duration(entries[key][1], key) if key in entries else None
+
+
+def _metric_names(ast: pp.Expr) -> set[str]:
+    names: set[str] = set()
+
+    def visit(e: pp.Expr) -> bool:
+        if isinstance(e, pp.VectorSelector):
+            if e.name:
+                names.add(e.name)
+            for m in e.matchers.matchers:
+                if m.name == "__name__" and m.op == pp.MatchOp.Equal:
+                    names.add(m.value)
+        return True
+
+    pp.walk(ast, visit)
+    return names
+
+
+# --- merging files ------------------------------------------------------------------
+
+
+_LIMIT_FIELDS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "maxUnhealthyNodes": lambda v: (
+        {"max_unhealthy_nodes": int(v[1])} if v[0] == "count" else {"max_unhealthy_ratio": v[1]}
+    ),
+    "maxConcurrentDrains": lambda v: {"max_concurrent_drains": v},
+    "maxActionsPerHour": lambda v: {"max_actions_per_hour": v},
+    "breakerReset": lambda v: {"breaker_reset": v},
+    "breakerWindow": lambda v: {"breaker_window": v},
+    "scaleUpGrace": lambda v: {"scale_up_grace": v},
+}
+
+
+def _merge(parsed: Sequence[_ParsedFile], problems: list[Problem]) -> RuleSet:
+    interval: _Setting | None = None
+    limits: dict[str, _Setting] = {}
+    rules: list[Rule] = []
+    names: dict[str, list[Position]] = {}
+    for f in parsed:
+        problems.extend(f.problems)
+        if f.evaluation_interval is not None:
+            if interval is None:
+                interval = f.evaluation_interval
+            elif interval.value != f.evaluation_interval.value:
+                problems.append(_conflict("evaluationInterval", f.evaluation_interval, interval))
+        for key, setting in f.limits.items():
+            first = limits.setdefault(key, setting)
+            if first.value != setting.value:
+                problems.append(_conflict(f"limits.{key}", setting, first))
+        rules.extend(f.rules)
+        for name, pos in f.names:
+            names.setdefault(name, []).append(pos)
+    for name, positions in names.items():
+        if len(positions) < 2:
+            continue
+        for pos in positions:
+            others = ", ".join(str(p) for p in positions if p != pos)
+            problems.append(Problem(pos, f"duplicate rule name {name!r} (also at {others})"))
+    fields: dict[str, Any] = {}
+    for key, setting in limits.items():
+        fields.update(_LIMIT_FIELDS[key](setting.value))
+    return RuleSet(
+        evaluation_interval=interval.value
+        if interval is not None
+        else RuleSet().evaluation_interval,
+        limits=Limits(**fields),
+        rules=tuple(rules),
+        files=tuple(f.file for f in parsed),
+    )
+
+
+def _conflict(key: str, setting: _Setting, first: _Setting) -> Problem:
+    return Problem(
+        setting.position,
+        f"{key}: {setting.text!r} conflicts with {first.text!r} set at {first.position} "
+        "(files that set it must agree)",
+    )
+
+
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "KNOWN_METRICS",
+    "SOURCES",
+    "Problem",
+    "RuleSetError",
+    "check_main",
+    "load_ruleset",
+    "rule_files",
+]
