@@ -251,6 +251,10 @@ AMD_RAS: dict[str, FaultCode] = _catalogue(
     ),
 )
 
+# Intel's codes are named by the exporter from Level Zero Sysman: the category of a RAS
+# error set (ZES_RAS_ERROR_CAT_*) whose counter grew, zesDeviceGetState's reset
+# reasons, and ZE_RESULT_ERROR_DEVICE_LOST. The oneapi backend emits one event per
+# code and poll in which the driver's counter grew.
 INTEL_RAS: dict[str, FaultCode] = _catalogue(
     FaultCode(
         "ras_fatal",
@@ -262,7 +266,8 @@ INTEL_RAS: dict[str, FaultCode] = _catalogue(
         "ras_uncorrectable",
         "fatal",
         "Uncorrectable RAS error",
-        "Level Zero reported an uncorrectable error.",
+        "An uncorrectable error in the compute, fixed-function or cache hardware "
+        "(ZES_RAS_ERROR_TYPE_UNCORRECTABLE): data on the device may be corrupt.",
     ),
     FaultCode(
         "ras_correctable",
@@ -271,12 +276,46 @@ INTEL_RAS: dict[str, FaultCode] = _catalogue(
         "Corrected by hardware; also counted as corrected ECC.",
     ),
     FaultCode(
+        "ras_engine_reset",
+        "recoverable",
+        "Accelerator engine reset",
+        "The driver reset a hung engine (ZES_RAS_ERROR_CAT_RESET): the work on it "
+        "was lost, the device carries on; repeated resets want a look.",
+    ),
+    FaultCode(
+        "ras_programming",
+        "info",
+        "Programming error",
+        "A hardware exception caused by how a workload programmed the device "
+        "(ZES_RAS_ERROR_CAT_PROGRAMMING_ERRORS): the application's fault.",
+    ),
+    FaultCode(
+        "ras_driver",
+        "recoverable",
+        "Driver error",
+        "Low-level driver communication errors (ZES_RAS_ERROR_CAT_DRIVER_ERRORS): the "
+        "driver carries on, but repeats point at firmware or driver trouble.",
+    ),
+    FaultCode(
+        "ras_display",
+        "info",
+        "Display error",
+        "An error in the display engine (ZES_RAS_ERROR_CAT_DISPLAY_ERRORS); compute "
+        "work does not use it.",
+    ),
+    FaultCode(
         "reset_required",
         "fatal",
         "Device reset required",
-        "zesDeviceGetState reports that the device needs a reset.",
+        "zesDeviceGetState reports that the device needs a reset (wedged, or to "
+        "finish a repair), or a call answered ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET.",
     ),
-    FaultCode("lost", "fatal", "Device lost", "The device stopped answering."),
+    FaultCode(
+        "lost",
+        "fatal",
+        "Device lost",
+        "The device stopped answering (ZE_RESULT_ERROR_DEVICE_LOST, or its sysfs card is gone).",
+    ),
 )
 
 # The simulated and CPU backends reuse their vendor's catalogue.

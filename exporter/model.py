@@ -59,6 +59,11 @@ class Reading:
     # Where the bandwidth figure came from, e.g. "NVML GPM DRAM_BW_UTIL"; it is named
     # in the metric's HELP text.
     memory_bandwidth_source: str = ""
+    # Where this device's telemetry came from, e.g. "Level Zero Sysman" or "i915
+    # sysfs"; "none" when the backend knows only the device's identity (and perhaps
+    # its memory size). Named in accel_device_info's HELP text, so that a device
+    # without telemetry is not taken for an idle one.
+    telemetry_source: str = ""
     # type -> count; types: corrected, uncorrected
     ecc_errors: dict[str, float] = field(default_factory=dict)
     # cause -> pages; causes: single_bit_ecc, double_bit_ecc (NVIDIA), ...

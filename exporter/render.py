@@ -109,6 +109,23 @@ def _bandwidth_help(devices: Sequence[DeviceState]) -> str:
     return f"{schema.MEMORY_BANDWIDTH.help} Source: {parts}."
 
 
+def _info_help(devices: Sequence[DeviceState]) -> str:
+    """The HELP text names where each device's telemetry came from, when its backend
+    says: a device that exports its identity only must not look like an idle one."""
+    sources: dict[str, int] = defaultdict(int)
+    for d in devices:
+        if d.reading.up and d.reading.telemetry_source:
+            sources[d.reading.telemetry_source] += 1
+    if not sources:
+        return schema.DEVICE_INFO.help
+    parts = "; ".join(
+        f"{'none beyond identity and memory size' if src == 'none' else src} "
+        f"on {n} device{'s' if n != 1 else ''}"
+        for src, n in sorted(sources.items())
+    )
+    return f"{schema.DEVICE_INFO.help} Telemetry: {parts}."
+
+
 def device_labels(info: DeviceInfo) -> str:
     return _labels((("device", info.device), ("vendor", info.vendor), ("uuid", info.uuid)))
 
@@ -225,4 +242,5 @@ def render(
         if b.last_success is not None:
             fam.add(schema.LAST_SUCCESS, lbl, round(b.last_success, 3))
     fam.help_override[schema.MEMORY_BANDWIDTH.name] = _bandwidth_help(devices)
+    fam.help_override[schema.DEVICE_INFO.name] = _info_help(devices)
     return fam.text().encode()

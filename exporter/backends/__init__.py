@@ -12,6 +12,8 @@ from exporter.backends.base import Backend, BackendOptions
 
 REGISTRY: dict[str, str] = {
     "nvidia": "exporter.backends.nvidia:NvidiaBackend",
+    "amd": "exporter.backends.amd:AmdBackend",
+    "oneapi": "exporter.backends.oneapi:OneapiBackend",
     "cpu": "exporter.backends.cpu:CpuBackend",
     "sim": "exporter.backends.sim:SimBackend",
 }
