@@ -1,6 +1,8 @@
 """Where rule results come from: Prometheus's HTTP API, exporters scraped directly
 (evaluated by the built-in evaluator), and Alertmanager's webhook.
 
-Every source answers a query with a ``QueryResult``; a failure, a timeout or an
-empty answer is ``Unknown``, never an empty vector that a caller could read as 0.
+Every source answers a query with a ``QueryResult``; a failure or a timeout is
+``Unknown``, never an empty vector that a caller could read as 0. Before the rules
+run, each cycle, the source proves it has data at all (the Prometheus health query,
+at least one scraped target); while it cannot, every rule is ``Unknown``.
 """

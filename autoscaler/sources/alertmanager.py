@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.types import QueryResult, Sample, Unknown, Vector, labels_of
+from autoscaler.types import QueryResult, Sample, Vector, labels_of
 
 log = logging.getLogger("accel_autoscaler.sources.alertmanager")
 
@@ -121,6 +121,5 @@ class AlertReceiver:
             for a in self.firing.values()
             if a.labels.get("alertname") == alertname
         )
-        if not samples:
-            return Unknown(f"no firing alert named {alertname!r}")
+        # No firing alert is a known answer: the receiver holds every alert it was sent.
         return Vector(samples)

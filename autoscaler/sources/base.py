@@ -17,15 +17,18 @@ class Source(Protocol):
         ...
 
     async def query(self, expr: str, at: float) -> QueryResult:
-        """An instant query. Never raises for a failed query: returns Unknown."""
+        """An instant query. Never raises for a failed query: returns Unknown. An
+        empty Vector is a real answer ("no target"), asked only of a healthy source."""
         ...
 
     async def close(self) -> None: ...
 
 
-def known_or_unknown(result: QueryResult) -> QueryResult:
-    """An empty vector becomes Unknown: with PromQL a missing metric and a condition
-    that is false look the same, and neither may trigger nor undo an action."""
-    if isinstance(result, Vector) and not result.samples:
-        return Unknown("empty result")
-    return result
+def has_data(result: QueryResult) -> bool:
+    """Whether a health query found data. A source whose health query comes back
+    empty or failed is down: with PromQL a missing metric and a false condition look
+    the same, so rule results are only trusted (an empty one as "no target") while
+    the source shows it has data at all."""
+    if isinstance(result, Unknown):
+        return False
+    return not (isinstance(result, Vector) and not result.samples)

@@ -27,7 +27,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from autoscaler.sources.base import known_or_unknown
+from autoscaler.sources.base import has_data
 from autoscaler.types import QueryResult, Sample, Scalar, Unknown, Vector, labels_of
 
 log = logging.getLogger("accel_autoscaler.sources.prometheus")
@@ -61,7 +61,7 @@ def parse_result(data: dict[str, Any]) -> QueryResult:
             Sample(labels_of(item["metric"]), float(item["value"][1]), float(item["value"][0]))
             for item in result
         )
-        return known_or_unknown(Vector(samples))
+        return Vector(samples)
     if kind == "scalar" and isinstance(result, list):
         return Scalar(float(result[1]), float(result[0]))
     return Unknown(f"unsupported result type {kind!r} (a rule must yield a vector)")
@@ -137,9 +137,9 @@ class PrometheusSource:
 
     async def refresh(self, at: float) -> bool:
         result = await self._query(self.config.health_query, at)
-        healthy = not isinstance(result, Unknown)
-        if not healthy and isinstance(result, Unknown):
-            reason = result.reason
+        healthy = has_data(result)
+        if not healthy:
+            reason = result.reason if isinstance(result, Unknown) else "empty result"
             if reason != self.last_error:
                 log.warning(
                     "source prometheus is down: health query %r: %s",

@@ -20,7 +20,6 @@ import aiohttp
 
 from autoscaler.promql.evaluator import EvalError, Evaluator
 from autoscaler.promql.store import SeriesStore
-from autoscaler.sources.base import known_or_unknown
 from autoscaler.types import Matrix, QueryResult, Unknown
 
 log = logging.getLogger("accel_autoscaler.sources.scrape")
@@ -104,7 +103,7 @@ class ScrapeSource:
             return Unknown(f"evaluation failed: {e}")
         if isinstance(result, Matrix):
             return Unknown("a rule must yield an instant vector, not a range vector")
-        return known_or_unknown(result)
+        return result
 
     async def close(self) -> None:
         if self._session is not None:

@@ -1,0 +1,474 @@
+"""``evaluate``: one cycle of the engine, from query results to decisions.
+
+It is a function of its arguments and nothing else (no clock, no I/O, no logging),
+so the controller, the rule unit tests and the tests of this module drive exactly
+the same code, and dry-run differs from a real run only in a flag on each Decision:
+dry-run decisions count against cooldowns and limits like real ones (descheduler's
+habit), or a dry run would promise more than a real run does.
+
+One cycle, in this order:
+
+1. Forget what no longer applies: entries of rules that left the rule set (an
+   active one is reported as a ``dropped`` note), active targets of rules without
+   ``recover`` whose cooldown has ended, cooldowns that ended, actions older than
+   an hour.
+2. Recover: for each active target of a rule with ``recover``, when the recover
+   result has contained it continuously for ``recover.for``, emit a ``recover``
+   decision and clear the active entry. Recover decisions are never held back by
+   limits or by an open breaker: undoing a remediation reduces harm.
+3. Fire: a target present in a rule's result is pending from the first cycle it is
+   present; it fires once it has been present for the rule's ``for``, unless the
+   rule is already remediating it (active), it recovered this very cycle, or the
+   rule's cooldown for it has not ended.
+4. Close a ``window`` breaker when ``breakerWindow`` has passed since it opened and
+   the nodes that the rules want remediated (active ones and this cycle's fired
+   targets) are back within the limit.
+5. Limits, in a fixed order (rule order, then target: by node then device, by
+   namespace then pod, by pool): per-rule ``maxConcurrent`` and
+   ``maxActionsPerHour``, global ``maxActionsPerHour`` and ``maxConcurrentDrains``,
+   then the breaker (see ``breaker``). A target held back stays pending and fires
+   on a later cycle when the limit allows. When the breaker stops a target it
+   opens, and every target after it in this cycle is held too; while it is open no
+   rule acts (pod and pool targets included), but recoveries go on. Only "act"
+   decisions count towards ``maxActionsPerHour``.
+
+Unknown results: a rule whose result is ``Unknown``, a Scalar (it names no target)
+or missing from ``results`` produces no decision; its pending entries are kept as
+they are (not cleared, and they cannot fire this cycle, even if their ``for`` has
+passed meanwhile; they fire on the next known cycle that contains them). Likewise
+an unknown recover result keeps ``recovering`` entries and never recovers.
+
+An empty Vector is known: the sources return one only when they have data (their
+health check passed), so it means "the condition holds for no target". It can
+neither trigger nor undo an action, but it does end a ``for:`` wait (and a
+recovery's), as in Prometheus: a condition that clears and comes back must hold
+for its whole ``for:`` again. A known result resets the pending (or recovering)
+entry of every target it does not contain. Samples lacking the labels that name the rule's
+target are skipped with a ``skipped`` note and do not count as present.
+
+State: ``evaluate`` mutates the ``EngineState`` passed in and returns the cycle's
+decisions, recover decisions first, then act decisions, each in rule order and then
+target order. ``state.notes`` is replaced with this cycle's notes. It does not
+append to the decision log: the caller calls ``state.record(decisions)``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from autoscaler.engine.breaker import (
+    SizeUnknown,
+    allowed_unhealthy,
+    counted,
+    describe_limit,
+    in_grace,
+)
+from autoscaler.engine.decision import Decision
+from autoscaler.engine.state import Active, ClusterInfo, EngineState, Note, TargetKey
+from autoscaler.ruleset.model import Limits, Rule, RuleSet, Target
+from autoscaler.types import Labels, QueryResult, Sample, Scalar, Unknown, Vector
+
+# The labels that name what a rule acts on, by the rule's target.
+TARGET_LABELS: Mapping[Target, tuple[str, ...]] = {
+    "node": ("node",),
+    "device": ("node", "device"),
+    "pod": ("namespace", "pod"),
+    "pool": ("pool",),
+}
+
+# Actions that maxConcurrentDrains counts: both move every job off what they act on.
+DRAIN_ACTIONS = frozenset({"drain", "migrate_jobs"})
+
+HOUR = 3600.0
+
+
+def evaluate(
+    ruleset: RuleSet,
+    results: Mapping[str, QueryResult],
+    state: EngineState,
+    now: float,
+    *,
+    recover_results: Mapping[str, QueryResult] | None = None,
+    cluster: ClusterInfo | None = None,
+    dry_run: bool = False,
+) -> list[Decision]:
+    """One cycle: decisions for ``now`` from ``results`` (rule name -> result of its
+    expr, or for alertname rules a Vector of the firing alerts' labels, value 1) and
+    ``recover_results`` (rule name -> result of its recover expr). Mutates ``state``;
+    see the module docstring for the exact rules."""
+    state.notes = []
+    _forget(ruleset, state, now)
+    recovered = _recover(ruleset, recover_results or {}, state, now, dry_run)
+    done = {(d.rule, _labels(d.target)) for d in recovered}
+    fired = _fire(ruleset, results, state, now, done)
+    _close_window_breaker(ruleset.limits, fired, state, cluster, now)
+    acted = _gate(ruleset.limits, fired, state, cluster, now, dry_run)
+    state.last_evaluation = now
+    return recovered + acted
+
+
+def target_of(target: Target, sample: Sample) -> tuple[Labels, tuple[str, ...]]:
+    """(target labels, names of the missing ones) for a sample of a rule with this
+    target. The labels are only meaningful when nothing is missing."""
+    names = TARGET_LABELS[target]
+    got = {name: sample.get(name) for name in names}
+    missing = tuple(name for name, value in got.items() if not value)
+    return tuple(sorted(got.items())), missing
+
+
+def format_duration(seconds: float) -> str:
+    """Prometheus's way of writing a duration: 0s, 15s, 5m30s, 1h, 1d2h, 1.5s."""
+    ms = round(seconds * 1000)
+    if ms == 0:
+        return "0s"
+    sign = "-" if ms < 0 else ""
+    ms = abs(ms)
+    out = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)):
+        if ms >= size:
+            out.append(f"{ms // size}{unit}")
+            ms %= size
+    if ms:
+        out.append(f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms / 1000:g}s")
+    return sign + "".join(out)
+
+
+@dataclass(frozen=True)
+class _Fired:
+    """A target whose rule fired this cycle, before limits and the breaker."""
+
+    rule: Rule
+    target: Labels
+    sample: Sample
+    since: float
+    node: str | None
+
+    @property
+    def key(self) -> TargetKey:
+        return (self.rule.name, self.target)
+
+
+def _labels(mapping: Mapping[str, str]) -> Labels:
+    return tuple(sorted(mapping.items()))
+
+
+def _order(rule: Rule, target: Labels) -> tuple[str, ...]:
+    """Targets are taken in the order of their naming labels' values: node, then
+    device (all of one node's devices together); namespace, then pod."""
+    values = dict(target)
+    return tuple(values.get(name, "") for name in TARGET_LABELS[rule.target])
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
+def _node(target: Labels) -> str | None:
+    return next((v for k, v in target if k == "node"), None)
+
+
+def _forget(ruleset: RuleSet, state: EngineState, now: float) -> None:
+    rules = {r.name: r for r in ruleset.rules}
+    for key, active in sorted(state.active.items()):
+        rule = rules.get(key[0])
+        if rule is None:
+            del state.active[key]
+            state.notes.append(
+                Note(
+                    key[0],
+                    "dropped",
+                    f"the rule left the rule set; its {active.action} on this target "
+                    "will not be undone by the engine",
+                    key[1],
+                )
+            )
+        elif rule.recover is None and now - active.since >= rule.cooldown:
+            del state.active[key]
+    state.pending = {k: v for k, v in state.pending.items() if k[0] in rules}
+    state.recovering = {
+        k: v
+        for k, v in state.recovering.items()
+        if k in state.active and rules[k[0]].recover is not None
+    }
+    state.last_acted = {
+        k: v
+        for k, v in state.last_acted.items()
+        if k[0] in rules and now - v < rules[k[0]].cooldown
+    }
+    state.actions = [(at, rule) for at, rule in state.actions if now - at < HOUR]
+
+
+def _present(
+    rule: Rule, result: QueryResult | None, state: EngineState, what: str
+) -> dict[Labels, Sample] | None:
+    """The targets in a result, each with its first sample in label order; None when
+    the result is unknown (with a note saying why)."""
+    why: str | None = None
+    if result is None:
+        why = "no result was given"
+    elif isinstance(result, Unknown):
+        why = result.reason
+    elif isinstance(result, Scalar):
+        why = "the result is a scalar, which names no target"
+    if why is not None:
+        state.notes.append(Note(rule.name, "unknown", f"{what}: {why}"))
+        return None
+    assert isinstance(result, Vector)
+    present: dict[Labels, Sample] = {}
+    for sample in sorted(result.samples, key=lambda s: s.labels):
+        target, missing = target_of(rule.target, sample)
+        if missing:
+            state.notes.append(
+                Note(
+                    rule.name,
+                    "skipped",
+                    f"{what}: the sample has no {', '.join(missing)} label; a {rule.target} "
+                    f"target is named by {', '.join(TARGET_LABELS[rule.target])}",
+                    sample.labels,
+                )
+            )
+            continue
+        present.setdefault(target, sample)
+    return present
+
+
+def _recover(
+    ruleset: RuleSet,
+    recover_results: Mapping[str, QueryResult],
+    state: EngineState,
+    now: float,
+    dry_run: bool,
+) -> list[Decision]:
+    decisions: list[Decision] = []
+    for rule in ruleset.rules:
+        if rule.recover is None:
+            continue
+        keys = sorted(
+            (k for k in state.active if k[0] == rule.name), key=lambda k: _order(rule, k[1])
+        )
+        if not keys:
+            continue
+        present = _present(rule, recover_results.get(rule.name), state, "recover")
+        if present is None:
+            continue
+        for key in keys:
+            sample = present.get(key[1])
+            if sample is None:
+                state.recovering.pop(key, None)
+                continue
+            since = state.recovering.setdefault(key, now)
+            if now - since < rule.recover.for_:
+                continue
+            del state.active[key]
+            del state.recovering[key]
+            decisions.append(
+                _decision(
+                    rule,
+                    "recover",
+                    key[1],
+                    sample,
+                    now,
+                    dry_run,
+                    f"recover held for {format_duration(now - since)} "
+                    f"(for: {format_duration(rule.recover.for_)})",
+                )
+            )
+    return decisions
+
+
+def _fire(
+    ruleset: RuleSet,
+    results: Mapping[str, QueryResult],
+    state: EngineState,
+    now: float,
+    recovered: set[TargetKey],
+) -> list[_Fired]:
+    fired: list[_Fired] = []
+    for rule in ruleset.rules:
+        present = _present(rule, results.get(rule.name), state, "expr")
+        if present is None:
+            continue
+        for key in [k for k in state.pending if k[0] == rule.name and k[1] not in present]:
+            del state.pending[key]
+        for target, sample in sorted(present.items(), key=lambda kv: _order(rule, kv[0])):
+            key = (rule.name, target)
+            if key in state.active or key in recovered:
+                state.pending.pop(key, None)
+                continue
+            since = state.pending.setdefault(key, now)
+            if now - since < rule.for_:
+                continue
+            last = state.last_acted.get(key)
+            if last is not None and now - last < rule.cooldown:
+                state.notes.append(
+                    Note(
+                        rule.name,
+                        "held",
+                        f"cooldown: acted at {last:g}, cooldown "
+                        f"{format_duration(rule.cooldown)} ends at {last + rule.cooldown:g}",
+                        target,
+                    )
+                )
+                continue
+            fired.append(_Fired(rule, target, sample, since, _node(target)))
+    return fired
+
+
+def _close_window_breaker(
+    limits: Limits,
+    fired: list[_Fired],
+    state: EngineState,
+    cluster: ClusterInfo | None,
+    now: float,
+) -> None:
+    if not state.breaker_open or limits.breaker_reset != "window":
+        return
+    opened = state.breaker_opened_at
+    if opened is not None and now - opened < limits.breaker_window:
+        return
+    try:
+        allowed = allowed_unhealthy(limits, cluster, now)
+    except SizeUnknown:
+        return
+    wanted = counted(
+        [a.node for a in state.active.values()] + [f.node for f in fired], limits, cluster, now
+    )
+    if allowed is not None and len(wanted) > allowed:
+        return
+    state.breaker_open = False
+    state.breaker_opened_at = None
+    state.breaker_reason = ""
+    state.notes.append(
+        Note(
+            "",
+            "breaker",
+            f"closed: {format_duration(limits.breaker_window)} passed and "
+            f"{_nodes(len(wanted))} want remediation, within "
+            f"{describe_limit(limits, cluster, now)}",
+        )
+    )
+
+
+def _gate(
+    limits: Limits,
+    fired: list[_Fired],
+    state: EngineState,
+    cluster: ClusterInfo | None,
+    now: float,
+    dry_run: bool,
+) -> list[Decision]:
+    size_unknown: str | None = None
+    try:
+        allowed = allowed_unhealthy(limits, cluster, now)
+    except SizeUnknown as e:
+        allowed, size_unknown = None, str(e)
+    unhealthy = counted((a.node for a in state.active.values()), limits, cluster, now)
+    active_by_rule = Counter(rule for rule, _ in state.active)
+    drains = sum(1 for a in state.active.values() if a.action in DRAIN_ACTIONS)
+    actions_by_rule = Counter(rule for _, rule in state.actions)
+
+    decisions: list[Decision] = []
+    for f in fired:
+        rule = f.rule
+
+        def hold(reason: str, f: _Fired = f) -> None:
+            state.notes.append(Note(f.rule.name, "held", reason, f.target))
+
+        if state.breaker_open:
+            hold(f"circuit breaker open: {state.breaker_reason}")
+            continue
+        rl = rule.limits
+        if rl.max_concurrent is not None and active_by_rule[rule.name] >= rl.max_concurrent:
+            hold(
+                f"maxConcurrent: {active_by_rule[rule.name]} targets under remediation "
+                f"by this rule (limit {rl.max_concurrent})"
+            )
+            continue
+        if rl.max_actions_per_hour is not None and actions_by_rule[rule.name] >= (
+            rl.max_actions_per_hour
+        ):
+            hold(
+                f"maxActionsPerHour: {actions_by_rule[rule.name]} actions by this rule in "
+                f"the last hour (limit {rl.max_actions_per_hour})"
+            )
+            continue
+        if limits.max_actions_per_hour is not None and (
+            len(state.actions) >= limits.max_actions_per_hour
+        ):
+            hold(
+                f"global maxActionsPerHour: {len(state.actions)} actions in the last hour "
+                f"(limit {limits.max_actions_per_hour})"
+            )
+            continue
+        is_drain = rule.action.type in DRAIN_ACTIONS
+        max_drains = limits.max_concurrent_drains
+        if is_drain and max_drains is not None and drains >= max_drains:
+            hold(f"maxConcurrentDrains: {drains} drains in progress (limit {max_drains})")
+            continue
+        counts = f.node is not None and not in_grace(f.node, limits, cluster, now)
+        if counts and f.node not in unhealthy:
+            if size_unknown is not None:
+                hold(size_unknown)
+                continue
+            if allowed is not None and len(unhealthy) + 1 > allowed:
+                state.breaker_open = True
+                state.breaker_opened_at = now
+                state.breaker_reason = (
+                    f"{_nodes(len(unhealthy) + 1)} under remediation would exceed "
+                    f"{describe_limit(limits, cluster, now)}"
+                )
+                state.notes.append(Note("", "breaker", f"opened: {state.breaker_reason}"))
+                hold(f"circuit breaker opened: {state.breaker_reason}")
+                continue
+        if counts and f.node is not None:
+            unhealthy.add(f.node)
+        state.active[f.key] = Active(now, rule.action.type, f.node)
+        state.last_acted[f.key] = now
+        state.actions.append((now, rule.name))
+        state.pending.pop(f.key, None)
+        active_by_rule[rule.name] += 1
+        actions_by_rule[rule.name] += 1
+        drains += is_drain
+        if rule.alertname is not None:
+            reason = f"alert {rule.alertname} firing"
+        else:
+            reason = "condition held"
+        decisions.append(
+            _decision(
+                rule,
+                "act",
+                f.target,
+                f.sample,
+                now,
+                dry_run,
+                f"{reason} for {format_duration(now - f.since)} "
+                f"(for: {format_duration(rule.for_)})",
+            )
+        )
+    return decisions
+
+
+def _decision(
+    rule: Rule,
+    kind: Literal["act", "recover"],
+    target: Labels,
+    sample: Sample,
+    now: float,
+    dry_run: bool,
+    reason: str,
+) -> Decision:
+    return Decision(
+        rule=rule.name,
+        kind=kind,
+        action=rule.action.type,
+        params=dict(rule.action.params),
+        target=dict(target),
+        sample_labels=sample.labels,
+        sample_value=sample.value,
+        at=now,
+        dry_run=dry_run,
+        reason=reason,
+    )

@@ -1,0 +1,250 @@
+"""What the engine remembers between cycles, and what the cluster looks like to it.
+
+The engine is a function of (rule set, query results, state, time); everything it
+must carry from one cycle to the next lives here, in plain dictionaries keyed by
+(rule name, target labels), so that the whole of it can be shown on
+``GET /api/v1/state``, written to JSON and read back (``to_json``/``from_json``)
+without losing anything the engine decides on.
+
+``evaluate`` mutates the ``EngineState`` it is given (documented there); nothing
+else in the engine keeps hidden state. The controller holds one ``EngineState``
+for the life of the process, a rule unit test a fresh one per test.
+
+Words used below:
+
+- *pending*: the rule's condition holds for a target, since a time; the target
+  fires once it has held for the rule's ``for``.
+- *active*: the rule acted on the target and has not undone it. With ``recover``
+  a target stays active until the recover condition holds; without it, until the
+  rule's cooldown ends (nothing else tells the engine that a one-shot action such as
+  a requeue is over, and the cooldown is the rule author's word for how long it is
+  in effect).
+- *recovering*: an active target whose recover condition holds, since a time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from autoscaler.engine.decision import Decision
+from autoscaler.types import Labels, labels_of
+
+# How many decisions ``GET /api/v1/decisions`` can show.
+DECISION_LOG_SIZE = 1000
+
+# (rule name, target labels): the key of every per-target entry.
+TargetKey = tuple[str, Labels]
+
+NoteKind = Literal["unknown", "skipped", "held", "dropped", "breaker"]
+NOTE_KINDS: tuple[str, ...] = ("unknown", "skipped", "held", "dropped", "breaker")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """The nodes of the cluster, for the breaker's share of unhealthy nodes.
+
+    ``recently_added`` maps a node to the time (unix seconds) a scale-up added it;
+    such a node does not count towards the breaker for ``limits.scale_up_grace``
+    seconds after that time.
+    """
+
+    nodes: frozenset[str]
+    recently_added: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Active:
+    """A target under remediation by a rule."""
+
+    since: float
+    action: str
+    # The node this remediation concerns (node and device targets), which the breaker
+    # counts; None for pod and pool targets.
+    node: str | None
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the engine did not do, and why, for the caller to log and the API to
+    show. Notes describe the last evaluation only.
+
+    kind: ``unknown`` (the rule's result was unknown or named no target: no decision,
+    pending kept), ``skipped`` (a sample lacks the labels that name the rule's target;
+    ``labels`` are the sample's), ``held`` (a target that would fire was held back by a
+    cooldown, a limit or the breaker; ``labels`` are the target's), ``dropped`` (an
+    active target of a rule that is no longer in the rule set was forgotten),
+    ``breaker`` (the breaker opened or closed; ``rule`` is empty).
+    """
+
+    rule: str
+    kind: NoteKind
+    reason: str
+    labels: Labels = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "kind": self.kind,
+            "reason": self.reason,
+            "labels": dict(self.labels),
+        }
+
+
+def _decisions() -> deque[Decision]:
+    return deque(maxlen=DECISION_LOG_SIZE)
+
+
+@dataclass
+class EngineState:
+    """The engine's memory. ``evaluate`` changes it; read it for the API and metrics."""
+
+    # rule, target -> since when the condition has held (continuously, over the
+    # cycles whose result was known).
+    pending: dict[TargetKey, float] = field(default_factory=dict)
+    # rule, target -> since when the recover condition has held, for active targets.
+    recovering: dict[TargetKey, float] = field(default_factory=dict)
+    active: dict[TargetKey, Active] = field(default_factory=dict)
+    # rule, target -> when the rule last acted on it; a cooldown runs from here.
+    last_acted: dict[TargetKey, float] = field(default_factory=dict)
+    # (time, rule) of every "act" decision in the last hour, for the hourly limits.
+    actions: list[tuple[float, str]] = field(default_factory=list)
+    breaker_open: bool = False
+    breaker_opened_at: float | None = None
+    breaker_reason: str = ""
+    decisions: deque[Decision] = field(default_factory=_decisions)
+    notes: list[Note] = field(default_factory=list)
+    last_evaluation: float | None = None
+
+    def record(self, decisions: Iterable[Decision]) -> None:
+        """Append to the decision log (the last ``DECISION_LOG_SIZE`` are kept).
+        ``evaluate`` does not record: the caller does, once, after it has seen them."""
+        self.decisions.extend(decisions)
+
+    def pending_counts(self) -> dict[str, int]:
+        """Pending targets by rule (condition holds, not acted on yet)."""
+        return _count(rule for rule, _ in self.pending)
+
+    def active_counts(self) -> dict[str, int]:
+        """Targets under remediation by rule."""
+        return _count(rule for rule, _ in self.active)
+
+    def release(self, rule: str, target: Mapping[str, str]) -> bool:
+        """Forget that ``rule`` is remediating ``target`` (the action failed for good,
+        or a person undid it). The cooldown still runs. True if it was active."""
+        key = (rule, labels_of(target))
+        self.recovering.pop(key, None)
+        return self.active.pop(key, None) is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything, as JSON-ready dicts and lists; ``from_json`` reads it back."""
+        return {
+            "pending": [_entry(k, since=v) for k, v in sorted(self.pending.items())],
+            "recovering": [_entry(k, since=v) for k, v in sorted(self.recovering.items())],
+            "active": [
+                _entry(k, since=a.since, action=a.action, node=a.node)
+                for k, a in sorted(self.active.items())
+            ],
+            "cooldowns": [_entry(k, lastActedAt=v) for k, v in sorted(self.last_acted.items())],
+            "actions": [{"at": at, "rule": rule} for at, rule in self.actions],
+            "breaker": {
+                "open": self.breaker_open,
+                "openedAt": self.breaker_opened_at,
+                "reason": self.breaker_reason,
+            },
+            "decisions": [d.as_json() for d in self.decisions],
+            "notes": [n.as_json() for n in self.notes],
+            "lastEvaluation": self.last_evaluation,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> EngineState:
+        """The state that ``to_json`` wrote. Raises KeyError/TypeError/ValueError on a
+        document of another shape."""
+        breaker = doc["breaker"]
+        state = cls(
+            pending={_key(e): float(e["since"]) for e in doc["pending"]},
+            recovering={_key(e): float(e["since"]) for e in doc["recovering"]},
+            active={
+                _key(e): Active(float(e["since"]), str(e["action"]), _opt_str(e["node"]))
+                for e in doc["active"]
+            },
+            last_acted={_key(e): float(e["lastActedAt"]) for e in doc["cooldowns"]},
+            actions=[(float(e["at"]), str(e["rule"])) for e in doc["actions"]],
+            breaker_open=bool(breaker["open"]),
+            breaker_opened_at=_opt_float(breaker["openedAt"]),
+            breaker_reason=str(breaker["reason"]),
+            notes=[_note(n) for n in doc["notes"]],
+            last_evaluation=_opt_float(doc["lastEvaluation"]),
+        )
+        state.record(_decision(d) for d in doc["decisions"])
+        return state
+
+
+def reset_breaker(state: EngineState, now: float) -> bool:
+    """A person closes the breaker (``POST /api/v1/breaker/reset``). Works whatever
+    ``breakerReset`` says. The next evaluation opens it again if remediation would
+    still exceed the limit. Returns whether it was open."""
+    was_open = state.breaker_open
+    state.breaker_open = False
+    state.breaker_opened_at = None
+    state.breaker_reason = ""
+    if was_open:
+        state.notes.append(Note("", "breaker", f"closed by a person at {now:g}"))
+    return was_open
+
+
+def _count(rules: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for rule in rules:
+        out[rule] = out.get(rule, 0) + 1
+    return out
+
+
+def _entry(key: TargetKey, **values: Any) -> dict[str, Any]:
+    rule, target = key
+    return {"rule": rule, "target": dict(target), **values}
+
+
+def _key(entry: Mapping[str, Any]) -> TargetKey:
+    target = entry["target"]
+    if not isinstance(target, Mapping):
+        raise TypeError(f"target must be a mapping, got {type(target).__name__}")
+    return (str(entry["rule"]), labels_of({str(k): str(v) for k, v in target.items()}))
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _note(doc: Mapping[str, Any]) -> Note:
+    kind = doc["kind"]
+    if kind not in NOTE_KINDS:
+        raise ValueError(f"note kind must be one of {', '.join(NOTE_KINDS)}, got {kind!r}")
+    labels = {str(k): str(v) for k, v in doc["labels"].items()}
+    return Note(str(doc["rule"]), kind, str(doc["reason"]), labels_of(labels))
+
+
+def _decision(doc: Mapping[str, Any]) -> Decision:
+    kind = doc["kind"]
+    if kind not in ("act", "recover"):
+        raise ValueError(f"decision kind must be act or recover, got {kind!r}")
+    sample = doc["sample"]
+    return Decision(
+        rule=str(doc["rule"]),
+        kind=kind,
+        action=str(doc["action"]),
+        params=dict(doc["params"]),
+        target={str(k): str(v) for k, v in doc["target"].items()},
+        sample_labels=labels_of({str(k): str(v) for k, v in sample["labels"].items()}),
+        sample_value=float(sample["value"]),
+        at=float(doc["at"]),
+        dry_run=bool(doc["dryRun"]),
+        reason=str(doc["reason"]),
+    )
