@@ -209,13 +209,102 @@ CATALOGUE: tuple[MetricSpec, ...] = (
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOGUE}
 
+# Which vendor gives each device metric, and from where (README table). A metric a
+# vendor cannot give is simply absent for its devices, never 0.
+SOURCES: dict[str, dict[str, str]] = {
+    "accel_utilization_ratio": {
+        "nvidia": "NVML utilization (GPM per MIG instance later)",
+        "amd": "gpu_metrics average_gfx_activity / gpu_busy_percent / amdsmi",
+        "oneapi": "Sysman engine activity",
+        "cpu": "/proc/stat",
+    },
+    "accel_memory_used_bytes": {
+        "nvidia": "NVML memory info",
+        "amd": "mem_info_vram_used / amdsmi",
+        "oneapi": "Sysman memory state",
+        "cpu": "NUMA meminfo",
+    },
+    "accel_memory_total_bytes": {
+        "nvidia": "NVML memory info",
+        "amd": "mem_info_vram_total / amdsmi",
+        "oneapi": "Sysman memory state / dpctl global_mem_size",
+        "cpu": "NUMA meminfo",
+    },
+    "accel_memory_bandwidth_utilization_ratio": {
+        "nvidia": "GPM DRAM_BW_UTIL (Hopper+) / NVML memory utilization",
+        "amd": "gpu_metrics average_umc_activity / mem_busy_percent",
+        "oneapi": "Sysman memory bandwidth counters",
+    },
+    "accel_ecc_errors_total": {
+        "nvidia": "NVML volatile ECC",
+        "amd": "ras/*_err_count / amdsmi",
+        "oneapi": "Sysman RAS",
+    },
+    "accel_retired_pages": {"nvidia": "NVML retired pages (pre-Ampere)"},
+    "accel_remapped_rows": {"nvidia": "NVML remapped rows (Ampere+)"},
+    "accel_fault_events_total": {
+        "nvidia": "Xid events (NVML event set)",
+        "amd": "RAS count increases",
+        "oneapi": "Sysman RAS and device state",
+    },
+    "accel_temperature_celsius": {
+        "nvidia": "NVML",
+        "amd": "gpu_metrics / hwmon / amdsmi",
+        "oneapi": "Sysman / xe hwmon",
+        "cpu": "coretemp, k10temp hwmon",
+    },
+    "accel_power_watts": {
+        "nvidia": "NVML power usage",
+        "amd": "gpu_metrics / hwmon / amdsmi",
+        "oneapi": "Sysman energy / i915, xe hwmon energy",
+        "cpu": "RAPL energy",
+    },
+    "accel_power_limit_watts": {
+        "nvidia": "NVML enforced limit",
+        "amd": "hwmon power1_cap / amdsmi",
+        "oneapi": "Sysman limits / hwmon power1_max",
+    },
+    "accel_energy_joules_total": {
+        "nvidia": "NVML total energy (Volta+)",
+        "amd": "gpu_metrics energy_accumulator / amdsmi",
+        "oneapi": "Sysman energy / hwmon energy1_input",
+        "cpu": "RAPL energy_uj",
+    },
+    "accel_clock_hertz": {
+        "nvidia": "NVML clocks",
+        "amd": "gpu_metrics / hwmon freq*",
+        "oneapi": "Sysman frequency / i915, xe act_freq",
+    },
+    "accel_throttle_active": {
+        "nvidia": "NVML clocks event reasons",
+        "amd": "gpu_metrics throttle status or residency",
+        "oneapi": "Sysman frequency throttle reasons",
+    },
+    "accel_pcie_throughput_bytes_per_second": {"nvidia": "NVML PCIe throughput"},
+    "accel_link_throughput_bytes_per_second": {
+        "nvidia": "NVLink throughput fields",
+        "amd": "gpu_metrics xGMI accumulators",
+    },
+    "accel_link_errors_total": {"nvidia": "NVLink error counters"},
+    "accel_topology_link_info": {"nvidia": "NVLink remote PCI info", "sim": "simulated"},
+    "accel_topology_distance": {"all": "not emitted yet (topology issue)"},
+    "accel_device_pod_info": {"all": "not emitted yet (pod attribution issue)"},
+}
+
 
 def markdown_table() -> str:
     """The README's metric table, generated so that it cannot drift from the code."""
-    rows = ["| metric | type | labels | help |", "|---|---|---|---|"]
+    rows = [
+        "| metric | type | labels | help | sources by vendor |",
+        "|---|---|---|---|---|",
+    ]
     for m in CATALOGUE:
         labels = ", ".join(m.labels) if m.labels else ""
         if m.per_device:
             labels = "device, vendor, uuid" + (", " + labels if labels else "")
-        rows.append(f"| `{m.name}` | {m.type} | {labels} | {m.help} |")
+        by_vendor = SOURCES.get(m.name, {})
+        sources = "; ".join(f"{v}: {src}" for v, src in by_vendor.items())
+        if not sources:
+            sources = "the exporter itself" if not m.per_device else "all backends"
+        rows.append(f"| `{m.name}` | {m.type} | {labels} | {m.help} | {sources} |")
     return "\n".join(rows)
