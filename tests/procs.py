@@ -171,3 +171,33 @@ def alertmanager(tmp: Path, webhook_url: str, token: str | None = None) -> Itera
         _stop(proc)
         if proc.stderr:
             proc.stderr.close()
+
+
+@contextlib.contextmanager
+def prometheus_tsdb(tmp: Path, data: Path, args: Sequence[str] = ()) -> Iterator[str]:
+    """Runs Debian's Prometheus over an existing data directory (for example blocks
+    written by ``promtool tsdb create-blocks-from``), scraping nothing; yields its URL."""
+    port = free_port()
+    config = tmp / "prometheus-tsdb.yml"
+    config.write_text("global:\n  evaluation_interval: 1m\n")
+    proc = subprocess.Popen(
+        [
+            require("prometheus"),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+            *args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HOME": str(tmp)},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/-/ready", timeout=30)
+        yield url
+    finally:
+        _stop(proc)
+        if proc.stderr:
+            proc.stderr.close()

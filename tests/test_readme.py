@@ -3,6 +3,7 @@ every flag that --help shows."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -41,9 +42,9 @@ def test_every_autoscaler_run_flag_is_documented() -> None:
     from autoscaler.cli import build_parser as autoscaler_parser
 
     sub = next(
-        a for a in autoscaler_parser()._actions if a.__class__.__name__ == "_SubParsersAction"
+        a for a in autoscaler_parser()._actions if isinstance(a, argparse._SubParsersAction)
     )
-    run = sub.choices["run"]  # type: ignore[attr-defined]
+    run = sub.choices["run"]
     flags = {
         opt
         for action in run._actions
