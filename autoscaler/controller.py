@@ -24,6 +24,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from accel_common import logs
+from accel_common.durations import parse_duration
 from autoscaler.engine.decision import Decision
 from autoscaler.engine.evaluate import evaluate
 from autoscaler.engine.state import ClusterInfo, EngineState
@@ -33,8 +35,6 @@ from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.base import Source
 from autoscaler.types import QueryResult, Unknown, Vector
-from exporter import logs
-from exporter.durations import parse_duration
 
 log = logging.getLogger("accel_autoscaler")
 

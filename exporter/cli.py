@@ -20,10 +20,11 @@ from typing import NoReturn
 
 from aiohttp import web
 
-from exporter import __version__, backends, logs
+from accel_common import logs
+from accel_common.durations import parse_duration
+from exporter import __version__, backends
 from exporter.backends.base import Backend, BackendOptions
 from exporter.backends.sim import SimScriptError, parse_sim_devices
-from exporter.durations import parse_duration
 from exporter.poller import Poller
 from exporter.server import make_app, split_listen_address
 from exporter.webconfig import WebConfig, WebConfigError, load_web_config

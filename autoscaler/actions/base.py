@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from exporter.durations import parse_duration
+from accel_common.durations import parse_duration
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -41,8 +41,8 @@ from typing import Any
 
 import yaml
 
+from accel_common.durations import parse_duration
 from exporter.backends.base import Backend, BackendOptions
-from exporter.durations import parse_duration
 from exporter.model import DeviceInfo, DeviceLostError, FaultEvent, Link, Reading
 
 GIB = 1024**3
