@@ -77,6 +77,14 @@ class Controller:
     def ruleset(self) -> RuleSet:
         return self.watcher.current
 
+    def _retain(self) -> None:
+        retain = getattr(self.source, "retain", None)
+        if retain is not None:
+            exprs = [NODES_QUERY]
+            for r in self.ruleset.rules:
+                exprs += [e for e in (r.expr, r.recover.expr if r.recover else None) if e]
+            retain(exprs)
+
     async def _cluster(self, now: float) -> ClusterInfo | None:
         result = await self.source.query(NODES_QUERY, now)
         if not isinstance(result, Vector):
@@ -89,7 +97,8 @@ class Controller:
         from interleaving on the engine state."""
         async with self.lock:
             start = time.perf_counter()
-            self.watcher.check()
+            if self.watcher.check() or self.stats.cycles == 0:
+                self._retain()
             ruleset = self.ruleset
             now = self.clock()
             self.source_up = await self.source.refresh(now)

@@ -41,9 +41,7 @@ def test_ci_calls_make_test() -> None:
 def test_every_autoscaler_run_flag_is_documented() -> None:
     from autoscaler.cli import build_parser as autoscaler_parser
 
-    sub = next(
-        a for a in autoscaler_parser()._actions if isinstance(a, argparse._SubParsersAction)
-    )
+    sub = next(a for a in autoscaler_parser()._actions if isinstance(a, argparse._SubParsersAction))
     run = sub.choices["run"]
     flags = {
         opt

@@ -75,12 +75,20 @@ class ScrapeSource:
             self._errors[node] = reason
             self.target_up[node] = False
             # As in Prometheus: an unreachable target's series go stale at once.
-            self.store.ingest_text("", at, {"node": node}, target=node)
+            self.store.end_target(node, at)
             return
         if not self.target_up[node]:
             log.info("scrape of %s (%s) is up", node, url)
         self._errors.pop(node, None)
         self.target_up[node] = True
+
+    def retain(self, exprs: list[str]) -> None:
+        """Keeps exactly the history the rules need (their longest range, offset and
+        the 5 m lookback), so memory follows the rules, not the uptime."""
+        from autoscaler.promql.support import required_retention
+
+        if exprs:
+            self.store.retention = max(required_retention(e) for e in exprs)
 
     async def refresh(self, at: float) -> bool:
         if self._session is None:

@@ -1,0 +1,129 @@
+"""``accel-autoscaler query``: one expression, one series file, one instant.
+
+The output is the ``data`` object of Prometheus's ``/api/v1/query``, byte for
+byte where the numbers agree: ``{"resultType": ..., "result": ...}`` with values
+as ``[time, "value"]``. A value is written like Go's
+``strconv.FormatFloat(v, 'f', -1, 64)`` (shortest digits; ``'e'`` below 1e-6 and
+from 1e21 on, as ``jsonutil.MarshalValue`` does; ``NaN``, ``+Inf``, ``-Inf``) and a
+time like ``jsonutil.MarshalTimestamp`` (seconds, then exactly three decimals when
+there is a fraction). A scalar is the exception, as in Prometheus 2.42: Go's
+``encoding/json`` writes its time as a plain float and its value always in
+``'f'`` format. So a rule's author can run the same file through ``promtool tsdb
+create-blocks-from openmetrics`` and Prometheus, and diff the two answers.
+
+Exit status: 0 with a result, 2 for a usage problem (bad time, unreadable or
+malformed file, an expression that does not parse or is outside the subset),
+1 for an evaluation error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from decimal import Decimal
+
+from autoscaler.promql.evaluator import EvalError, Evaluator, ExprError
+from autoscaler.promql.openmetrics import OpenMetricsError, load
+from autoscaler.types import Labels, Matrix, Scalar, Vector
+
+_PROG = "accel-autoscaler query"
+
+
+def _shortest_f(v: float) -> str:
+    """Go's ``strconv.FormatFloat(v, 'f', -1, 64)``: shortest digits, no exponent."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    text = format(Decimal(repr(v)), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def format_value(v: float) -> str:
+    """A vector or matrix sample value as Prometheus's JSON writes it
+    (``jsonutil.MarshalValue``): shortest ``'f'``, or ``'e'`` below 1e-6 and from
+    1e21 on."""
+    magnitude = abs(v)
+    if math.isfinite(v) and magnitude != 0 and (magnitude < 1e-6 or magnitude >= 1e21):
+        sign, digits, exponent = Decimal(repr(v)).as_tuple()
+        assert isinstance(exponent, int)
+        significant = "".join(map(str, digits)).rstrip("0") or "0"
+        power = exponent + len(digits) - 1
+        mantissa = significant[0] + ("." + significant[1:] if len(significant) > 1 else "")
+        return f"{'-' if sign else ''}{mantissa}e{'+' if power >= 0 else '-'}{abs(power):02d}"
+    return _shortest_f(v)
+
+
+def format_timestamp(t: float) -> str:
+    """A sample time (seconds, millisecond precision) as Prometheus's JSON writes it."""
+    ms = round(t * 1000)
+    sign = "-" if ms < 0 else ""
+    ms = abs(ms)
+    whole, fraction = divmod(ms, 1000)
+    if fraction:
+        return f"{sign}{whole}.{fraction:03d}"
+    return f"{sign}{whole}"
+
+
+def _metric(labels: Labels) -> str:
+    return json.dumps(dict(labels), separators=(",", ":"), ensure_ascii=False)
+
+
+def _point(t: float, v: float) -> str:
+    return f'[{format_timestamp(t)},"{format_value(v)}"]'
+
+
+def result_json(result: Vector | Scalar | Matrix) -> str:
+    """The ``data`` object of ``/api/v1/query`` for a result; series sorted by labels."""
+    if isinstance(result, Scalar):
+        # A scalar goes through Go's encoding/json: the time is a plain float and
+        # the value is always 'f'-formatted.
+        t = _shortest_f(round(result.timestamp * 1000) / 1000)
+        return f'{{"resultType":"scalar","result":[{t},"{_shortest_f(result.value)}"]}}'
+    if isinstance(result, Vector):
+        items = [
+            f'{{"metric":{_metric(s.labels)},"value":{_point(s.timestamp, s.value)}}}'
+            for s in sorted(result.samples, key=lambda s: s.labels)
+        ]
+        return '{"resultType":"vector","result":[' + ",".join(items) + "]}"
+    items = [
+        f'{{"metric":{_metric(s.labels)},"values":['
+        + ",".join(_point(t, v) for t, v in s.points)
+        + "]}"
+        for s in sorted(result.series, key=lambda s: s.labels)
+    ]
+    return '{"resultType":"matrix","result":[' + ",".join(items) + "]}"
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"{_PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+def main(expr: str, series_file: str, time: str) -> int:
+    try:
+        t = float(time)
+        if not math.isfinite(t):
+            raise ValueError
+    except ValueError:
+        return _fail(f"--time must be unix seconds, got {time!r}", 2)
+    try:
+        store = load(series_file)
+    except OSError as e:
+        return _fail(f"cannot read {series_file}: {e.strerror or e}", 2)
+    except (OpenMetricsError, UnicodeDecodeError) as e:
+        return _fail(str(e), 2)
+    evaluator = Evaluator(store)
+    try:
+        evaluator.check(expr)
+    except ExprError as e:
+        return _fail(str(e), 2)
+    try:
+        result = evaluator.instant(expr, t)
+    except EvalError as e:
+        return _fail(str(e), 1)
+    print(result_json(result))
+    return 0
