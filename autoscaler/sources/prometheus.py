@@ -13,6 +13,7 @@ not read its silence as "all healthy".
 
 from __future__ import annotations
 
+import base64
 import logging
 import ssl
 from dataclasses import dataclass
@@ -81,20 +82,18 @@ class PrometheusSource:
         # up without a restart.
         if self.config.bearer_token_file is not None:
             return {"Authorization": f"Bearer {_read_secret(self.config.bearer_token_file)}"}
+        if self.config.basic_auth_file is not None:
+            pair = _read_secret(self.config.basic_auth_file).encode()
+            return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
         return {}
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            auth = None
-            if self.config.basic_auth_file is not None:
-                user, _, password = _read_secret(self.config.basic_auth_file).partition(":")
-                auth = aiohttp.BasicAuth(user, password)
             ssl_ctx: ssl.SSLContext | bool = True
             if self.config.ca_file is not None:
                 ssl_ctx = ssl.create_default_context(cafile=str(self.config.ca_file))
             self._session = aiohttp.ClientSession(
                 headers=self._headers(),
-                auth=auth,
                 timeout=aiohttp.ClientTimeout(total=self.config.timeout),
                 connector=aiohttp.TCPConnector(ssl=ssl_ctx),
             )
