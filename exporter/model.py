@@ -102,6 +102,19 @@ class Link:
     links: int = 1
 
 
+@dataclass(frozen=True)
+class PodAssignment:
+    """A container the kubelet assigned a device to. ``device_id`` is the device
+    plugin's ID: a GPU or MIG UUID for NVIDIA, a PCI address for AMD and Intel; the
+    renderer matches it to a device by UUID or PCI bus ID."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+
+
 class DeviceLostError(Exception):
     """The device stopped answering (fallen off the bus, GPU is lost). The poller
     keeps its identity and exports ``accel_up 0``; the exporter never exits for it."""

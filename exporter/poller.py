@@ -36,6 +36,7 @@ from exporter.model import (
     DeviceInfo,
     DeviceLostError,
     Link,
+    PodAssignment,
     Reading,
 )
 from exporter.render import BackendStatus, DeviceState, reading_lines, render
@@ -54,6 +55,7 @@ class PollResult:
     devices: list[DeviceInfo]
     readings: dict[str, Reading]
     links: list[Link]
+    pods: list[PodAssignment]
     duration: float
 
 
@@ -79,6 +81,7 @@ class _BackendState:
     last_success: float | None = None
     devices: list[DeviceInfo] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
+    pods: list[PodAssignment] = field(default_factory=list)
     # Per-device reasons already logged, so a flapping field logs once, not per poll.
     logged: set[tuple[str, str]] = field(default_factory=set)
 
@@ -127,7 +130,8 @@ class Poller:
                 readings[d.device] = Reading(up=False, down_reason=f"device lost: {e}")
             except Exception as e:  # one device's failure is that device's, not ours
                 readings[d.device] = Reading(up=False, down_reason=f"{type(e).__name__}: {e}")
-        return PollResult(devices, readings, links, time.perf_counter() - start)
+        pods = b.pods()
+        return PollResult(devices, readings, links, pods, time.perf_counter() - start)
 
     async def poll_backend(self, st: _BackendState) -> None:
         name = st.backend.name
@@ -165,6 +169,7 @@ class Poller:
         if reason != st.reason:
             log.log(level, "backend %s is down: %s", st.backend.name, reason)
         st.up, st.reason = False, reason
+        st.pods = []
         for d in st.devices:
             ds = self._devices.get(d.device)
             if ds is not None:
@@ -210,12 +215,15 @@ class Poller:
                 log.warning(
                     "fault on %s: code=%s severity=%s %s", d.device, ev.code, sev, ev.detail
                 )
+        st.pods = result.pods
         st.duration = result.duration
         st.last_success = self.clock()
 
     # -- rendering ---------------------------------------------------------------
 
-    def _render_inputs(self) -> tuple[list[DeviceState], list[Link], list[BackendStatus]]:
+    def _render_inputs(
+        self,
+    ) -> tuple[list[DeviceState], list[Link], list[BackendStatus], list[PodAssignment]]:
         """What the renderer reads, with the counters copied at this instant."""
         devices = [
             DeviceState(ds.info, ds.reading, dict(ds.faults), dict(ds.fault_codes), ds.lines)
@@ -225,7 +233,8 @@ class Poller:
         statuses = [
             BackendStatus(s.backend.name, s.up, s.duration, s.last_success) for s in self._states
         ]
-        return devices, links, statuses
+        pods = [p for s in self._states for p in s.pods]
+        return devices, links, statuses, pods
 
     def render(self) -> Snapshot:
         """Renders everything on the calling thread (start-up, tests)."""

@@ -13,8 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter import schema
-from exporter.model import DeviceInfo, Link, Reading
+from exporter import schema, topology
+from exporter.model import DeviceInfo, Link, PodAssignment, Reading
 from exporter.schema import MetricSpec
 
 
@@ -203,10 +203,49 @@ def _faults(fam: _Families, d: DeviceState) -> None:
         fam.add(schema.FAULT_CODE_EVENTS, labels, n)
 
 
+def normalise_device_id(value: str) -> str:
+    """A device plugin ID in the form devices are indexed by: UUIDs as they are,
+    PCI addresses lowercased with a 4-digit domain (kubelets report 0000:c1:00.0)."""
+    v = value.strip()
+    parts = v.split(":")
+    if len(parts) == 3 and "." in parts[2]:
+        return f"{int(parts[0], 16):04x}:{parts[1].lower()}:{parts[2].lower()}"
+    if len(parts) == 2 and "." in parts[1]:
+        return f"0000:{parts[0].lower()}:{parts[1].lower()}"
+    return v
+
+
+def _pods(fam: _Families, devices: Sequence[DeviceState], pods: Sequence[PodAssignment]) -> None:
+    """accel_device_pod_info: the kubelet's device IDs matched to our devices by UUID
+    (GPU or MIG) or by PCI address. A device shared by several pods (time-slicing,
+    MPS) gets one series per pod."""
+    index: dict[str, DeviceInfo] = {}
+    for d in devices:
+        index[d.info.uuid] = d.info
+        if d.info.pci_bus_id and not d.info.parent:
+            index.setdefault(normalise_device_id(d.info.pci_bus_id), d.info)
+    seen: set[tuple[str, str, str, str]] = set()
+    for p in pods:
+        info = index.get(p.device_id) or index.get(normalise_device_id(p.device_id))
+        if info is None:
+            continue
+        key = (info.device, p.namespace, p.pod, p.container)
+        if key in seen:
+            continue
+        seen.add(key)
+        labels = (
+            device_labels(info)
+            + ","
+            + _labels((("namespace", p.namespace), ("pod", p.pod), ("container", p.container)))
+        )
+        fam.add(schema.DEVICE_POD, labels, 1)
+
+
 def render(
     devices: Sequence[DeviceState],
     links: Sequence[Link],
     backends: Sequence[BackendStatus],
+    pods: Sequence[PodAssignment] = (),
 ) -> bytes:
     """The whole exposition for one snapshot."""
     fam = _Families()
@@ -234,6 +273,10 @@ def render(
             ),
             1,
         )
+    for name, peer, distance in topology.distances([d.info for d in devices], links):
+        labels = device_labels(by_name[name]) + "," + _labels((("peer_device", peer),))
+        fam.add(schema.TOPOLOGY_DISTANCE, labels, distance)
+    _pods(fam, devices, pods)
     for b in backends:
         lbl = _labels((("backend", b.name),))
         fam.add(schema.BACKEND_UP, lbl, 1 if b.up else 0)

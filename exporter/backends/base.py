@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from exporter.model import DeviceInfo, Link, Reading
+from exporter.model import DeviceInfo, Link, PodAssignment, Reading
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ class Backend(abc.ABC):
 
     def topology(self) -> list[Link]:
         """Links between this backend's devices; none by default."""
+        return []
+
+    def pods(self) -> list[PodAssignment]:
+        """Which containers hold which devices, for a backend that knows (the kubelet
+        backend, the sim); polled after the devices, every poll."""
         return []
 
     def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
