@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # wheel's own .icd file points at a placeholder path, so name the library directly.
 export OCL_ICD_FILENAMES := $(abspath $(VENV))/lib/libintelocl.so
 
-.PHONY: setup test lint typecheck pytest demo bench peers clean
+.PHONY: setup test lint typecheck pytest demo bench peers clean proto
 
 setup: $(STAMP)
 
@@ -43,6 +43,13 @@ demo: setup
 
 bench: setup peers
 	$(PY) bench/scrape.py
+
+# The kubelet PodResources stubs are committed; this regenerates them (with .pyi for
+# mypy --strict) after a change to the proto or to grpcio-tools.
+proto: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m grpc_tools.protoc -I. \
+	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. \
+	  exporter/kubelet/podresources.proto
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

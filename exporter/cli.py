@@ -149,6 +149,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="procfs mountpoint (default %(default)s)",
     )
+    k = p.add_argument_group("kubernetes")
+    k.add_argument(
+        "--kubelet.pod-resources-socket",
+        dest="kubelet_socket",
+        type=Path,
+        default=BackendOptions.kubelet_socket,
+        metavar="PATH",
+        help="the kubelet's PodResources API socket, read by the kubelet backend for "
+        "accel_device_pod_info (default %(default)s)",
+    )
+    k.add_argument(
+        "--pod-labels",
+        action="store_true",
+        help="also put namespace and pod labels on each device's gauges (series churn "
+        "as pods come and go; see README)",
+    )
     s = p.add_argument_group("simulation")
     s.add_argument(
         "--sim-devices",
@@ -169,6 +185,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="seed of the simulated load (default %(default)s)",
+    )
+    s.add_argument(
+        "--sim-partitions",
+        action="store_true",
+        help="the last simulated NVIDIA GPU runs MIG (2 instances) and the last AMD GPU "
+        "is split in two (DPX), as child devices",
+    )
+    s.add_argument(
+        "--sim-pods",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N simulated pods hold the sim devices, for accel_device_pod_info "
+        "(default %(default)s)",
     )
     o = p.add_argument_group("output")
     o.add_argument(
@@ -207,6 +237,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, WebConfi
         parser.error("--sim-devices is given but 'sim' is not in --backends")
     if args.sim_script is not None and not args.sim_devices:
         parser.error("--sim-script needs --sim-devices")
+    if (args.sim_partitions or args.sim_pods) and not args.sim_devices:
+        parser.error("--sim-partitions and --sim-pods need --sim-devices")
+    if args.sim_pods < 0:
+        parser.error(f"--sim-pods must be 0 or more, got {args.sim_pods}")
     if not args.telemetry_path.startswith("/"):
         parser.error(f"--web.telemetry-path must start with '/', got {args.telemetry_path!r}")
     try:
@@ -231,6 +265,9 @@ def make_backends(args: argparse.Namespace) -> list[Backend]:
         sim_devices=args.sim_devices or (),
         sim_script=args.sim_script,
         sim_seed=args.sim_seed,
+        kubelet_socket=args.kubelet_socket,
+        sim_partitions=args.sim_partitions,
+        sim_pods=args.sim_pods,
     )
     return [backends.create(name, options) for name in args.backends]
 
@@ -289,7 +326,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SimScriptError as e:
         print(f"accel-exporter: error: --sim-script: {e}", file=sys.stderr)
         return 2
-    poller = Poller(poller_backends, interval=args.poll_interval, timeout=args.poll_timeout)
+    poller = Poller(
+        poller_backends,
+        interval=args.poll_interval,
+        timeout=args.poll_timeout,
+        pod_labels=args.pod_labels,
+    )
     # A backend thread running pure-Python code (the sim, sysfs parsing) holds the
     # GIL; a shorter switch interval than the default 5 ms lets the event loop
     # answer a scrape meanwhile.

@@ -32,6 +32,9 @@ class DeviceInfo:
     numa_node: str = ""
     parent: str = ""
     profile: str = ""
+    # The CPUs local to the device (sysfs ``local_cpulist``, e.g. "0-31,64-95"), so a
+    # job can be pinned next to its accelerator; empty when unknown.
+    cpu_affinity: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,4 +125,12 @@ class DeviceLostError(Exception):
 
 class BackendUnavailableError(Exception):
     """The vendor library or driver is missing: the backend is disabled, with this
-    message logged once and ``accel_exporter_backend_up 0``."""
+    message logged once and ``accel_exporter_backend_up 0``.
+
+    ``retry_seconds`` is how soon to discover again; None leaves it to the poller
+    (a minute). A backend whose check is cheap and whose resource comes back on its
+    own (the kubelet's socket when the kubelet restarts) asks for the next poll."""
+
+    def __init__(self, message: str, retry_seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_seconds = retry_seconds

@@ -93,8 +93,11 @@ class Poller:
         interval: float,
         timeout: float,
         clock: Callable[[], float] = time.time,
+        pod_labels: bool = False,
     ) -> None:
         self.interval = interval
+        # --pod-labels: the renderer adds namespace and pod to the devices' gauges.
+        self.pod_labels = pod_labels
         self.timeout = timeout
         self.clock = clock
         self._states = [
@@ -148,7 +151,8 @@ class Poller:
             self._set_down(st, f"poll timed out after {self.timeout:g}s")
             return
         except BackendUnavailableError as e:
-            st.next_discover = self.clock() + REDISCOVER_SECONDS
+            retry = REDISCOVER_SECONDS if e.retry_seconds is None else e.retry_seconds
+            st.next_discover = self.clock() + retry
             self._set_down(st, str(e), level=logging.INFO)
             return
         except Exception as e:
@@ -238,7 +242,7 @@ class Poller:
 
     def render(self) -> Snapshot:
         """Renders everything on the calling thread (start-up, tests)."""
-        text = render(*self._render_inputs())
+        text = render(*self._render_inputs(), pod_labels=self.pod_labels)
         self.snapshot = Snapshot(text, gzip.compress(text, 6, mtime=0), self.clock())
         return self.snapshot
 
@@ -259,7 +263,7 @@ class Poller:
                     formatted += 1
                     if formatted % FORMAT_SLICE == 0:
                         await asyncio.sleep(0)
-            text = render(*self._render_inputs())
+            text = render(*self._render_inputs(), pod_labels=self.pod_labels)
             # Level 6 is what most clients get from Go's default; the cost is paid
             # once per poll, not once per scrape.
             gzipped = await asyncio.to_thread(gzip.compress, text, 6, mtime=0)

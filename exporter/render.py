@@ -149,6 +149,7 @@ def reading_lines(info: DeviceInfo, r: Reading) -> dict[str, list[str]]:
             ("pci_bus_id", info.pci_bus_id),
             ("driver_version", info.driver_version),
             ("numa_node", info.numa_node),
+            ("cpu_affinity", info.cpu_affinity),
             ("parent", info.parent),
             ("profile", info.profile),
         ),
@@ -205,8 +206,12 @@ def _faults(fam: _Families, d: DeviceState) -> None:
 
 def normalise_device_id(value: str) -> str:
     """A device plugin ID in the form devices are indexed by: UUIDs as they are,
-    PCI addresses lowercased with a 4-digit domain (kubelets report 0000:c1:00.0)."""
+    PCI addresses lowercased with a 4-digit domain (kubelets report 0000:c1:00.0).
+    The NVIDIA plugin's time-slicing replicas (``GPU-…::3``) are the device itself."""
     v = value.strip()
+    base, sep, replica = v.rpartition("::")
+    if sep and replica.isdigit():
+        v = base
     parts = v.split(":")
     if len(parts) == 3 and "." in parts[2]:
         return f"{int(parts[0], 16):04x}:{parts[1].lower()}:{parts[2].lower()}"
@@ -215,24 +220,36 @@ def normalise_device_id(value: str) -> str:
     return v
 
 
-def _pods(fam: _Families, devices: Sequence[DeviceState], pods: Sequence[PodAssignment]) -> None:
-    """accel_device_pod_info: the kubelet's device IDs matched to our devices by UUID
-    (GPU or MIG) or by PCI address. A device shared by several pods (time-slicing,
-    MPS) gets one series per pod."""
+def match_pods(
+    devices: Sequence[DeviceState], pods: Sequence[PodAssignment]
+) -> list[tuple[DeviceInfo, PodAssignment]]:
+    """The kubelet's device IDs matched to our devices: by UUID (GPU or MIG
+    instance) or by PCI address (AMD and Intel device plugins), so that a MIG
+    instance's pod lands on the instance and a whole GPU's on the GPU. IDs that match
+    no device (another plugin's, a device this exporter does not see) are dropped;
+    a container listed twice for one device counts once. In the backends' order."""
     index: dict[str, DeviceInfo] = {}
     for d in devices:
         index[d.info.uuid] = d.info
         if d.info.pci_bus_id and not d.info.parent:
             index.setdefault(normalise_device_id(d.info.pci_bus_id), d.info)
     seen: set[tuple[str, str, str, str]] = set()
+    out: list[tuple[DeviceInfo, PodAssignment]] = []
     for p in pods:
         info = index.get(p.device_id) or index.get(normalise_device_id(p.device_id))
         if info is None:
             continue
         key = (info.device, p.namespace, p.pod, p.container)
-        if key in seen:
-            continue
-        seen.add(key)
+        if key not in seen:
+            seen.add(key)
+            out.append((info, p))
+    return out
+
+
+def _pods(fam: _Families, matched: Sequence[tuple[DeviceInfo, PodAssignment]]) -> None:
+    """accel_device_pod_info. A device shared by several pods (time-slicing, MPS)
+    gets one series per pod and container."""
+    for info, p in matched:
         labels = (
             device_labels(info)
             + ","
@@ -241,19 +258,52 @@ def _pods(fam: _Families, devices: Sequence[DeviceState], pods: Sequence[PodAssi
         fam.add(schema.DEVICE_POD, labels, 1)
 
 
+def pod_label_suffix(assignments: Sequence[PodAssignment]) -> str:
+    """``,namespace="…",pod="…"`` for --pod-labels; empty for a device without pods.
+
+    A shared device gets every pod, sorted, joined with "," position by position
+    (``namespace="a,b",pod="x,y"`` is a/x and b/y), so that the series stays one
+    series per device rather than being duplicated per pod."""
+    pairs = sorted({(p.namespace, p.pod) for p in assignments})
+    if not pairs:
+        return ""
+    namespaces = ",".join(ns for ns, _ in pairs)
+    pod_names = ",".join(pod for _, pod in pairs)
+    return "," + _labels((("namespace", namespaces), ("pod", pod_names)))
+
+
+def _with_pod_labels(info: DeviceInfo, name: str, rows: list[str], suffix: str) -> list[str]:
+    """Adds the pod labels to a device's gauges. Counters and accel_device_info are
+    left alone: a counter whose labels change with every pod would restart as a new
+    series, and increase() would miss the faults at the change; identity joins on
+    accel_device_info must not depend on which pod runs."""
+    spec = schema.BY_NAME.get(name)
+    if not suffix or spec is None or spec.type != "gauge" or spec is schema.DEVICE_INFO:
+        return rows
+    head = "{" + device_labels(info)
+    return [r.replace(head, head + suffix, 1) for r in rows]
+
+
 def render(
     devices: Sequence[DeviceState],
     links: Sequence[Link],
     backends: Sequence[BackendStatus],
     pods: Sequence[PodAssignment] = (),
+    pod_labels: bool = False,
 ) -> bytes:
-    """The whole exposition for one snapshot."""
+    """The whole exposition for one snapshot. With ``pod_labels``, a device's gauges
+    also carry the namespace and pod of the pods that hold it (--pod-labels)."""
     fam = _Families()
     by_name = {d.info.device: d.info for d in devices}
+    matched = match_pods(devices, pods)
+    by_device: dict[str, list[PodAssignment]] = defaultdict(list)
+    for info, p in matched:
+        by_device[info.device].append(p)
     for d in devices:
         lines = d.lines if d.lines is not None else reading_lines(d.info, d.reading)
+        suffix = pod_label_suffix(by_device.get(d.info.device, ())) if pod_labels else ""
         for name, rows in lines.items():
-            fam.samples[name].extend(rows)
+            fam.samples[name].extend(_with_pod_labels(d.info, name, rows, suffix))
         _faults(fam, d)
     for link in links:
         own = by_name.get(link.device)
@@ -276,7 +326,7 @@ def render(
     for name, peer, distance in topology.distances([d.info for d in devices], links):
         labels = device_labels(by_name[name]) + "," + _labels((("peer_device", peer),))
         fam.add(schema.TOPOLOGY_DISTANCE, labels, distance)
-    _pods(fam, devices, pods)
+    _pods(fam, matched)
     for b in backends:
         lbl = _labels((("backend", b.name),))
         fam.add(schema.BACKEND_UP, lbl, 1 if b.up else 0)

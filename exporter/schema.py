@@ -55,6 +55,7 @@ DEVICE_INFO = _g(
     "pci_bus_id",
     "driver_version",
     "numa_node",
+    "cpu_affinity",
     "parent",
     "profile",
 )
@@ -213,7 +214,7 @@ BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOGUE}
 # vendor cannot give is simply absent for its devices, never 0.
 SOURCES: dict[str, dict[str, str]] = {
     "accel_utilization_ratio": {
-        "nvidia": "NVML utilization (GPM per MIG instance later)",
+        "nvidia": "NVML utilization; GPM GRAPHICS_UTIL per MIG instance",
         "amd": "gpu_metrics average_gfx_activity / gpu_busy_percent / amdsmi",
         "oneapi": "Sysman engine activity",
         "cpu": "/proc/stat",
@@ -286,9 +287,18 @@ SOURCES: dict[str, dict[str, str]] = {
         "amd": "gpu_metrics xGMI accumulators",
     },
     "accel_link_errors_total": {"nvidia": "NVLink error counters"},
-    "accel_topology_link_info": {"nvidia": "NVLink remote PCI info", "sim": "simulated"},
-    "accel_topology_distance": {"all": "not emitted yet (topology issue)"},
-    "accel_device_pod_info": {"all": "not emitted yet (pod attribution issue)"},
+    "accel_topology_link_info": {
+        "nvidia": "NVLink remote PCI info, NVML topology common ancestor",
+        "amd": "KFD topology io_links (xGMI), sysfs PCI tree",
+        "oneapi": "sysfs PCI tree",
+        "sim": "simulated",
+    },
+    "accel_topology_distance": {
+        "all": "computed from the links (exporter/topology.py), else by NUMA node",
+    },
+    "accel_device_pod_info": {
+        "kubelet": "PodResources API List, matched by GPU/MIG UUID or PCI address",
+    },
 }
 
 

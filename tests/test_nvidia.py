@@ -197,9 +197,9 @@ async def test_h100_node_values_and_units(
         return value(text, name, device=device, **labels)
 
     assert v("accel_utilization_ratio") == 0.97
-    # MIG mode: NVML has no whole-GPU utilization, and none per instance.
+    # MIG mode: NVML has no whole-GPU utilization; each instance has GPM's.
     assert v("accel_utilization_ratio", "nvidia3") is None
-    assert v("accel_utilization_ratio", "nvidia3_mig9") is None
+    assert v("accel_utilization_ratio", "nvidia3_mig9") == 0.125
     # Memory v2: "used" without the driver's reservation.
     assert v("accel_memory_used_bytes") == 10 * GIB
     assert v("accel_memory_total_bytes") == 81559 * MIB
@@ -208,7 +208,7 @@ async def test_h100_node_values_and_units(
     # GPM DRAM_BW_UTIL is a percent; the catalogue wants a ratio.
     assert v("accel_memory_bandwidth_utilization_ratio") == 0.725
     assert v("accel_memory_bandwidth_utilization_ratio", "nvidia2") == 0
-    assert f"Source: {GPM_SOURCE} on 8 devices." in text
+    assert f"Source: {GPM_SOURCE} on 10 devices." in text  # 8 GPUs, 2 MIG instances
     # Volatile ECC (since the driver loaded), not the aggregate lifetime count.
     assert v("accel_ecc_errors_total", "nvidia4", type="corrected") == 12
     assert v("accel_ecc_errors_total", "nvidia4", type="uncorrected") == 0
@@ -617,7 +617,8 @@ def test_close_releases_everything_and_discover_again_starts_clean(
     backend.close()
     backend.close()  # idempotent
     assert h100.init_count == 0
-    assert h100.calls["nvmlGpmSampleFree"] == 2 * 2 * 8
+    # Two samples per GPU and per MIG instance (two on GPU 3), for two discoveries.
+    assert h100.calls["nvmlGpmSampleFree"] == 2 * 2 * (8 + 2)
     assert h100.calls["nvmlEventSetFree"] == 2
 
 

@@ -15,6 +15,7 @@ REGISTRY: dict[str, str] = {
     "amd": "exporter.backends.amd:AmdBackend",
     "oneapi": "exporter.backends.oneapi:OneapiBackend",
     "cpu": "exporter.backends.cpu:CpuBackend",
+    "kubelet": "exporter.backends.kubelet:KubeletBackend",
     "sim": "exporter.backends.sim:SimBackend",
 }
 

@@ -69,14 +69,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from exporter import amdpart
 from exporter.backends.base import Backend, BackendOptions
+from exporter.kfd import xgmi_links
 from exporter.model import (
     BackendUnavailableError,
     DeviceInfo,
     DeviceLostError,
     FaultEvent,
+    Link,
     Reading,
 )
+from exporter.pcitopo import cpu_affinity, pcie_links
 
 log = logging.getLogger("accel_exporter.amd")
 
@@ -733,6 +737,8 @@ class _Gpu:
     # Reasons that stay true while the driver is loaded (AMD SMI NOT_SUPPORTED): not
     # asked again, copied into ``missing`` at every read.
     static: dict[str, str] = field(default_factory=dict)
+    # A compute partition (``info.parent`` set): its memory partition's size, from KFD.
+    partition_memory: float | None = None
 
     @property
     def name(self) -> str:
@@ -858,10 +864,48 @@ class AmdBackend(Backend):
                 pci_bus_id=pci if _PCI_ADDRESS.match(pci) else "",
                 driver_version=driver,
                 numa_node=self._numa_node(device_dir / "numa_node"),
+                cpu_affinity=cpu_affinity(self.options.sysfs, pci),
             )
             self._gpus[info.device] = _Gpu(info, device_dir=device_dir, card=card)
             devices.append(info)
+            devices.extend(self._discover_partitions(info, device_dir))
         return devices
+
+    def _discover_partitions(self, parent: DeviceInfo, device_dir: Path) -> list[DeviceInfo]:
+        """The compute partitions of a GPU in DPX/QPX/CPX mode as child devices
+        ``amdN_pK`` (see ``exporter.amdpart``); none for a whole GPU."""
+        if not parent.pci_bus_id or not amdpart.read_mode(device_dir, "compute"):
+            return []
+        parts = amdpart.partitions(self.options.sysfs, parent.pci_bus_id)
+        profile = amdpart.profile(device_dir)
+        out: list[DeviceInfo] = []
+        for part in parts:
+            info = DeviceInfo(
+                device=f"{parent.device}_p{part.index}",
+                vendor=VENDOR,
+                # The partitions share the ASIC serial; the index tells them apart.
+                uuid=f"{parent.uuid}-p{part.index}",
+                model=parent.model,
+                pci_bus_id=parent.pci_bus_id,
+                driver_version=parent.driver_version,
+                numa_node=parent.numa_node,
+                cpu_affinity=parent.cpu_affinity,
+                parent=parent.device,
+                profile=profile,
+            )
+            child = _Gpu(info, device_dir=device_dir, card=f"renderD{part.render_minor}")
+            child.partition_memory = part.memory_bytes
+            for key in FIELDS:
+                child.static[key] = f"GPU-wide: reported on {parent.device}"
+            for key in ("utilization", "memory_used_bytes", "memory_bandwidth_utilization"):
+                child.static[key] = "amdgpu sysfs has no per-partition figure"
+            if part.memory_bytes is not None:
+                del child.static["memory_total_bytes"]
+            self._gpus[info.device] = child
+            out.append(info)
+        if parts:
+            log.info("%s: %s, %d partitions", parent.device, profile, len(parts))
+        return out
 
     def _discover_amdsmi(self, smi: Any) -> tuple[list[DeviceInfo] | None, str]:
         failure = ""
@@ -922,7 +966,24 @@ class AmdBackend(Backend):
             pci_bus_id=bdf,
             driver_version=driver or self._driver_version(),
             numa_node=self._numa_node(self._sys("bus", "pci", "devices", bdf, "numa_node")),
+            cpu_affinity=cpu_affinity(self.options.sysfs, bdf),
         )
+
+    # -- topology ----------------------------------------------------------------------
+
+    def topology(self) -> list[Link]:
+        """xGMI links from the KFD topology (read from sysfs for either source, since
+        amdgpu publishes it without ROCm), and the PCIe path for every pair of GPUs
+        that xGMI does not join, so every pair has a place on the distance scale."""
+        devices = [g.info for g in self._gpus.values()]
+        links = xgmi_links(self.options.sysfs, devices)
+        joined = {(link.device, link.peer_device) for link in links}
+        links += [
+            link
+            for link in pcie_links(self.options.sysfs, devices)
+            if (link.device, link.peer_device) not in joined
+        ]
+        return links
 
     # -- reading -----------------------------------------------------------------------
 
@@ -931,7 +992,12 @@ class AmdBackend(Backend):
         if gpu is None:
             raise DeviceLostError(f"{device.device} is not known to this backend")
         self.missing[gpu.name] = dict(gpu.static)
-        reading = self._read_amdsmi(gpu) if gpu.handle is not None else self._read_sysfs(gpu)
+        if gpu.info.parent:
+            reading = self._read_partition(gpu)
+        elif gpu.handle is not None:
+            reading = self._read_amdsmi(gpu)
+        else:
+            reading = self._read_sysfs(gpu)
         missing = self.missing[gpu.name]
         for key in FIELDS:
             if _reading_has(reading, key):
@@ -939,6 +1005,13 @@ class AmdBackend(Backend):
             else:
                 missing.setdefault(key, "not reported by this GPU")
         return reading
+
+    def _read_partition(self, gpu: _Gpu) -> Reading:
+        """A partition has no telemetry of its own in sysfs (``exporter.amdpart``): it
+        is up while its GPU is, and reports its memory partition's size."""
+        if gpu.device_dir is None or not gpu.device_dir.is_dir():
+            raise DeviceLostError(f"{gpu.info.parent} ({gpu.info.pci_bus_id}) left sysfs")
+        return Reading(memory_total_bytes=gpu.partition_memory, telemetry_source="none")
 
     # sysfs ------------------------------------------------------------------------------
 

@@ -28,6 +28,13 @@ class BackendOptions:
     sim_devices: tuple[tuple[str, int], ...] = ()
     sim_script: Path | None = None
     sim_seed: int = 0
+    # The kubelet's PodResources API socket, for pod attribution.
+    kubelet_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    # The last simulated NVIDIA GPU runs MIG and the last AMD GPU is split in two (DPX),
+    # so demos and tests see partitions as child devices.
+    sim_partitions: bool = False
+    # How many simulated pods hold the sim devices (accel_device_pod_info); 0: none.
+    sim_pods: int = 0
 
 
 class Backend(abc.ABC):

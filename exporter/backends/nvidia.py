@@ -31,6 +31,10 @@ Why it is built this way:
   counted at the moment it happens.
 * MIG instances are child devices (``nvidia3_mig9``) with their own memory; GPU-wide
   figures (power, clocks, ECC, NVLink) stay on the parent, where NVML reports them.
+  On a GPU with GPM, each GPU instance also has its own utilization (GPM
+  ``GRAPHICS_UTIL``) and memory bandwidth (``DRAM_BW_UTIL``), from per-instance
+  samples (``nvmlGpmMigSampleGet``) taken at every poll: NVML has no other
+  utilization in MIG mode, for the instances or for the whole GPU.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from exporter.model import (
     Link,
     Reading,
 )
+from exporter.pcitopo import cpu_affinity
 
 log = logging.getLogger("accel_exporter.nvidia")
 
@@ -290,6 +295,7 @@ class NvidiaBackend(Backend):
             pci_bus_id=bus_id,
             driver_version=driver,
             numa_node=self._numa_node(bus_id),
+            cpu_affinity=cpu_affinity(self.options.sysfs, bus_id),
         )
         gpu = _Gpu(info, handle, index)
         self._discover_links(gpu)
@@ -325,6 +331,32 @@ class NvidiaBackend(Backend):
                 _quietly(nvml.nvmlGpmSampleFree, sample)
             gpu.gpm_samples = []
             log.debug("%s: memory bandwidth from NVML memory utilization: %s", gpu.name, reason)
+            return
+        self._discover_mig_gpm(gpu)
+
+    def _discover_mig_gpm(self, gpu: _Gpu) -> None:
+        """Two GPM samples per MIG GPU instance, the only per-instance utilization NVML
+        has (nvmlDeviceGetUtilizationRates answers NotSupported in MIG mode). GPM
+        measures a GPU instance, so a GPU instance split into several compute
+        instances keeps no figure: giving each compute instance the whole GPU
+        instance's activity would count the same work twice."""
+        nvml = self._nvml
+        for child in gpu.children:
+            if sum(c.gpu_instance == child.gpu_instance for c in gpu.children) > 1:
+                reason = "GPM measures the GPU instance, which is split in compute instances"
+                child.static["utilization"] = child.static["memory_bandwidth_utilization"] = reason
+                continue
+            try:
+                for _ in range(2):
+                    child.gpm_samples.append(nvml.nvmlGpmSampleAlloc())
+            except nvml.NVMLError as e:
+                for sample in child.gpm_samples:
+                    _quietly(nvml.nvmlGpmSampleFree, sample)
+                child.gpm_samples = []
+                log.debug("%s: no GPM samples: %s", child.name, type(e).__name__)
+                continue
+            child.static.pop("utilization", None)
+            child.static.pop("memory_bandwidth_utilization", None)
 
     def _discover_links(self, gpu: _Gpu) -> None:
         """Finds which NVLink links exist, once: links past the GPU's own count answer
@@ -391,6 +423,7 @@ class NvidiaBackend(Backend):
                 pci_bus_id=gpu.info.pci_bus_id,
                 driver_version=gpu.info.driver_version,
                 numa_node=gpu.info.numa_node,
+                cpu_affinity=gpu.info.cpu_affinity,
                 parent=gpu.name,
                 profile=m.group("profile") if m else "",
             )
@@ -398,10 +431,10 @@ class NvidiaBackend(Backend):
             for key in FIELDS:
                 if key not in _MIG_OWN:
                     child.static[key] = f"GPU-wide: reported on {gpu.name}"
-            child.static["utilization"] = "NVML has no utilization per MIG instance"
-            child.static["memory_bandwidth_utilization"] = (
-                "not read per MIG instance (GPM per instance is not implemented yet)"
-            )
+            # Until GPM samples are allocated for it (``_discover_mig_gpm``): NVML's
+            # only per-instance load figures are GPM's.
+            reason = "no GPM on this GPU: NVML has no other per-MIG-instance load figure"
+            child.static["utilization"] = child.static["memory_bandwidth_utilization"] = reason
             children.append(child)
         return children
 
@@ -425,7 +458,8 @@ class NvidiaBackend(Backend):
     def topology(self) -> list[Link]:
         """NVLink peers. Links that end on an NVSwitch (HGX boards) connect the GPU
         to every other switch-attached GPU, as ``nvidia-smi topo -m`` shows them
-        (NV18 between every pair of an 8-GPU H100 board)."""
+        (NV18 between every pair of an 8-GPU H100 board). Pairs without NVLink get
+        their PCIe path instead, so every pair has a place on the distance scale."""
         nvml = self._nvml
         if nvml is None:
             return []
@@ -460,12 +494,39 @@ class NvidiaBackend(Backend):
                 if a != b:
                     links[(a, b)] = links.get((a, b), 0) + min(na, nb)
         order = {g.name: g.index for g in self._gpus}
+        typed: dict[tuple[str, str], tuple[str, int]] = {
+            pair: ("nvlink", n) for pair, n in links.items()
+        }
+        typed.update(self._pcie_links(set(links)))
         return [
-            Link(a, b, "nvlink", n)
-            for (a, b), n in sorted(
-                links.items(), key=lambda kv: (order[kv[0][0]], order[kv[0][1]])
+            Link(a, b, kind, n)
+            for (a, b), (kind, n) in sorted(
+                typed.items(), key=lambda kv: (order[kv[0][0]], order[kv[0][1]])
             )
         ]
+
+    def _pcie_links(self, nvlinked: set[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, int]]:
+        """The PCIe path between every pair of GPUs that NVLink does not join, as NVML
+        sees it (``nvmlDeviceGetTopologyCommonAncestor``, what ``nvidia-smi topo -m``
+        prints): NVML knows the tree even where sysfs is hidden from the container.
+        A pair NVML cannot place is left out, and the distance matrix then places it
+        by NUMA node."""
+        nvml = self._nvml
+        levels = _topology_levels(nvml)
+        out: dict[tuple[str, str], tuple[str, int]] = {}
+        for i, a in enumerate(self._gpus):
+            for b in self._gpus[i + 1 :]:
+                if (a.name, b.name) in nvlinked or (b.name, a.name) in nvlinked:
+                    continue
+                try:
+                    level = nvml.nvmlDeviceGetTopologyCommonAncestor(a.handle, b.handle)
+                except (nvml.NVMLError, AttributeError):
+                    continue  # an old driver, or a GPU gone: best effort, never fatal
+                kind = levels.get(int(level))
+                if kind is not None:
+                    out[(a.name, b.name)] = (kind, 1)
+                    out[(b.name, a.name)] = (kind, 1)
+        return out
 
     # -- reading -----------------------------------------------------------------
 
@@ -494,7 +555,58 @@ class NvidiaBackend(Backend):
     def _read_mig(self, gpu: _Gpu) -> Reading:
         r = Reading()
         self._memory(gpu, r)
+        self._mig_gpm(gpu, r)
         return r
+
+    def _mig_gpm(self, gpu: _Gpu, r: Reading) -> None:
+        """GPM of one GPU instance between this poll's sample and the previous one:
+        GRAPHICS_UTIL (the fraction of time any kernel ran, what NVML's whole-GPU
+        utilization and DCGM's GR_ENGINE_ACTIVE measure, so a MIG instance and a whole
+        GPU read alike) and DRAM_BW_UTIL. NVML samples a GPU instance through the
+        parent GPU's handle and the GPU instance id."""
+        keys = ("utilization", "memory_bandwidth_utilization")
+        if not gpu.gpm_samples or gpu.parent is None or gpu.gpu_instance is None:
+            return
+        if all(k in gpu.static for k in keys):  # NotSupported once: not asked again
+            return
+        nvml = self._nvml
+        current = gpu.gpm_samples[gpu.gpm_next]
+        previous = gpu.gpm_samples[gpu.gpm_next ^ 1]
+        _, err = self._try(gpu, "nvmlGpmMigSampleGet", gpu.parent.handle, gpu.gpu_instance, current)
+        if err is not None:
+            gpu.gpm_have_previous = False
+            self._record(gpu, keys, err, static_ok=True)
+            return
+        had_previous = gpu.gpm_have_previous
+        gpu.gpm_have_previous = True
+        gpu.gpm_next ^= 1
+        if not had_previous:
+            for key in keys:
+                self.missing[gpu.name][key] = FIRST_SAMPLE
+            return
+        if gpu.gpm_request is None:
+            gpu.gpm_request = nvml.c_nvmlGpmMetricsGet_t()
+        req = gpu.gpm_request
+        req.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        req.numMetrics = 2
+        req.sample1 = previous  # the older sample first: NVML divides by sample2 - sample1
+        req.sample2 = current
+        req.metrics[0].metricId = nvml.NVML_GPM_METRIC_GRAPHICS_UTIL
+        req.metrics[1].metricId = nvml.NVML_GPM_METRIC_DRAM_BW_UTIL
+        _, err = self._try(gpu, "nvmlGpmMetricsGet", req)
+        if err is not None:
+            self._record(gpu, keys, err)
+            return
+        for i, key in enumerate(keys):
+            metric = req.metrics[i]
+            if metric.nvmlReturn != nvml.NVML_SUCCESS:
+                self._record(gpu, (key,), nvml.NVMLError(metric.nvmlReturn))
+                continue
+            if key == "utilization":
+                r.utilization = metric.value / 100.0
+            else:
+                r.memory_bandwidth_utilization = metric.value / 100.0
+                r.memory_bandwidth_source = GPM_SOURCE
 
     def _read_gpu(self, gpu: _Gpu) -> Reading:
         nvml, h = self._nvml, gpu.handle
@@ -917,9 +1029,10 @@ class NvidiaBackend(Backend):
         if nvml is None or not self._initialized:
             return
         for gpu in self._gpus:
-            for sample in gpu.gpm_samples:
-                _quietly(nvml.nvmlGpmSampleFree, sample)
-            gpu.gpm_samples = []
+            for d in (gpu, *gpu.children):
+                for sample in d.gpm_samples:
+                    _quietly(nvml.nvmlGpmSampleFree, sample)
+                d.gpm_samples = []
         if self._event_set is not None:
             _quietly(nvml.nvmlEventSetFree, self._event_set)
             self._event_set = None
@@ -940,6 +1053,22 @@ _QUIET = (
     "NOT_READY",
     "VGPU_ECC_NOT_SUPPORTED",
 )
+
+
+def _topology_levels(nvml: Any) -> dict[int, str]:
+    """NVML_TOPOLOGY_* level -> the catalogue's link type. INTERNAL (two GPUs of one
+    board), SINGLE and MULTIPLE (one or more PCIe switches) are all "behind a common
+    switch"; NODE was called CPU in older bindings, and both name the same value."""
+    names = (
+        ("NVML_TOPOLOGY_INTERNAL", "pcie_switch"),
+        ("NVML_TOPOLOGY_SINGLE", "pcie_switch"),
+        ("NVML_TOPOLOGY_MULTIPLE", "pcie_switch"),
+        ("NVML_TOPOLOGY_HOSTBRIDGE", "pcie_hostbridge"),
+        ("NVML_TOPOLOGY_NODE", "pcie_numa"),
+        ("NVML_TOPOLOGY_CPU", "pcie_numa"),
+        ("NVML_TOPOLOGY_SYSTEM", "system"),
+    )
+    return {int(v): kind for n, kind in names if (v := getattr(nvml, n, None)) is not None}
 
 
 def _codes(nvml: Any, *names: str) -> tuple[int, ...]:

@@ -106,8 +106,10 @@ from exporter.model import (
     DeviceInfo,
     DeviceLostError,
     FaultEvent,
+    Link,
     Reading,
 )
+from exporter.pcitopo import cpu_affinity, pcie_links
 
 log = logging.getLogger("accel_exporter.oneapi")
 
@@ -1054,6 +1056,7 @@ class OneapiBackend(Backend):
                 pci_bus_id=pci,
                 driver_version=s.driver_version,
                 numa_node=self._numa_node(pci, card),
+                cpu_affinity=cpu_affinity(self.options.sysfs, pci),
                 profile=s.device_type,
             )
             out.append(_Device(info, s, zes, card))
@@ -1074,6 +1077,15 @@ class OneapiBackend(Backend):
         node = (_read(path) or "").strip()
         # The kernel writes -1 when the platform does not say.
         return "" if node in ("", "-1") else node
+
+    # -- topology ----------------------------------------------------------------------
+
+    def topology(self) -> list[Link]:
+        """The PCIe path between every two devices with a PCI address, from the
+        kernel's PCI tree. Xe Link is not read: Sysman's fabric ports would need a
+        multi-card host to check against, and a PCIe link is never closer than the
+        truth, so a scheduler is at worst cautious."""
+        return pcie_links(self.options.sysfs, [d.info for d in self._devices.values()])
 
     # -- reading -----------------------------------------------------------------------
 

@@ -25,6 +25,24 @@ call that never returns. Faults are scripted in YAML (``--sim-script``)::
         set: {utilization: 0.99, temperature: 92}   # hold a value from now on
 
 Every problem in a script is reported at once, each as ``file:line:col: message``.
+
+Topology: each vendor's devices form simulated nodes of ``group`` devices. NVIDIA
+devices of a node are all NVLink peers (an NVSwitch board), AMD devices all xGMI
+peers; Intel devices have no device link, only the PCIe tree, so that the distance
+matrix shows all three shapes: two neighbours share a PCIe switch (``i // 2``), four
+share a host bridge (``i // 4``), and the rest are across the system.
+
+Partitions (``--sim-partitions``): the last NVIDIA GPU runs MIG with two instances
+(``nvidiaN_mig1`` 3g.40gb, ``nvidiaN_mig9`` 1g.10gb, GPU instance ids as a real H100
+would number them) and the last AMD GPU is in DPX mode with two partitions
+(``amdN_p0``, ``amdN_p1``). Partitions are child devices with their own utilization
+and memory; GPU-wide figures stay on the parent, as the real backends report them.
+
+Pods (``--sim-pods N``): N pods ``sim/train-K`` (container ``main``) hold the devices
+that a device plugin would hand out (whole GPUs without partitions, and partitions),
+1 to 4 of one resource each as the seed decides, in order; the last pod also shares
+the first pod's first device, as time-slicing does. Pods stop when the devices run
+out.
 """
 
 from __future__ import annotations
@@ -43,7 +61,7 @@ import yaml
 
 from accel_common.durations import parse_duration
 from exporter.backends.base import Backend, BackendOptions
-from exporter.model import DeviceInfo, DeviceLostError, FaultEvent, Link, Reading
+from exporter.model import DeviceInfo, DeviceLostError, FaultEvent, Link, PodAssignment, Reading
 
 GIB = 1024**3
 
@@ -59,7 +77,7 @@ class SimModel:
     idle_watts: float
     max_clock_hz: float
     memory_clock_hz: float
-    link_type: str
+    link_type: str  # a Link type, or "pcie": no device links, only the PCIe tree
     links: int
     link_bytes_per_second: float
     link_error_types: tuple[str, ...]
@@ -109,9 +127,10 @@ MODELS: dict[str, SimModel] = {
         60.0,
         1.6e9,
         3.2e9,
-        "xelink",
-        16,
-        26.5e9,
+        # PCIe-only (no Xe Link bridge): the sim's node whose topology is the PCIe tree.
+        "pcie",
+        0,
+        0.0,
         (),
         "Level Zero memory bandwidth counters",
         "",
@@ -288,6 +307,9 @@ class _DeviceState:
     pending_faults: list[FaultEvent] = field(default_factory=list)
     energy: float = 0.0
     last_t: float | None = None
+    # A partition's parent and its share of the parent's memory; None for a whole GPU.
+    parent: _DeviceState | None = None
+    share: float = 1.0
 
 
 class SimBackend(Backend):
@@ -322,8 +344,46 @@ class SimBackend(Backend):
                 )
                 phase = _noise(options.sim_seed, name, 0, "phase") * 2 * math.pi
                 self._devices[name] = _DeviceState(info, spec, i, phase)
+            if options.sim_partitions:
+                self._partition(self._devices[f"{vendor}{count - 1}"])
         if options.sim_script is not None:
             self._events = load_script(options.sim_script, set(self._devices))
+
+    def _partition(self, parent: _DeviceState) -> None:
+        """Adds the partitions of one GPU as child devices (see the module docstring);
+        Intel GPUs are not partitioned here, as their backend has no partitions."""
+        vendor, name = parent.info.vendor, parent.info.device
+        parts: list[tuple[str, str, str, float]]  # (suffix, uuid, profile, memory share)
+        if vendor == "nvidia":
+            parts = [
+                (f"_mig{gi}", f"MIG-{self._uuid(vendor, parent.index)[4:-4]}{gi:04x}", prof, share)
+                for gi, prof, share in ((1, "3g.40gb", 0.5), (9, "1g.10gb", 0.125))
+            ]
+        elif vendor == "amd":
+            parts = [
+                (f"_p{k}", f"{self._uuid(vendor, parent.index)[:-1]}{k}", "DPX", 0.5)
+                for k in range(2)
+            ]
+        else:
+            return
+        for suffix, uuid, profile, share in parts:
+            child = f"{name}{suffix}"
+            info = DeviceInfo(
+                device=child,
+                vendor=vendor,
+                uuid=uuid,
+                model=parent.info.model,
+                pci_bus_id=parent.info.pci_bus_id,
+                driver_version=parent.info.driver_version,
+                numa_node=parent.info.numa_node,
+                cpu_affinity=parent.info.cpu_affinity,
+                parent=name,
+                profile=profile,
+            )
+            phase = _noise(self.options.sim_seed, child, 0, "phase") * 2 * math.pi
+            self._devices[child] = _DeviceState(
+                info, parent.spec, parent.index, phase, parent=parent, share=share
+            )
 
     def _uuid(self, vendor: str, i: int) -> str:
         h = hashlib.sha256(f"{self.options.sim_seed}/{vendor}/{i}".encode()).hexdigest()
@@ -337,12 +397,54 @@ class SimBackend(Backend):
         return [d.info for d in self._devices.values()]
 
     def topology(self) -> list[Link]:
+        """Device links of each simulated node, or the PCIe tree for a vendor without
+        device links (see the module docstring). Partitions share their parent's
+        place and have no links of their own."""
+        whole = [d for d in self._devices.values() if d.parent is None]
         out: list[Link] = []
-        for a in self._devices.values():
-            for b in self._devices.values():
-                same_node = a.index // a.spec.group == b.index // b.spec.group
-                if a is not b and a.info.vendor == b.info.vendor and same_node:
+        for a in whole:
+            for b in whole:
+                if a is b or a.info.vendor != b.info.vendor:
+                    continue
+                if a.spec.link_type == "pcie":
+                    kind = (
+                        "pcie_switch"
+                        if a.index // 2 == b.index // 2
+                        else "pcie_hostbridge"
+                        if a.index // 4 == b.index // 4
+                        else "system"
+                    )
+                    out.append(Link(a.info.device, b.info.device, kind, 1))
+                elif a.index // a.spec.group == b.index // b.spec.group:
                     out.append(Link(a.info.device, b.info.device, a.spec.link_type, a.spec.links))
+        return out
+
+    def pods(self) -> list[PodAssignment]:
+        """The pods of ``--sim-pods`` (see the module docstring), the same for a seed."""
+        if self.options.sim_pods <= 0:
+            return []
+        parents = {d.parent.info.device for d in self._devices.values() if d.parent}
+        free = [d for d in self._devices.values() if d.info.device not in parents]
+        out: list[PodAssignment] = []
+        first: PodAssignment | None = None
+        for k in range(self.options.sim_pods):
+            if not free:
+                break
+            want = 1 + int(_noise(self.options.sim_seed, "pods", k, "size") * 4)
+            # A pod asks for one resource (nvidia.com/gpu, one MIG profile...), as
+            # real pods do: it takes only devices of the first free one's kind.
+            kind = _resource(free[0].info)
+            held = [d for d in free if _resource(d.info) == kind][:want]
+            free = [d for d in free if d not in held]
+            pod = f"train-{k}"
+            for d in held:
+                row = PodAssignment("sim", pod, "main", _resource(d.info), d.info.uuid)
+                first = first or row
+                out.append(row)
+        if first is not None and len(out) > 1 and out[-1].pod != first.pod:
+            # Time-slicing: the last pod shares the first pod's first device.
+            last = out[-1].pod
+            out.append(PodAssignment("sim", last, "main", first.resource, first.device_id))
         return out
 
     def elapsed(self) -> float:
@@ -371,6 +473,8 @@ class SimBackend(Backend):
         now = self.elapsed()
         self._advance(now)
         d = self._devices[device.device]
+        if d.parent is not None:
+            return self._read_partition(d, now)
         if d.hang_until > now:
             # A wedged driver call: block the backend's thread like real NVML would.
             wait = None if math.isinf(d.hang_until) else d.hang_until - now
@@ -384,6 +488,25 @@ class SimBackend(Backend):
                 )
             raise DeviceLostError("simulated device fell off the bus")
         return self._reading(d, now, faults)
+
+    def _read_partition(self, d: _DeviceState, now: float) -> Reading:
+        """A partition reports its own utilization and memory, as a MIG instance does
+        through GPM, and falls with its parent."""
+        parent = d.parent
+        assert parent is not None
+        if parent.lost or d.lost:
+            raise DeviceLostError("simulated device fell off the bus")
+        faults, d.pending_faults = d.pending_faults, []
+        seed, name, sec = self.options.sim_seed, d.info.device, int(now)
+        wave = 0.5 + 0.35 * math.sin(2 * math.pi * now / 600.0 + d.phase)
+        util = min(1.0, max(0.0, wave + 0.1 * (_noise(seed, name, sec, "u") - 0.5)))
+        total = d.spec.memory_bytes * d.share
+        return Reading(
+            utilization=d.held.get("utilization", round(util, 4)),
+            memory_used_bytes=float(int(total * d.held.get("memory_used_ratio", 0.2 + 0.6 * wave))),
+            memory_total_bytes=total,
+            fault_events=faults,
+        )
 
     def _reading(self, d: _DeviceState, now: float, faults: list[FaultEvent]) -> Reading:
         seed, name, sec = self.options.sim_seed, d.info.device, int(now)
@@ -443,3 +566,12 @@ class SimBackend(Backend):
     def close(self) -> None:
         # Release any read blocked in a scripted hang, so shutdown is prompt.
         self._released.set()
+
+
+def _resource(info: DeviceInfo) -> str:
+    """The extended resource a device plugin would advertise the device as."""
+    if info.vendor == "nvidia":
+        return f"nvidia.com/mig-{info.profile}" if info.parent else "nvidia.com/gpu"
+    if info.vendor == "amd":
+        return "amd.com/gpu"
+    return "gpu.intel.com/i915"

@@ -18,7 +18,8 @@ Why it is built this way:
 * It keeps NVML's own arithmetic so a backend cannot cheat: v1 memory "used" includes
   the driver's reservation and v2 does not; volatile and aggregate ECC counts differ;
   NVLink throughput is a cumulative KiB counter with a microsecond timestamp; GPM
-  figures exist only between two samples of the same GPU taken in order; Xid events
+  figures exist only between two samples of the same GPU (or the same MIG GPU
+  instance, through ``nvmlGpmMigSampleGet``) taken in order; Xid events
   reach only event sets the GPU was registered in. Time moves only by ``advance()``,
   so rates are exact in tests.
 * It fails the ways NVML fails: ``lose()`` (every later call on the GPU and its MIG
@@ -79,6 +80,12 @@ class FakeMig:
     memory_total: int
     memory_used: int
     memory_reserved: int = 0
+    # What GPM measures inside this GPU instance (nvmlGpmMigSampleGet), in percent.
+    graphics_util_percent: float = 0.0
+    dram_bw_util_percent: float = 0.0
+    # -- state the fake moves: integrals of the percents over seconds --
+    graphics_busy: float = 0.0
+    dram_busy: float = 0.0
 
 
 @dataclass
@@ -118,6 +125,9 @@ class FakeGPU:
     nvlink_tx_kib: list[float] = field(default_factory=list)
     # (link, NVML_NVLINK_ERROR_DL_*) -> count
     nvlink_errors: dict[tuple[int, int], int] = field(default_factory=dict)
+    # Where the GPU hangs in the PCIe tree, from the top: (NUMA node, host bridge,
+    # switch, ...), for nvmlDeviceGetTopologyCommonAncestor; empty: NVML cannot say.
+    pcie_path: tuple[str, ...] = ()
     mig_capable: bool = False
     mig_enabled: bool = False
     migs: list[FakeMig] = field(default_factory=list)
@@ -133,6 +143,7 @@ class FakeGPU:
     lose_after: int | None = None
     lose_xid: int | None = None
     dram_busy: float = 0.0  # integral of DRAM_BW_UTIL percent over seconds
+    graphics_busy: float = 0.0  # integral of utilization_gpu percent over seconds
 
     def __post_init__(self) -> None:
         n = len(self.nvlink_remote)
@@ -162,6 +173,9 @@ class _Sample:
     gpu: int
     time: float
     dram_busy: float
+    graphics_busy: float = 0.0
+    # The GPU instance of a nvmlGpmMigSampleGet sample; None for the whole GPU.
+    gpu_instance: int | None = None
 
 
 class FakeNVML:
@@ -218,6 +232,14 @@ class FakeNVML:
         retirement instead of row remapping, no memory temperature sensor."""
         return cls([v100(0, peer=1), v100(1, peer=0)], driver_version="535.183.01", **kwargs)
 
+    @classmethod
+    def pcie_node(cls, **kwargs: Any) -> FakeNVML:
+        """Five PCIe-only L40S on two sockets, one of each PCIe relation: GPUs 0 and
+        1 behind switch A, GPU 2 behind switch B on the same host bridge, GPU 3 on a
+        second host bridge of NUMA node 0, GPU 4 on NUMA node 1. Five, because four
+        GPUs cannot hold all four relations (NUMA nodes partition the GPUs)."""
+        return cls([l40s(i) for i in range(len(PCIE_PATHS))], **kwargs)
+
     # -- what tests do to the hardware -------------------------------------------
 
     def advance(self, seconds: float) -> None:
@@ -227,6 +249,10 @@ class FakeNVML:
             for g in self.gpus:
                 g.energy_mj += g.power_mw * seconds
                 g.dram_busy += g.dram_bw_util_percent * seconds
+                g.graphics_busy += g.utilization_gpu * seconds
+                for m in g.migs:
+                    m.graphics_busy += m.graphics_util_percent * seconds
+                    m.dram_busy += m.dram_bw_util_percent * seconds
                 for link, active in enumerate(g.nvlink_active):
                     if active:
                         g.nvlink_rx_kib[link] += g.nvlink_rx_kib_per_s[link] * seconds
@@ -449,7 +475,25 @@ class FakeNVML:
         with self._lock:
             if addr not in self._samples:
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            self._samples[addr] = _Sample(index, self.now, g.dram_busy)
+            self._samples[addr] = _Sample(index, self.now, g.dram_busy, g.graphics_busy)
+        return gpmSample
+
+    def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: Any) -> Any:
+        """A sample of one GPU instance, asked of the parent GPU's handle (NVML takes
+        the GPU, not the MIG device, and the GPU instance id)."""
+        g, _, index = self._enter("nvmlGpmMigSampleGet", device)
+        if not g.gpm:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        mig = next((m for m in g.migs if m.gpu_instance == gpuInstanceId), None)
+        if not g.mig_enabled or mig is None:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        addr = _address(gpmSample)
+        with self._lock:
+            if addr not in self._samples:
+                _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            self._samples[addr] = _Sample(
+                index, self.now, mig.dram_busy, mig.graphics_busy, gpu_instance=gpuInstanceId
+            )
         return gpmSample
 
     def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
@@ -459,7 +503,7 @@ class FakeNVML:
         with self._lock:
             s1 = self._samples.get(_address(metricsGet.sample1))
             s2 = self._samples.get(_address(metricsGet.sample2))
-        if s1 is None or s2 is None or s1.gpu != s2.gpu:
+        if s1 is None or s2 is None or (s1.gpu, s1.gpu_instance) != (s2.gpu, s2.gpu_instance):
             _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if self.gpus[s1.gpu].lost:
             _raise(pynvml.NVML_ERROR_GPU_IS_LOST)
@@ -468,13 +512,17 @@ class FakeNVML:
         elapsed = s2.time - s1.time
         for i in range(metricsGet.numMetrics):
             m = metricsGet.metrics[i]
-            if m.metricId != pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL:
+            busy = {
+                pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: (s1.dram_busy, s2.dram_busy),
+                pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: (s1.graphics_busy, s2.graphics_busy),
+            }.get(m.metricId)
+            if busy is None:
                 m.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
             elif elapsed <= 0:  # the same instant, or the samples in the wrong order
                 m.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
             else:
                 m.nvmlReturn = pynvml.NVML_SUCCESS
-                m.value = (s2.dram_busy - s1.dram_busy) / elapsed
+                m.value = (busy[1] - busy[0]) / elapsed
         return metricsGet
 
     # -- ECC, retired pages, remapped rows ------------------------------------------
@@ -631,6 +679,38 @@ class FakeNVML:
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
         g = self._link("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
         return g.nvlink_remote[link][1]
+
+    # -- PCIe topology ----------------------------------------------------------------
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: Any, device2: Any) -> int:
+        """The deepest level of ``pcie_path`` the two GPUs share, as NVML's levels:
+        nothing shared is SYSTEM, the NUMA node only is NODE, the host bridge is
+        HOSTBRIDGE, a switch both hang from directly is SINGLE, a deeper one MULTIPLE."""
+        a = self._gpu("nvmlDeviceGetTopologyCommonAncestor", device1)
+        index, mig = self._resolve(device2)  # one call, counted once
+        b = self.gpus[index]
+        if mig is not None:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if b.lost:
+            _raise(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if not a.pcie_path or not b.pcie_path:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if a is b:
+            return int(pynvml.NVML_TOPOLOGY_INTERNAL)
+        common = 0
+        for x, y in zip(a.pcie_path, b.pcie_path, strict=False):
+            if x != y:
+                break
+            common += 1
+        if common == 0:
+            return int(pynvml.NVML_TOPOLOGY_SYSTEM)
+        if common == 1:
+            return int(pynvml.NVML_TOPOLOGY_NODE)
+        if common == 2:
+            return int(pynvml.NVML_TOPOLOGY_HOSTBRIDGE)
+        if len(a.pcie_path) == len(b.pcie_path) == common:
+            return int(pynvml.NVML_TOPOLOGY_SINGLE)
+        return int(pynvml.NVML_TOPOLOGY_MULTIPLE)
 
     # -- MIG ------------------------------------------------------------------------
 
@@ -844,8 +924,28 @@ def h100(index: int, mig: bool = False) -> FakeGPU:
     if mig:
         g.mig_enabled = True
         g.migs = [
-            FakeMig(0, 1, 0, "3g.40gb", fake_uuid("MIG", f"h100-{i}-gi1"), 40_448 * MIB, 12 * GIB),
-            FakeMig(2, 9, 0, "1g.10gb", fake_uuid("MIG", f"h100-{i}-gi9"), 9_984 * MIB, 2 * GIB),
+            FakeMig(
+                0,
+                1,
+                0,
+                "3g.40gb",
+                fake_uuid("MIG", f"h100-{i}-gi1"),
+                40_448 * MIB,
+                12 * GIB,
+                graphics_util_percent=87.5,
+                dram_bw_util_percent=40.25,
+            ),
+            FakeMig(
+                2,
+                9,
+                0,
+                "1g.10gb",
+                fake_uuid("MIG", f"h100-{i}-gi9"),
+                9_984 * MIB,
+                2 * GIB,
+                graphics_util_percent=12.5,
+                dram_bw_util_percent=3.5,
+            ),
         ]
     return g
 
@@ -885,4 +985,28 @@ def v100(index: int, peer: int) -> FakeGPU:
         nvlink_tx_kib_per_s=[200.0] * 6,
         gpm=False,
         unsupported={"nvmlDeviceGetRemappedRows", "NVML_NVLINK_ERROR_DL_CRC_DATA"},
+    )
+
+
+# A PCIe-only node (pcie_node): bus id and (NUMA node, host bridge, switch) per GPU.
+PCIE_PATHS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("00000000:1A:00.0", ("node0", "pci0000:17", "switchA")),
+    ("00000000:1B:00.0", ("node0", "pci0000:17", "switchA")),
+    ("00000000:3D:00.0", ("node0", "pci0000:17", "switchB")),
+    ("00000000:5E:00.0", ("node0", "pci0000:5d")),
+    ("00000000:AF:00.0", ("node1", "pci0000:ae")),
+)
+
+
+def l40s(index: int) -> FakeGPU:
+    """GPU ``index`` of the PCIe-only node: no NVLink, no GPM, no MIG."""
+    bus_id, path = PCIE_PATHS[index]
+    return FakeGPU(
+        uuid=fake_uuid("GPU", f"l40s-{index}"),
+        name="NVIDIA L40S",
+        bus_id=bus_id,
+        memory_total=46_068 * MIB,
+        memory_used=(2 + index) * GIB,
+        utilization_gpu=10 * index,
+        pcie_path=path,
     )
