@@ -84,6 +84,35 @@ def require(binary: str) -> str:
 
 
 @contextlib.contextmanager
+def _run_prometheus(
+    tmp: Path, config: Path, data: Path, port: int, args: Sequence[str] = ()
+) -> Iterator[str]:
+    """Starts Debian's Prometheus on 127.0.0.1:port, waits until it is ready, yields
+    its URL and always stops it."""
+    proc = subprocess.Popen(
+        [
+            require("prometheus"),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+            *args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HOME": str(tmp)},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/-/ready", timeout=30)
+        yield url
+    finally:
+        _stop(proc)
+        if proc.stderr:
+            proc.stderr.close()
+
+
+@contextlib.contextmanager
 def prometheus(
     tmp: Path,
     scrape_targets: Sequence[str],
@@ -107,26 +136,8 @@ def prometheus(
     )
     data = tmp / "prom-data"
     data.mkdir()
-    proc = subprocess.Popen(
-        [
-            require("prometheus"),
-            f"--config.file={config}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "HOME": str(tmp)},
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/-/ready", timeout=30)
+    with _run_prometheus(tmp, config, data, port) as url:
         yield url
-    finally:
-        _stop(proc)
-        if proc.stderr:
-            proc.stderr.close()
 
 
 @contextlib.contextmanager
@@ -177,27 +188,7 @@ def alertmanager(tmp: Path, webhook_url: str, token: str | None = None) -> Itera
 def prometheus_tsdb(tmp: Path, data: Path, args: Sequence[str] = ()) -> Iterator[str]:
     """Runs Debian's Prometheus over an existing data directory (for example blocks
     written by ``promtool tsdb create-blocks-from``), scraping nothing; yields its URL."""
-    port = free_port()
     config = tmp / "prometheus-tsdb.yml"
     config.write_text("global:\n  evaluation_interval: 1m\n")
-    proc = subprocess.Popen(
-        [
-            require("prometheus"),
-            f"--config.file={config}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-            *args,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "HOME": str(tmp)},
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/-/ready", timeout=30)
+    with _run_prometheus(tmp, config, data, free_port(), args) as url:
         yield url
-    finally:
-        _stop(proc)
-        if proc.stderr:
-            proc.stderr.close()
