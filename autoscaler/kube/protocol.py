@@ -1,0 +1,186 @@
+"""The ``Kube`` protocol: every call the controller makes to the Kubernetes API.
+
+Actions, the leader election, the node-pool providers and the cluster-state
+collector depend on this protocol and nothing else. Three things implement it:
+
+- ``ClientKube`` (``autoscaler/kube/client.py``): the official ``kubernetes``
+  client, with bounded tenacity retries;
+- ``DryRunKube`` (same file): reads pass through, writes are recorded and logged,
+  and sent with ``dryRun=All`` when there is a real server behind it;
+- the fleet simulator's in-memory cluster (``autoscaler/simulate/``), so that the
+  simulation runs the production actions unchanged.
+
+Objects are plain ``dict``s in the API's own JSON shape (camelCase keys, as
+``kubectl get -o json`` prints them), not the client library's model classes:
+that is what the server sends, what the simulator keeps, and it costs nothing to
+decode. Patches are JSON merge patches (RFC 7386) unless a method says otherwise;
+lists in a merge patch replace the whole list, so a caller that changes one taint
+sends the node's full taint list together with ``metadata.resourceVersion`` and
+handles ``Conflict`` by reading again (``autoscaler.kube.ops.update_node``).
+
+Errors are the typed ones in ``autoscaler.kube.errors``. Every method may raise
+``KubeError``; an implementation retries ``Transient`` and throttling ``429``
+itself (bounded) before raising.
+
+The verbs each method needs are listed in ``VERBS`` (resource → verbs); the
+deploy/ Role is checked against it by a test, so the RBAC holds exactly these.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+Obj = dict[str, Any]
+
+# Cluster API, the first node-pool provider (autoscaler/pools/clusterapi.py).
+CAPI_GROUP = "cluster.x-k8s.io"
+CAPI_VERSION = "v1beta1"
+MACHINE_DEPLOYMENTS = "machinedeployments"
+MACHINES = "machines"
+
+
+@runtime_checkable
+class Kube(Protocol):
+    # Nodes.
+    async def get_node(self, name: str) -> Obj: ...
+    async def list_nodes(self, label_selector: str | None = None) -> list[Obj]: ...
+    async def patch_node(self, name: str, patch: Obj) -> Obj:
+        """JSON merge patch. Put ``metadata.resourceVersion`` in the patch to make it
+        conditional (``Conflict`` when the node changed since it was read)."""
+        ...
+
+    # Pods.
+    async def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        node: str | None = None,
+        label_selector: str | None = None,
+    ) -> list[Obj]:
+        """All namespaces when ``namespace`` is None; ``node`` is the field selector
+        ``spec.nodeName=<node>``."""
+        ...
+
+    async def get_pod(self, namespace: str, name: str) -> Obj: ...
+    async def create_pod(self, namespace: str, body: Obj) -> Obj: ...
+    async def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj: ...
+    async def delete_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+    ) -> None:
+        """``uid`` is a precondition: the delete only applies to that incarnation of
+        the pod (``Conflict`` otherwise), so a retried delete never hits its
+        replacement."""
+        ...
+
+    async def evict_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+    ) -> None:
+        """policy/v1 Eviction. ``TooManyRequests`` when a PodDisruptionBudget refuses;
+        ``NotFound`` when the pod is already gone."""
+        ...
+
+    # Jobs (batch/v1).
+    async def get_job(self, namespace: str, name: str) -> Obj: ...
+    async def patch_job(self, namespace: str, name: str, patch: Obj) -> Obj: ...
+
+    # Events (core/v1): every action writes one on the object it acted on.
+    async def create_event(self, namespace: str, body: Obj) -> Obj: ...
+
+    # Leases (coordination.k8s.io/v1), for leader election.
+    async def get_lease(self, namespace: str, name: str) -> Obj: ...
+    async def create_lease(self, namespace: str, body: Obj) -> Obj: ...
+    async def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
+        """PUT with the body's ``metadata.resourceVersion``: ``Conflict`` when another
+        replica wrote the Lease in between."""
+        ...
+
+    # Custom resources (Cluster API MachineDeployments and Machines).
+    async def get_custom(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> Obj: ...
+    async def list_custom(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        label_selector: str | None = None,
+    ) -> list[Obj]: ...
+    async def patch_custom(
+        self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
+    ) -> Obj: ...
+    async def get_scale(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> Obj:
+        """The ``scale`` subresource (autoscaling/v1 Scale)."""
+        ...
+
+    async def patch_scale(
+        self, group: str, version: str, namespace: str, plural: str, name: str, replicas: int
+    ) -> Obj: ...
+
+
+# resource (as RBAC names it, "group/resource" for non-core) → the verbs the
+# controller uses on it, and which part of the controller needs each. The deploy/
+# ClusterRole is generated from and tested against this table.
+VERBS: dict[str, dict[str, str]] = {
+    "nodes": {
+        "get": "every node action reads the node before changing it",
+        "list": "cluster-state metrics (nodes per pool); resuming in-flight work on start",
+        "watch": "cluster-state metrics stay current between lists",
+        "patch": "cordon, taint, uncordon, and the accel-fleet.io/remediation annotation",
+    },
+    "pods": {
+        "get": "requeue_job and migrate_jobs re-read a pod before acting on it",
+        "list": "drain, migrate_jobs and rebalance list a node's pods; job metrics",
+        "watch": "cluster-state metrics stay current between lists",
+        "create": "migrate_jobs recreates a bare pod (no owner) on another node",
+        "delete": "requeue_job deletes a stuck pod so that its owner retries it",
+        "patch": "requeue_job counts attempts in an annotation",
+    },
+    "pods/eviction": {
+        "create": "drain, migrate_jobs and rebalance evict through the Eviction API (PDBs)",
+    },
+    "events": {"create": "every action records an Event on the object it acted on"},
+    "batch/jobs": {
+        "get": "job timeouts (activeDeadlineSeconds) and requeue_job's suspend toggle",
+        "patch": "requeue_job toggles spec.suspend and counts attempts",
+    },
+    "coordination.k8s.io/leases": {
+        "get": "leader election reads the Lease",
+        "create": "leader election creates the Lease the first time",
+        "update": "leader election renews and takes over the Lease",
+    },
+    f"{CAPI_GROUP}/{MACHINE_DEPLOYMENTS}": {
+        "get": "scale_node_pool reads a pool's min/max annotations",
+        "list": "scale_node_pool and pool metrics find the pools",
+    },
+    f"{CAPI_GROUP}/{MACHINE_DEPLOYMENTS}/scale": {
+        "get": "scale_node_pool reads the current replicas",
+        "patch": "scale_node_pool sets replicas",
+    },
+    f"{CAPI_GROUP}/{MACHINES}": {
+        "list": "scale_node_pool maps nodes to pools and counts provisioning machines",
+        "patch": "scale-down marks the drained node's Machine with delete-machine",
+    },
+}
+
+__all__ = [
+    "CAPI_GROUP",
+    "CAPI_VERSION",
+    "MACHINES",
+    "MACHINE_DEPLOYMENTS",
+    "VERBS",
+    "Kube",
+    "Obj",
+]

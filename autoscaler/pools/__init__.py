@@ -1,0 +1,1 @@
+"""Node-pool providers (see base.py)."""
