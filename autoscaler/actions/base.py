@@ -19,11 +19,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from accel_common.durations import parse_duration
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.engine.decision import Decision
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -46,6 +48,10 @@ class ParamProblem:
 
 Validate = Callable[[Mapping[str, Any]], tuple[dict[str, Any], list[ParamProblem]]]
 CheckTarget = Callable[[Mapping[str, Any], str], list[ParamProblem]]
+# ``execute(ctx, decision)``: carry out an ``act`` or ``recover`` decision through
+# ``ctx.kube``. Idempotent and resumable: running it again after a crash finishes
+# the work without repeating what was done (see autoscaler/actions/ownership.py).
+Execute = Callable[[ActionContext, Decision], Awaitable[Outcome]]
 
 
 def no_target_problems(params: Mapping[str, Any], target: str) -> list[ParamProblem]:
@@ -68,6 +74,8 @@ class ActionSpec:
     validate: Validate
     # Problems that only appear with a given target (``deviceOnly`` on a node).
     check_target: CheckTarget = no_target_problems
+    # How the action changes the cluster; None only while an action is being written.
+    execute: Execute | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -266,6 +274,7 @@ class ParamReader:
 __all__ = [
     "ActionSpec",
     "CheckTarget",
+    "Execute",
     "ParamProblem",
     "ParamReader",
     "Validate",
