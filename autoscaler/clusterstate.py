@@ -2,15 +2,67 @@
 API, so that every rule, including "this job ran past its timeout" and "this pool
 has pending device requests", is one PromQL expression over one kind of data.
 
-The controller exports these on its own ``/metrics`` and feeds them to the
-built-in evaluator; with the ``prometheus`` source, Prometheus scrapes them from
-the controller like any other target. Names live here, as the exporter's live in
-``exporter/schema.py``.
+The controller exports these on its own ``/metrics`` (``render``) and feeds them to
+the built-in evaluator (``ingest``); with the ``prometheus`` source, Prometheus
+scrapes them from the controller like any other target. Names live here, as the
+exporter's live in ``exporter/schema.py``.
+
+``collect`` runs every evaluation cycle against clusters of a thousand nodes, so it
+reads one list of nodes, one list of pods and the pools, and makes one pass over
+each; the only other calls are one ``get_job`` per Job whose pods need its
+``activeDeadlineSeconds`` (cached for the call).
+
+What the series mean, and the simplifications chosen:
+
+- A *device-using* pod requests (or limits) an accelerator resource: anything under
+  ``nvidia.com/`` (``gpu``, ``mig-1g.10gb``, ``gpu.shared``) or ``amd.com/``
+  (``gpu``, partition names), and ``gpu.intel.com/i915`` or ``gpu.intel.com/xe``
+  (not Intel's ``millicores``/``memory.max``/``tiles``, which are shares of one
+  device, not devices). Its request per resource is the larger of the sum over its
+  containers and the largest init container, as the scheduler counts it.
+- ``accel_job_age_seconds``: running device-using pods, from ``status.startTime``.
+  ``accel_job_timeout_seconds``: the pod's ``accel-fleet.io/timeout`` annotation (a
+  duration, ``2h``), else its owner Job's ``activeDeadlineSeconds``; no series when
+  neither is set. A bad annotation is logged (namespace/pod and the value) and the
+  Job's deadline is used instead. ``job`` is the owner Job's name, or empty.
+- A pool *can satisfy* a pending pod when one of the pool's registered nodes matches
+  the pod's ``nodeSelector`` and required node affinity and has at least the pod's
+  request of every device resource it asks for in ``allocatable``. Taints and free
+  capacity are not weighed (the pod is pending because the nodes are full), and a
+  pool with no registered node cannot be matched (its MachineDeployment's template
+  does not say what its nodes will offer): such a pool is scaled from zero by a
+  rule of its own, not by this metric. Pending means ``phase: Pending`` with no
+  ``spec.nodeName``, not being deleted and without scheduling gates.
+- ``accel_pool_pending_device_requests`` has a series, 0 or more, for every device
+  resource that a pool's nodes offer, so ``== 0`` means "nothing waits".
+- ``accel_pool_nodes{state}``: ``ready`` and ``notready`` for the pool's registered
+  nodes (by the node's Ready condition; a node object that is missing is notready),
+  ``provisioning`` for capacity asked for and not registered (see
+  ``autoscaler/pools/clusterapi.py``). All three are always there.
+- ``accel_pool_devices_allocated_ratio``: device requests of the non-terminal pods
+  on the pool's nodes over the device resources those nodes offer; no series for a
+  pool that offers none.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from accel_common.durations import parse_duration
+from autoscaler.kube.errors import KubeError, NotFound
+from autoscaler.kube.protocol import Kube, Obj
+
+if TYPE_CHECKING:
+    from autoscaler.pools.base import NodePoolProvider, Pool
+    from autoscaler.promql.store import SeriesStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,8 +79,8 @@ JOB_AGE = ClusterMetric(
 )
 JOB_TIMEOUT = ClusterMetric(
     "accel_job_timeout_seconds",
-    "The pod's run-time limit from its accel-fleet.io/timeout annotation (or its "
-    "activeDeadlineSeconds).",
+    "The pod's run-time limit from its accel-fleet.io/timeout annotation, else its "
+    "Job's activeDeadlineSeconds.",
     ("namespace", "pod", "node", "job"),
 )
 POD_DEVICE = ClusterMetric(
@@ -38,10 +90,17 @@ POD_DEVICE = ClusterMetric(
 )
 POOL_PENDING = ClusterMetric(
     "accel_pool_pending_device_requests",
-    "Devices requested by pending pods that only this node pool can satisfy.",
-    ("pool",),
+    "Devices of one resource requested by unscheduled pods that this node pool can "
+    "satisfy; a pod that several pools could satisfy counts once, for the pool with "
+    "the most room below its maximum.",
+    ("pool", "resource"),
 )
-POOL_NODES = ClusterMetric("accel_pool_nodes", "Ready nodes in a node pool.", ("pool",))
+POOL_NODES = ClusterMetric(
+    "accel_pool_nodes",
+    "Nodes in a node pool by state: ready, notready (registered, not Ready), "
+    "provisioning (asked for, not registered yet); sum by (pool) for its size.",
+    ("pool", "state"),
+)
 POOL_NODES_MIN = ClusterMetric("accel_pool_nodes_min", "A node pool's minimum size.", ("pool",))
 POOL_NODES_MAX = ClusterMetric("accel_pool_nodes_max", "A node pool's maximum size.", ("pool",))
 POOL_DEVICES_ALLOCATED = ClusterMetric(
@@ -64,3 +123,344 @@ CATALOGUE: tuple[ClusterMetric, ...] = (
     POOL_DEVICES_ALLOCATED,
     NODE_POOL,
 )
+
+BY_NAME: dict[str, ClusterMetric] = {m.name: m for m in CATALOGUE}
+
+TIMEOUT_ANNOTATION = "accel-fleet.io/timeout"
+# Where ``ingest`` files these series in the store: one scrape target, so a series
+# that is not collected again (a pod that finished) ends with a stale marker.
+INGEST_TARGET = "accel-autoscaler/clusterstate"
+
+Row = tuple[ClusterMetric, dict[str, str], float]
+
+_DEVICE_DOMAINS = ("nvidia.com/", "amd.com/")
+_DEVICE_NAMES = frozenset({"gpu.intel.com/i915", "gpu.intel.com/xe"})
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+def is_device_resource(name: str) -> bool:
+    """Whether an extended resource name counts accelerator devices (module docstring)."""
+    return name.startswith(_DEVICE_DOMAINS) or name in _DEVICE_NAMES
+
+
+def _count(value: Any) -> int:
+    """An extended resource quantity ("2"); those are whole numbers by definition."""
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return 0
+
+
+def _container_devices(container: Obj) -> dict[str, int]:
+    res = container.get("resources") or {}
+    out: dict[str, int] = {}
+    # Limits imply requests for extended resources; either may be written alone.
+    for part in (res.get("limits") or {}, res.get("requests") or {}):
+        for name, value in part.items():
+            if is_device_resource(name):
+                out[name] = max(out.get(name, 0), _count(value))
+    return out
+
+
+def device_requests(pod: Obj) -> dict[str, int]:
+    """The pod's accelerator requests by resource, as the scheduler counts them: the
+    larger of the containers' sum and the largest init container. Empty for a pod
+    that uses no device."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or ():
+        for name, n in _container_devices(c).items():
+            total[name] = total.get(name, 0) + n
+    for c in spec.get("initContainers") or ():
+        for name, n in _container_devices(c).items():
+            total[name] = max(total.get(name, 0), n)
+    return {name: n for name, n in total.items() if n > 0}
+
+
+def _timestamp(value: Any) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
+
+
+def _owner_job(pod: Obj) -> str:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/"):
+            return str(ref.get("name", ""))
+    return ""
+
+
+def _annotated_timeout(pod: Obj) -> float | None:
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(TIMEOUT_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        return parse_duration(str(raw))
+    except ValueError as e:
+        log.warning(
+            "pod %s/%s: annotation %s: %s; using its Job's activeDeadlineSeconds if any",
+            meta.get("namespace"),
+            meta.get("name"),
+            TIMEOUT_ANNOTATION,
+            e,
+        )
+        return None
+
+
+async def _job_deadlines(
+    kube: Kube, jobs: Iterable[tuple[str, str]]
+) -> dict[tuple[str, str], float]:
+    """``activeDeadlineSeconds`` of each Job that has one. A Job that is gone has
+    none; one that cannot be read is logged and has none this cycle."""
+
+    async def one(key: tuple[str, str]) -> float | None:
+        try:
+            job = await kube.get_job(*key)
+        except NotFound:
+            return None
+        except KubeError as e:
+            log.warning("job %s/%s: cannot read activeDeadlineSeconds: %s", key[0], key[1], e)
+            return None
+        deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
+        return float(deadline) if isinstance(deadline, (int, float)) else None
+
+    keys = sorted(set(jobs))
+    found = await asyncio.gather(*(one(k) for k in keys))
+    return {k: v for k, v in zip(keys, found, strict=True) if v is not None}
+
+
+async def job_rows(kube: Kube, pods: Sequence[Obj], now: float) -> list[Row]:
+    """``accel_job_age_seconds`` and ``accel_job_timeout_seconds`` for running
+    device-using pods."""
+    running: list[tuple[dict[str, str], float, float | None, str]] = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") != "Running" or not device_requests(pod):
+            continue
+        started = _timestamp(status.get("startTime"))
+        if started is None:
+            continue
+        meta = pod.get("metadata") or {}
+        job = _owner_job(pod)
+        labels = {
+            "namespace": str(meta.get("namespace", "")),
+            "pod": str(meta.get("name", "")),
+            "node": str((pod.get("spec") or {}).get("nodeName", "")),
+            "job": job,
+        }
+        running.append((labels, now - started, _annotated_timeout(pod), job))
+    deadlines = await _job_deadlines(
+        kube, ((lb["namespace"], job) for lb, _, t, job in running if t is None and job)
+    )
+    rows: list[Row] = []
+    for labels, age, timeout, job in running:
+        rows.append((JOB_AGE, labels, age))
+        if timeout is None and job:
+            timeout = deadlines.get((labels["namespace"], job))
+        if timeout is not None:
+            rows.append((JOB_TIMEOUT, dict(labels), timeout))
+    return rows
+
+
+def _expression_holds(expr: Obj, labels: Mapping[str, str]) -> bool:
+    key, op = str(expr.get("key", "")), expr.get("operator")
+    values = [str(v) for v in expr.get("values") or ()]
+    present = key in labels
+    if op == "In":
+        return present and labels[key] in values
+    if op == "NotIn":
+        return not present or labels[key] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def _affinity_holds(pod_spec: Obj, node_name: str, labels: Mapping[str, str]) -> bool:
+    """The pod's required node affinity: terms ORed, expressions within one ANDed
+    (``matchFields`` only knows ``metadata.name``, as in Kubernetes)."""
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return True
+    fields = {"metadata.name": node_name}
+    return any(
+        all(_expression_holds(e, labels) for e in term.get("matchExpressions") or ())
+        and all(_expression_holds(e, fields) for e in term.get("matchFields") or ())
+        and (term.get("matchExpressions") or term.get("matchFields"))
+        for term in terms
+    )
+
+
+@dataclass(frozen=True)
+class _NodeOffer:
+    """What one node offers a pending pod: its labels and device allocatable."""
+
+    name: str
+    labels: Mapping[str, str]
+    devices: Mapping[str, int]
+
+    def fits(self, pod_spec: Obj, wants: Mapping[str, int]) -> bool:
+        selector = pod_spec.get("nodeSelector") or {}
+        if any(self.labels.get(k) != v for k, v in selector.items()):
+            return False
+        if any(self.devices.get(r, 0) < n for r, n in wants.items()):
+            return False
+        return _affinity_holds(pod_spec, self.name, self.labels)
+
+
+def _offer(node: Obj) -> _NodeOffer:
+    meta = node.get("metadata") or {}
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    devices = {r: _count(v) for r, v in allocatable.items() if is_device_resource(r)}
+    return _NodeOffer(str(meta.get("name", "")), meta.get("labels") or {}, devices)
+
+
+def _ready(node: Obj | None) -> bool:
+    if node is None:
+        return False
+    for cond in (node.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _pending(pod: Obj) -> bool:
+    spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+    return (
+        (pod.get("status") or {}).get("phase") == "Pending"
+        and not spec.get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and not spec.get("schedulingGates")
+    )
+
+
+def pool_rows(pools: Sequence[Pool], nodes: Sequence[Obj], pods: Sequence[Obj]) -> list[Row]:
+    """The ``accel_pool_*`` series and ``accel_node_pool_info`` (module docstring)."""
+    by_name = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
+    offers = {p.name: [_offer(by_name[n]) for n in p.nodes if n in by_name] for p in pools}
+    pool_of = {n: p.name for p in pools for n in p.nodes}
+    room = {p.name: p.max_size - len(p.nodes) - p.provisioning for p in pools}
+    allocated: dict[str, int] = {p.name: 0 for p in pools}
+    waiting: dict[str, dict[str, int]] = {p.name: {} for p in pools}
+    for pod in pods:
+        wants = device_requests(pod)
+        if not wants:
+            continue
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if node:
+            pool = pool_of.get(str(node))
+            if pool is not None and (pod.get("status") or {}).get("phase") not in _TERMINAL:
+                allocated[pool] += sum(wants.values())
+            continue
+        if not _pending(pod):
+            continue
+        fitting = [
+            name for name, offered in offers.items() if any(o.fits(spec, wants) for o in offered)
+        ]
+        if not fitting:
+            continue
+        chosen = min(fitting, key=lambda name: (-room[name], name))
+        for resource, n in wants.items():
+            waiting[chosen][resource] = waiting[chosen].get(resource, 0) + n
+
+    rows: list[Row] = []
+    for p in pools:
+        ready = sum(1 for n in p.nodes if _ready(by_name.get(n)))
+        for state, count in (
+            ("ready", ready),
+            ("notready", len(p.nodes) - ready),
+            ("provisioning", p.provisioning),
+        ):
+            rows.append((POOL_NODES, {"pool": p.name, "state": state}, float(count)))
+        rows.append((POOL_NODES_MIN, {"pool": p.name}, float(p.min_size)))
+        rows.append((POOL_NODES_MAX, {"pool": p.name}, float(p.max_size)))
+        capacity: dict[str, int] = {}
+        for o in offers[p.name]:
+            for resource, n in o.devices.items():
+                capacity[resource] = capacity.get(resource, 0) + n
+        for resource in sorted(set(capacity) | set(waiting[p.name])):
+            labels = {"pool": p.name, "resource": resource}
+            rows.append((POOL_PENDING, labels, float(waiting[p.name].get(resource, 0))))
+        total = sum(capacity.values())
+        if total > 0:
+            rows.append((POOL_DEVICES_ALLOCATED, {"pool": p.name}, allocated[p.name] / total))
+        for node in p.nodes:
+            rows.append((NODE_POOL, {"node": node, "pool": p.name}, 1.0))
+    return rows
+
+
+async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> list[Row]:
+    """Every cluster-state series at ``now`` (unix seconds): the job series for
+    running device-using pods and, with a pool provider, the pool series. API
+    errors from the node, pod and pool lists propagate (the caller keeps nothing
+    half-made); an unreadable Job only loses that Job's timeout, and says so."""
+
+    async def no_pools() -> list[Pool]:
+        return []
+
+    nodes, pods, pool_list = await asyncio.gather(
+        kube.list_nodes(),
+        kube.list_pods(),
+        pools.pools() if pools is not None else no_pools(),
+    )
+    rows = await job_rows(kube, pods, now)
+    rows.extend(pool_rows(pool_list, nodes, pods))
+    return rows
+
+
+def _escape_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _format(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def render(rows: Sequence[Row]) -> str:
+    """The rows in the Prometheus text format (0.0.4), families in catalogue order,
+    each with its HELP and TYPE; a family without rows is left out."""
+    grouped: dict[str, list[Row]] = {}
+    for row in rows:
+        grouped.setdefault(row[0].name, []).append(row)
+    lines: list[str] = []
+    for metric in CATALOGUE:
+        family = grouped.get(metric.name)
+        if not family:
+            continue
+        help_text = metric.help.replace("\\", "\\\\").replace("\n", "\\n")
+        lines.append(f"# HELP {metric.name} {help_text}")
+        lines.append(f"# TYPE {metric.name} gauge")
+        for _, labels, value in family:
+            pairs = ",".join(f'{k}="{_escape_value(labels.get(k, ""))}"' for k in metric.labels)
+            lines.append(f"{metric.name}{{{pairs}}} {_format(value)}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def ingest(store: SeriesStore, rows: Sequence[Row], at: float) -> int:
+    """Stores the rows as one scrape at ``at`` in the built-in evaluator's store: a
+    series that was in the previous call and is not in this one (a pod that
+    finished, a node that left) gets a stale marker, as Prometheus does for a
+    scraped target, so a rule stops seeing it at once rather than for the five
+    minutes of lookback. Returns the number of samples stored."""
+    return store.ingest_text(render(rows), at, target=INGEST_TARGET)

@@ -25,10 +25,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "cordon": {},
     "uncordon": {},
     "taint": {"taint": DEFAULT_TAINT},
-    "drain": {"drainTimeout": 600.0, "gracePeriodSeconds": None, "podSelector": None},
+    "drain": {
+        "drainTimeout": 600.0,
+        "gracePeriodSeconds": None,
+        "podSelector": None,
+        "forceDeleteAfterTimeout": False,
+    },
     "migrate_jobs": {"taint": DEFAULT_TAINT, "drainTimeout": 600.0, "deviceOnly": False},
-    "requeue_job": {"maxRequeues": 3, "backoff": 60.0},
-    "rebalance": {"maxMovesPerCycle": 1, "minUtilizationGap": 0.2},
+    "requeue_job": {"maxRequeues": 3, "backoff": 60.0, "via": "delete"},
+    "rebalance": {"maxMovesPerCycle": 1, "minUtilizationGap": 0.2, "nodeCooldown": 1800.0},
 }
 
 TARGETS_OF: dict[str, tuple[str, ...]] = {
@@ -43,11 +48,15 @@ TARGETS_OF: dict[str, tuple[str, ...]] = {
 }
 
 
+# What the actions share; every other module of autoscaler.actions is one action.
+SHARED = {"base", "context", "nodeops", "ownership", "pods"}
+
+
 def test_the_registry_lists_every_action_file_once() -> None:
     modules = {
         m.name
         for m in pkgutil.iter_modules(autoscaler.actions.__path__)
-        if m.name != "base" and not m.name.startswith("_")
+        if m.name not in SHARED and not m.name.startswith("_")
     }
     assert set(ACTIONS) == modules
     for name, spec in ACTIONS.items():
@@ -97,7 +106,12 @@ VALID: list[tuple[str, str, Mapping[str, Any], dict[str, Any]]] = [
         "drain with every parameter",
         "drain",
         {"drainTimeout": "1h30m", "gracePeriodSeconds": 0, "podSelector": "app=train,tier!=x"},
-        {"drainTimeout": 5400.0, "gracePeriodSeconds": 0, "podSelector": "app=train,tier!=x"},
+        {
+            "drainTimeout": 5400.0,
+            "gracePeriodSeconds": 0,
+            "podSelector": "app=train,tier!=x",
+            "forceDeleteAfterTimeout": False,
+        },
     ),
     (
         "drain with set-based selectors",
@@ -107,6 +121,7 @@ VALID: list[tuple[str, str, Mapping[str, Any], dict[str, Any]]] = [
             "drainTimeout": 600.0,
             "gracePeriodSeconds": None,
             "podSelector": "team in (ml, research),!canary,accel-fleet.io/job",
+            "forceDeleteAfterTimeout": False,
         },
     ),
     (
@@ -119,13 +134,13 @@ VALID: list[tuple[str, str, Mapping[str, Any], dict[str, Any]]] = [
         "requeue_job with no requeues at all",
         "requeue_job",
         {"maxRequeues": 0, "backoff": "0s"},
-        {"maxRequeues": 0, "backoff": 0.0},
+        {"maxRequeues": 0, "backoff": 0.0, "via": "delete"},
     ),
     (
         "rebalance with an integer gap",
         "rebalance",
         {"maxMovesPerCycle": 3, "minUtilizationGap": 1},
-        {"maxMovesPerCycle": 3, "minUtilizationGap": 1.0},
+        {"maxMovesPerCycle": 3, "minUtilizationGap": 1.0, "nodeCooldown": 1800.0},
     ),
     (
         "scale down by two",
@@ -143,7 +158,7 @@ VALID: list[tuple[str, str, Mapping[str, Any], dict[str, Any]]] = [
         "a null parameter means its default",
         "requeue_job",
         {"maxRequeues": None},
-        {"maxRequeues": 3, "backoff": 60.0},
+        {"maxRequeues": 3, "backoff": 60.0, "via": "delete"},
     ),
 ]
 
@@ -172,7 +187,8 @@ INVALID: list[tuple[str, str, Mapping[str, Any], list[str]]] = [
         {"drainTimout": "5m"},
         [
             "drainTimout: unknown parameter for drain; did you mean 'drainTimeout'? "
-            "(drain takes drainTimeout, gracePeriodSeconds, podSelector)"
+            "(drain takes drainTimeout, gracePeriodSeconds, podSelector, "
+            "forceDeleteAfterTimeout)"
         ],
     ),
     (

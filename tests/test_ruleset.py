@@ -646,6 +646,7 @@ def test_a_directory_loads_yaml_and_yml_but_not_tests_or_other_files() -> None:
         "drainTimeout": 900.0,
         "gracePeriodSeconds": None,
         "podSelector": "accel-fleet.io/device-job",
+        "forceDeleteAfterTimeout": False,
     }
 
 

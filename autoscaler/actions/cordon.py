@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param_keys, to_params
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.nodeops import node_step, undo
+from autoscaler.engine.decision import Decision
 
 NAME = "cordon"
 TARGETS = ("node", "device")
@@ -36,4 +39,14 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
     return to_params(DEFAULTS), r.problems
 
 
-SPEC = ActionSpec(NAME, TARGETS, reversible=True, params_type=CordonParams, validate=validate)
+async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
+    """Act: set ``spec.unschedulable`` (recording whether we did, or found it so).
+    Recover: undo it, only if we did it."""
+    if decision.kind == "recover":
+        return await undo(ctx, decision)
+    return await node_step(ctx, decision, phase="cordoned", cordon=True, reason="Cordoned")
+
+
+SPEC = ActionSpec(
+    NAME, TARGETS, reversible=True, params_type=CordonParams, validate=validate, execute=execute
+)

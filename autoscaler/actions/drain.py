@@ -11,18 +11,28 @@ Targets: ``node``, ``device`` (acts on the device's node).
 
 Parameters:
 
-======================  ===========================================  =========
-``drainTimeout``        how long to keep evicting (duration, > 0)    ``10m``
-``gracePeriodSeconds``  termination grace period for evicted pods;   pod's own
-                        whole number >= 0
-``podSelector``         only evict pods matching this label          all pods
-                        selector (``app=train,tier!=infra``,
-                        ``team in (a,b)``, ``!canary``)
-======================  ===========================================  =========
+==========================  ===========================================  =========
+``drainTimeout``            how long to keep evicting (duration, > 0)    ``10m``
+``gracePeriodSeconds``      termination grace period for evicted pods;   pod's own
+                            whole number >= 0
+``podSelector``             only evict pods matching this label          all pods
+                            selector (``app=train,tier!=infra``,
+                            ``team in (a,b)``, ``!canary``)
+``forceDeleteAfterTimeout`` delete the pods a PDB still protects when    ``false``
+                            ``drainTimeout`` passes (true/false)
+==========================  ===========================================  =========
+
+Execution: the node is cordoned (recorded in ``accel-fleet.io/remediation`` with
+phase ``draining``), then its pods are evicted until none is left or
+``drainTimeout`` passes (counted from the recorded start, so a restarted
+controller keeps the same deadline). The phase becomes ``drained``, or
+``drain-incomplete`` with the pods that stayed. Events: ``DrainStarted`` and
+``Drained``/``DrainIncomplete`` on the node, ``Evicted`` on each pod.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,12 +42,22 @@ from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
     ParamReader,
+    from_params,
     label_key_problem,
     label_value_problem,
     param,
     param_keys,
     to_params,
 )
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.nodeops import claim, node_of, undo
+from autoscaler.actions.ownership import event, iso, parse_iso, set_phase
+from autoscaler.actions.pods import evict_until, summary
+from autoscaler.engine.decision import Decision
+from autoscaler.kube.errors import KubeError, NotFound
+from autoscaler.kube.protocol import Obj
+
+log = logging.getLogger("accel_autoscaler.actions")
 
 NAME = "drain"
 TARGETS = ("node", "device")
@@ -102,6 +122,7 @@ class DrainParams:
     drain_timeout: float = param("drainTimeout", DEFAULT_DRAIN_TIMEOUT)
     grace_period_seconds: int | None = param("gracePeriodSeconds", None)
     pod_selector: str | None = param("podSelector", None)
+    force_delete_after_timeout: bool = param("forceDeleteAfterTimeout", False)
 
 
 DEFAULTS = DrainParams()
@@ -123,8 +144,120 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
         drain_timeout=r.duration("drainTimeout", DEFAULTS.drain_timeout, positive=True),
         grace_period_seconds=r.integer("gracePeriodSeconds", None, minimum=0),
         pod_selector=read_selector(r, "podSelector"),
+        force_delete_after_timeout=r.boolean(
+            "forceDeleteAfterTimeout", DEFAULTS.force_delete_after_timeout
+        ),
     )
     return to_params(params), r.problems
 
 
-SPEC = ActionSpec(NAME, TARGETS, reversible=True, params_type=DrainParams, validate=validate)
+def selector_matches(selector: str | None, labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` satisfy a (validated) label selector string."""
+    if not selector or not selector.strip():
+        return True
+    for req in _split(selector):
+        if m := _SET.match(req):
+            key, op = m.group(1), m.group(2)
+            values = {v.strip() for v in m.group(3).split(",")}
+            if op == "in" and labels.get(key) not in values:
+                return False
+            if op == "notin" and key in labels and labels[key] in values:
+                return False
+        elif m := _EQUALITY.match(req):
+            key, op, value = m.group(1), m.group(2), m.group(3)
+            if op in ("=", "==") and labels.get(key) != value:
+                return False
+            if op == "!=" and labels.get(key) == value:
+                return False
+        elif m := _EXISTS.match(req):
+            negate, key = m.group(1), m.group(2)
+            if bool(negate) == (key in labels):
+                return False
+    return True
+
+
+async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
+    if decision.kind == "recover":
+        return await undo(ctx, decision)
+    params = from_params(DrainParams, decision.params)
+    name = node_of(decision)
+    try:
+        claimed = await claim(ctx, decision, phase="draining", cordon=True)
+    except NotFound:
+        return Outcome("skipped", f"node {name} no longer exists")
+    except KubeError as e:
+        return Outcome("failed", f"node {name}: {e}")
+    started = parse_iso(claimed.entry.started)
+    deadline = started + params.drain_timeout
+    await event(
+        ctx,
+        claimed.node,
+        "DrainStarted",
+        f"draining for rule {decision.rule} (until {iso(deadline)})"
+        + (f": {decision.reason}" if decision.reason else ""),
+        action=NAME,
+    )
+
+    def select(pod: Obj) -> bool:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return selector_matches(params.pod_selector, labels)
+
+    try:
+        result = await evict_until(
+            ctx,
+            name,
+            select,
+            deadline=deadline,
+            rule=decision.rule,
+            why=f"node drained ({decision.rule})",
+            grace_period_seconds=params.grace_period_seconds,
+            force_after_deadline=params.force_delete_after_timeout,
+        )
+    except KubeError as e:
+        return Outcome("failed", f"node {name}: {e}")
+    message = f"node {name}: {summary(result)}"
+    if result.stopped:
+        return Outcome("partial", message, {"evicted": result.evicted})
+    phase = "drained" if result.complete else "drain-incomplete"
+    try:
+        await set_phase(ctx, name, decision.rule, phase, "" if result.complete else message)
+    except KubeError as e:
+        log.warning("node %s: could not record phase %s: %s", name, phase, e)
+    await event(
+        ctx,
+        claimed.node,
+        "Drained" if result.complete else "DrainIncomplete",
+        message,
+        warning=not result.complete,
+        action=NAME,
+    )
+    return Outcome(
+        "done" if result.complete else "partial",
+        message,
+        {"evicted": result.evicted, "refused": dict(result.refused), "forced": result.forced},
+    )
+
+
+async def drain_node(
+    ctx: ActionContext, node: str, *, rule: str, timeout: float, reason: str
+) -> Outcome:
+    """Cordon and drain ``node`` on behalf of ``rule`` (scale-down uses it): the same
+    ownership record, Events and eviction loop as the ``drain`` action."""
+    decision = Decision(
+        rule=rule,
+        kind="act",
+        action=NAME,
+        params=to_params(DrainParams(drain_timeout=timeout)),
+        target={"node": node},
+        sample_labels=(),
+        sample_value=0.0,
+        at=ctx.clock(),
+        dry_run=ctx.dry_run,
+        reason=reason,
+    )
+    return await execute(ctx, decision)
+
+
+SPEC = ActionSpec(
+    NAME, TARGETS, reversible=True, params_type=DrainParams, validate=validate, execute=execute
+)

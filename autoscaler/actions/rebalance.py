@@ -15,11 +15,31 @@ Parameters:
 ``maxMovesPerCycle``   pods evicted per evaluation (>= 1)              ``1``
 ``minUtilizationGap``  least utilization difference (0-1) between the  ``0.2``
                        hot node and a destination
+``nodeCooldown``       a node that gave or received a pod this long    ``30m``
+                       ago is neither a source nor a destination
+                       (duration)
 =====================  ==============================================  =======
+
+Execution: the load of every node is the average of its devices' utilization
+over the last 10 minutes, from the controller's source; the free devices of a
+node are its allocatable device resources less what its pods request. Unknown load
+means no move. A pod is movable when it uses devices, has an owner that recreates
+it (not a bare pod, not a DaemonSet's), is not terminating, and does not carry
+``accel-fleet.io/no-rebalance``. The youngest movable pods go first (they lose the
+least work), each only if some other schedulable, untainted node has enough free
+devices of the pod's kind and a load at least ``minUtilizationGap`` lower, and
+only if the move cannot trigger the reverse move: estimating that the moved
+devices carry the hot node's load, the destination afterwards must stay less than
+``minUtilizationGap`` above the source. That, plus ``nodeCooldown`` (recorded in
+the node annotation ``accel-fleet.io/rebalanced`` on both ends), is the
+hysteresis: alternating load cannot make pods ping-pong (descheduler #707). A
+PodDisruptionBudget refusal skips the pod this cycle. Events: ``Rebalanced`` on
+the pod and the node.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +48,30 @@ from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
     ParamReader,
+    from_params,
     param,
     param_keys,
     to_params,
 )
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.nodeops import node_of
+from autoscaler.actions.ownership import NO_REBALANCE, event, iso, parse_iso
+from autoscaler.actions.pods import (
+    controller_owner,
+    device_requests,
+    evictable,
+    is_device_resource,
+    is_finished,
+    is_terminating,
+    pod_key,
+    uses_devices,
+)
+from autoscaler.engine.decision import Decision
+from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
+from autoscaler.kube.protocol import Obj
+from autoscaler.types import Unknown, Vector
+
+log = logging.getLogger("accel_autoscaler.actions")
 
 NAME = "rebalance"
 TARGETS = ("node",)
@@ -41,6 +81,7 @@ TARGETS = ("node",)
 class RebalanceParams:
     max_moves_per_cycle: int = param("maxMovesPerCycle", 1)
     min_utilization_gap: float = param("minUtilizationGap", 0.2)
+    node_cooldown: float = param("nodeCooldown", 1800.0)
 
 
 DEFAULTS = RebalanceParams()
@@ -51,8 +92,214 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
     params = RebalanceParams(
         max_moves_per_cycle=r.integer("maxMovesPerCycle", DEFAULTS.max_moves_per_cycle, minimum=1),
         min_utilization_gap=r.ratio("minUtilizationGap", DEFAULTS.min_utilization_gap),
+        node_cooldown=r.duration("nodeCooldown", DEFAULTS.node_cooldown),
     )
     return to_params(params), r.problems
 
 
-SPEC = ActionSpec(NAME, TARGETS, reversible=False, params_type=RebalanceParams, validate=validate)
+REBALANCED = "accel-fleet.io/rebalanced"
+LOAD_QUERY = 'avg by (node) (avg_over_time(accel_utilization_ratio{vendor!="cpu"}[10m]))'
+
+
+@dataclass
+class _Node:
+    name: str
+    load: float
+    capacity: dict[str, int]
+    used: dict[str, int]
+    schedulable: bool
+    cooling: bool
+    obj: Obj
+
+    def free(self, resource: str) -> int:
+        return self.capacity.get(resource, 0) - self.used.get(resource, 0)
+
+    @property
+    def devices(self) -> int:
+        return sum(self.capacity.values())
+
+
+def _capacity(node: Obj) -> dict[str, int]:
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    out: dict[str, int] = {}
+    for k, v in alloc.items():
+        if is_device_resource(k):
+            try:
+                out[k] = int(str(v))
+            except ValueError:
+                continue
+    return out
+
+
+def _schedulable(node: Obj) -> bool:
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+
+
+def _cooling(node: Obj, now: float, cooldown: float) -> bool:
+    stamp = ((node.get("metadata") or {}).get("annotations") or {}).get(REBALANCED)
+    if not stamp:
+        return False
+    try:
+        return now - parse_iso(stamp) < cooldown
+    except ValueError:
+        return False
+
+
+def movable(pod: Obj) -> bool:
+    owner = controller_owner(pod)
+    flag = str(((pod.get("metadata") or {}).get("annotations") or {}).get(NO_REBALANCE, ""))
+    return (
+        uses_devices(pod)
+        and owner is not None
+        and owner.get("kind") != "DaemonSet"
+        and evictable(pod) is None
+        and flag.lower() in ("", "false")
+    )
+
+
+async def _stamp(ctx: ActionContext, node: str) -> None:
+    await ctx.kube.patch_node(node, {"metadata": {"annotations": {REBALANCED: iso(ctx.clock())}}})
+
+
+async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
+    if decision.kind == "recover":
+        return Outcome("skipped", "rebalance has nothing to undo")
+    params = from_params(RebalanceParams, decision.params)
+    hot_name = node_of(decision)
+    if ctx.query is None:
+        return Outcome("skipped", "no metrics source to weigh node load; not moving anything")
+    loads = await ctx.query(LOAD_QUERY, ctx.clock())
+    if not isinstance(loads, Vector) or not loads.samples:
+        why = loads.reason if isinstance(loads, Unknown) else "no node has load data"
+        return Outcome("skipped", f"node load unknown ({why}); not moving anything")
+    load = {s.get("node"): s.value for s in loads.samples}
+    if hot_name not in load:
+        return Outcome("skipped", f"node {hot_name} has no load data; not moving anything")
+    now = ctx.clock()
+    try:
+        node_objs = await ctx.kube.list_nodes()
+        pods = await ctx.kube.list_pods()
+    except KubeError as e:
+        return Outcome("failed", str(e))
+    nodes: dict[str, _Node] = {}
+    for n in node_objs:
+        name = n["metadata"]["name"]
+        if name in load:
+            nodes[name] = _Node(
+                name,
+                load[name],
+                _capacity(n),
+                {},
+                _schedulable(n),
+                _cooling(n, now, params.node_cooldown),
+                n,
+            )
+    on_hot: list[Obj] = []
+    for p in pods:
+        where = (p.get("spec") or {}).get("nodeName")
+        if where in nodes and not is_finished(p) and not is_terminating(p):
+            for r, k in device_requests(p).items():
+                nodes[where].used[r] = nodes[where].used.get(r, 0) + k
+        if where == hot_name:
+            on_hot.append(p)
+    hot = nodes.get(hot_name)
+    if hot is None:
+        return Outcome("skipped", f"node {hot_name} is gone")
+    if hot.cooling:
+        return Outcome(
+            "skipped", f"node {hot_name} gave or received a pod within nodeCooldown; waiting"
+        )
+    gap = params.min_utilization_gap
+    candidates = sorted(
+        (p for p in on_hot if movable(p)),
+        key=lambda p: str((p.get("status") or {}).get("startTime") or ""),
+        reverse=True,
+    )
+    if not candidates:
+        return Outcome("skipped", f"node {hot_name} has no movable pod")
+    moved: list[str] = []
+    reasons: list[str] = []
+    hot_load = hot.load
+    for pod in candidates:
+        if len(moved) >= params.max_moves_per_cycle:
+            break
+        wants = device_requests(pod)
+        k = sum(wants.values())
+        dest = _destination(nodes, hot, wants, k, hot_load, gap)
+        if dest is None:
+            reasons.append(f"{pod_key(pod)}: no node fits it with a load {gap:g} lower")
+            continue
+        try:
+            await ctx.kube.evict_pod(
+                pod["metadata"].get("namespace", "default"),
+                pod["metadata"]["name"],
+                uid=pod["metadata"].get("uid"),
+            )
+        except NotFound:
+            continue
+        except TooManyRequests as e:
+            reasons.append(f"{pod_key(pod)}: {e}")
+            continue
+        except KubeError as e:
+            return Outcome("failed", f"{pod_key(pod)}: {e}")
+        moved.append(pod_key(pod))
+        share = k / max(1, hot.devices)
+        hot_load -= hot.load * share
+        dest.load += hot.load * k / max(1, dest.devices)
+        for r, q in wants.items():
+            dest.used[r] = dest.used.get(r, 0) + q
+        dest.cooling = True
+        for name in (hot.name, dest.name):
+            try:
+                await _stamp(ctx, name)
+            except KubeError as e:
+                log.warning("node %s: could not record the rebalance time: %s", name, e)
+        message = (
+            f"moved off hot node {hot.name} (load {hot.load:.2f}) by rule {decision.rule}; "
+            f"room on {dest.name} (load {nodes[dest.name].load:.2f} after)"
+        )
+        await event(ctx, pod, "Rebalanced", message, action="Evict")
+        await event(ctx, hot.obj, "Rebalanced", f"{pod_key(pod)} {message}", action=NAME)
+    if not moved:
+        return Outcome("skipped", "; ".join(reasons[:5]) or "nothing to move")
+    return Outcome("done", f"moved {len(moved)} pod(s) off {hot_name}", {"moved": moved})
+
+
+def _destination(
+    nodes: Mapping[str, _Node],
+    hot: _Node,
+    wants: Mapping[str, int],
+    k: int,
+    hot_load: float,
+    gap: float,
+) -> _Node | None:
+    """The coolest node that fits the pod and that the move cannot make hot enough
+    to trigger the reverse move."""
+    best: _Node | None = None
+    for n in nodes.values():
+        if n.name == hot.name or not n.schedulable or n.cooling:
+            continue
+        if any(n.free(r) < q for r, q in wants.items()):
+            continue
+        if hot_load - n.load < gap:
+            continue
+        after_dest = n.load + hot.load * k / max(1, n.devices)
+        after_hot = hot_load - hot.load * k / max(1, hot.devices)
+        if after_dest - after_hot >= gap:
+            continue
+        if best is None or (n.load, n.name) < (best.load, best.name):
+            best = n
+    return best
+
+
+SPEC = ActionSpec(
+    NAME,
+    TARGETS,
+    reversible=False,
+    params_type=RebalanceParams,
+    validate=validate,
+    execute=execute,
+)

@@ -16,11 +16,27 @@ Parameters:
 ``maxRequeues``  requeues per job before giving up (>= 0)     ``3``
 ``backoff``      least time between two requeues of a job     ``1m``
                  (duration)
+``via``          ``delete`` the pod (the Job controller       ``delete``
+                 makes a new one), or ``suspend`` the Job
+                 and resume it (its pods go without counting
+                 as failures against ``backoffLimit``)
 ===============  ===========================================  =======
+
+Execution: only pods owned by a Job are requeued (a JobSet or a training
+operator runs its pods through Jobs too); a bare pod or a Deployment's pod is
+left alone with a ``RequeueSkipped`` Event, since nothing would retry it as a job.
+The attempt is recorded on the Job first, in the annotation
+``accel-fleet.io/requeues`` (``{"count", "last", "pods"}``, written conditionally on
+the Job's resourceVersion), and only then is the pod deleted (with its uid as a
+precondition, so a retry never deletes its replacement). A restart that finds the
+pod's uid already recorded finishes that requeue without counting it again. At
+``maxRequeues`` the Job gets a ``RequeueLimitReached`` Event and nothing else
+happens: it needs a person.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +45,24 @@ from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
     ParamReader,
+    from_params,
     param,
     param_keys,
     to_params,
 )
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.ownership import REQUEUES, event, iso, parse_iso
+from autoscaler.actions.pods import controller_owner
+from autoscaler.engine.decision import Decision
+from autoscaler.kube.errors import Conflict, KubeError, NotFound
+from autoscaler.kube.protocol import Obj
 
 NAME = "requeue_job"
+VIA = ("delete", "suspend")
+# Pod uids kept in the requeue record (enough to recognise a retried requeue).
+KEEP_PODS = 20
+# How long a suspend waits for the Job's pods to go before resuming it anyway.
+SUSPEND_WAIT = 300.0
 TARGETS = ("pod",)
 
 
@@ -42,6 +70,7 @@ TARGETS = ("pod",)
 class RequeueJobParams:
     max_requeues: int = param("maxRequeues", 3)
     backoff: float = param("backoff", 60.0)
+    via: str = param("via", "delete")
 
 
 DEFAULTS = RequeueJobParams()
@@ -52,8 +81,134 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
     params = RequeueJobParams(
         max_requeues=r.integer("maxRequeues", DEFAULTS.max_requeues, minimum=0),
         backoff=r.duration("backoff", DEFAULTS.backoff),
+        via=r.choice("via", VIA, DEFAULTS.via) or DEFAULTS.via,
     )
     return to_params(params), r.problems
 
 
-SPEC = ActionSpec(NAME, TARGETS, reversible=False, params_type=RequeueJobParams, validate=validate)
+def _record(job: Obj) -> dict[str, Any]:
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(REQUEUES)
+    try:
+        data = json.loads(raw) if raw else {}
+        return dict(data) if isinstance(data, dict) else {}
+    except ValueError:
+        return {}
+
+
+async def _count(
+    ctx: ActionContext, namespace: str, job_name: str, pod_uid: str, params: RequeueJobParams
+) -> tuple[Obj, str | None, bool]:
+    """Record this requeue on the Job, conditionally on its resourceVersion.
+    Returns (job, why not, whether it was already recorded)."""
+    for _ in range(8):
+        job = await ctx.kube.get_job(namespace, job_name)
+        rec = _record(job)
+        pods = [str(u) for u in rec.get("pods") or []]
+        if pod_uid in pods:
+            return job, None, True
+        count = int(rec.get("count") or 0)
+        if count >= params.max_requeues:
+            return (
+                job,
+                f"requeued {count} time(s) already; maxRequeues is {params.max_requeues}",
+                False,
+            )
+        last = rec.get("last")
+        now = ctx.clock()
+        if isinstance(last, str) and now - parse_iso(last) < params.backoff:
+            return job, f"last requeued at {last}; backoff is {params.backoff:g}s", False
+        rec.update(count=count + 1, last=iso(now), pods=[*pods, pod_uid][-KEEP_PODS:])
+        patch: Obj = {
+            "metadata": {
+                "resourceVersion": job["metadata"].get("resourceVersion"),
+                "annotations": {REQUEUES: json.dumps(rec, sort_keys=True)},
+            }
+        }
+        try:
+            return await ctx.kube.patch_job(namespace, job_name, patch), None, False
+        except Conflict:
+            continue
+    raise Conflict(f"job {namespace}/{job_name} kept changing while we counted a requeue")
+
+
+async def _suspend_cycle(ctx: ActionContext, namespace: str, job_name: str) -> None:
+    """Suspend the Job (its pods go, not counted as failures), wait for them to
+    go, and resume it."""
+    await ctx.kube.patch_job(namespace, job_name, {"spec": {"suspend": True}})
+    waited = 0.0
+    while not ctx.dry_run and waited < SUSPEND_WAIT and ctx.leading():
+        job = await ctx.kube.get_job(namespace, job_name)
+        if not (job.get("status") or {}).get("active"):
+            break
+        await ctx.sleep(ctx.retry_interval)
+        waited += ctx.retry_interval
+    await ctx.kube.patch_job(namespace, job_name, {"spec": {"suspend": False}})
+
+
+async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
+    if decision.kind == "recover":
+        return Outcome("skipped", "requeue_job has nothing to undo")
+    params = from_params(RequeueJobParams, decision.params)
+    namespace = decision.target.get("namespace", "")
+    pod_name = decision.target.get("pod", "")
+    if not namespace or not pod_name:
+        return Outcome("failed", f"target {dict(decision.target)} names no namespace and pod")
+    try:
+        pod = await ctx.kube.get_pod(namespace, pod_name)
+    except NotFound:
+        return Outcome("skipped", f"pod {namespace}/{pod_name} is gone already")
+    except KubeError as e:
+        return Outcome("failed", f"pod {namespace}/{pod_name}: {e}")
+    owner = controller_owner(pod)
+    if owner is None or owner.get("kind") != "Job":
+        what = f"{owner.get('kind')} {owner.get('name')}" if owner else "no owner"
+        message = (
+            f"not requeuing pod {namespace}/{pod_name}: it has {what}, and requeue_job "
+            "restarts Job pods only (nothing would retry this one as a job)"
+        )
+        await event(ctx, pod, "RequeueSkipped", message, warning=True, action=NAME)
+        return Outcome("skipped", message)
+    job_name = str(owner.get("name"))
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    try:
+        job, refused, resumed = await _count(ctx, namespace, job_name, uid, params)
+    except NotFound:
+        return Outcome("skipped", f"job {namespace}/{job_name} is gone")
+    except KubeError as e:
+        return Outcome("failed", f"job {namespace}/{job_name}: {e}")
+    if refused is not None:
+        limit = "maxRequeues" in refused
+        message = f"not requeuing job {namespace}/{job_name} (pod {pod_name}): {refused}"
+        if limit:
+            await event(ctx, job, "RequeueLimitReached", message, warning=True, action=NAME)
+        return Outcome("skipped", message, {"limit": limit})
+    try:
+        if params.via == "suspend":
+            await _suspend_cycle(ctx, namespace, job_name)
+        else:
+            await ctx.kube.delete_pod(namespace, pod_name, uid=uid or None)
+    except NotFound:
+        pass
+    except Conflict:
+        pass  # a new pod under that name: the old one, our target, is gone
+    except KubeError as e:
+        return Outcome("failed", f"pod {namespace}/{pod_name}: {e}")
+    count = int(_record(job).get("count") or 0)
+    how = "suspended and resumed the job" if params.via == "suspend" else "deleted the pod"
+    message = (
+        f"requeued job {namespace}/{job_name} ({how}; attempt {count} of "
+        f"{params.max_requeues}) for rule {decision.rule}"
+        + (f": {decision.reason}" if decision.reason else "")
+    )
+    await event(ctx, job, "Requeued", message, action=NAME)
+    return Outcome("done", message, {"attempt": count, "resumed": resumed})
+
+
+SPEC = ActionSpec(
+    NAME,
+    TARGETS,
+    reversible=False,
+    params_type=RequeueJobParams,
+    validate=validate,
+    execute=execute,
+)

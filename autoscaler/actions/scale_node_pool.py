@@ -16,22 +16,69 @@ Parameters:
 ``direction``  ``up`` or ``down``                  required
 ``step``       nodes per action (>= 1)             ``1``
 =============  ==================================  =========
+
+Execution (``execute``), through ``ctx.pools`` (a ``NodePoolProvider``):
+
+- **Up** counts capacity that is on its way. A node that was asked for and has not
+  registered yet (``Pool.provisioning``: a Machine without a nodeRef, or a replica
+  no Machine backs yet) already answers the demand that asked for it, and the
+  pending pods that triggered the rule keep pending until it joins. So a
+  decision adds ``step`` nodes *minus those already provisioning*:
+  ``replicas := min(max, replicas + max(0, step - provisioning))``. With ``step: 1``
+  and one node still booting, the decision adds nothing and says so; a slow node
+  boot never turns into a second, third, fourth node for the same pods. At the
+  maximum it is refused.
+- **Down** removes up to ``step`` nodes, one at a time, never going below the
+  minimum. For each: pick the pool's least-loaded node (fewest pods that hold
+  devices, ties by name), cordon and drain it (``drain_node``, which records
+  ownership in ``accel-fleet.io/remediation`` and evicts through the Eviction API,
+  for at most the drain action's default ``drainTimeout``), and only when the drain
+  is done, mark its Machine for deletion and *then* lower replicas by one. In that
+  order the provider can never remove a node other than the drained one. A drain
+  that is not done (a PodDisruptionBudget holding a pod) stops the scale-down with
+  ``partial``: replicas stay, the node stays cordoned, and the next decision picks
+  the same, now emptiest, node again and finishes it. A crash anywhere in the
+  sequence resumes the same way; after replicas dropped the provider no longer
+  counts the marked node (``autoscaler/pools/clusterapi.py``), so nothing is
+  removed twice.
+- In dry-run the drain makes one pass (its evictions are recorded, not carried
+  out, so waiting for the node to empty would wait for nothing), and the
+  Machine mark and the replica change are recorded even when a
+  PodDisruptionBudget refused an eviction in that pass, to show the whole
+  sequence.
+- Every decision writes an Event on the pool's object (the MachineDeployment):
+  ``ScaledUp``, ``ScaledDown`` (one per node removed) or ``ScaleRefused`` (with
+  the reason: not autoscalable, at a bound, capacity already provisioning, a drain
+  that did not finish, an API error).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
     ParamReader,
+    from_params,
     param,
     param_keys,
     to_params,
 )
+from autoscaler.actions.context import ActionContext, Outcome, Status
+from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT, drain_node
+from autoscaler.actions.ownership import event
+from autoscaler.clusterstate import device_requests
+from autoscaler.engine.decision import Decision
+from autoscaler.kube.errors import KubeError
+from autoscaler.kube.protocol import Obj
+from autoscaler.pools.base import NodePoolProvider, Pool
+
+log = logging.getLogger("accel_autoscaler.actions")
 
 NAME = "scale_node_pool"
 TARGETS = ("pool",)
@@ -56,6 +103,188 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
     return to_params(params), r.problems
 
 
+@runtime_checkable
+class DescribedPools(Protocol):
+    """What a provider may offer beyond ``NodePoolProvider`` so that refusals and
+    Events name its real objects (``ClusterAPIProvider`` does)."""
+
+    def refusal(self, pool: str) -> str | None:
+        """Why the last ``pools()`` left this pool out, or None."""
+        ...
+
+    def event_object(self, pool: str) -> Obj:
+        """The pool's object (apiVersion, kind, metadata) for its Events."""
+        ...
+
+
+class _Report:
+    """Writes the decision's Events on the pool's object."""
+
+    def __init__(self, ctx: ActionContext, provider: NodePoolProvider, pool: str) -> None:
+        self.ctx = ctx
+        self.obj = provider.event_object(pool) if isinstance(provider, DescribedPools) else None
+        self.pool = pool
+
+    async def __call__(self, reason: str, message: str, *, warning: bool = False) -> None:
+        if self.obj is None:
+            log.info("pool %s: %s: %s (no object to record it on)", self.pool, reason, message)
+            return
+        await event(self.ctx, self.obj, reason, message, warning=warning, action=NAME)
+
+
+def _why(decision: Decision) -> str:
+    return f"rule {decision.rule}" + (f": {decision.reason}" if decision.reason else "")
+
+
+async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
+    """Grow or shrink the decision's pool (see the module docstring)."""
+    params = from_params(ScaleNodePoolParams, decision.params)
+    name = decision.target.get("pool", "")
+    provider = ctx.pools
+    if provider is None:
+        return Outcome(
+            "failed",
+            f"scale_node_pool: no node-pool provider is configured, so pool {name!r} cannot "
+            "be scaled (configure the Cluster API provider with the MachineDeployments' "
+            "namespace)",
+        )
+    if not name:
+        return Outcome("failed", f"scale_node_pool: target {dict(decision.target)} names no pool")
+    report = _Report(ctx, provider, name)
+    try:
+        pool = next((p for p in await provider.pools() if p.name == name), None)
+        if pool is None:
+            why = provider.refusal(name) if isinstance(provider, DescribedPools) else None
+            message = why or f"no pool named {name!r} (provider {provider.name})"
+            await report("ScaleRefused", f"{message} ({_why(decision)})", warning=True)
+            return Outcome("skipped", message)
+        if params.direction == "up":
+            return await _scale_up(ctx, provider, pool, params.step, decision, report)
+        return await _scale_down(ctx, provider, pool, params.step, decision, report)
+    except (KubeError, ValueError, LookupError) as e:
+        message = f"pool {name}: {e}"
+        await report("ScaleRefused", f"{message} ({_why(decision)})", warning=True)
+        return Outcome("failed", message)
+
+
+async def _scale_up(
+    ctx: ActionContext,
+    provider: NodePoolProvider,
+    pool: Pool,
+    step: int,
+    decision: Decision,
+    report: _Report,
+) -> Outcome:
+    details = {"pool": pool.name, "replicas": pool.replicas, "provisioning": pool.provisioning}
+    if pool.replicas >= pool.max_size:
+        message = f"pool {pool.name} is at its maximum ({pool.replicas} of {pool.max_size})"
+        await report("ScaleRefused", f"{message} ({_why(decision)})")
+        return Outcome("skipped", message, details)
+    add = max(0, step - pool.provisioning)
+    if add == 0:
+        message = (
+            f"pool {pool.name}: {pool.provisioning} node(s) already provisioning cover "
+            f"step {step}; not adding more until they register"
+        )
+        await report("ScaleRefused", f"{message} ({_why(decision)})")
+        return Outcome("skipped", message, details)
+    target = min(pool.max_size, pool.replicas + add)
+    await provider.set_replicas(pool.name, target)
+    message = (
+        f"scaled pool {pool.name} up from {pool.replicas} to {target} replicas"
+        + (f" ({pool.provisioning} already provisioning)" if pool.provisioning else "")
+        + (f", capped at its maximum {pool.max_size}" if target < pool.replicas + add else "")
+    )
+    await report("ScaledUp", f"{message} ({_why(decision)})")
+    return Outcome("done", message, {**details, "to": target})
+
+
+async def least_loaded(ctx: ActionContext, nodes: Sequence[str]) -> str:
+    """The node with the fewest running or pending pods that hold devices; ties by
+    name, so the choice is the same every time the decision is retried."""
+
+    async def load(node: str) -> int:
+        pods = await ctx.kube.list_pods(node=node)
+        return sum(
+            1
+            for p in pods
+            if device_requests(p)
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
+
+    loads = await asyncio.gather(*(load(n) for n in nodes))
+    return min(zip(loads, nodes, strict=True))[1]
+
+
+async def _scale_down(
+    ctx: ActionContext,
+    provider: NodePoolProvider,
+    pool: Pool,
+    step: int,
+    decision: Decision,
+    report: _Report,
+) -> Outcome:
+    replicas = pool.replicas
+    removed: list[str] = []
+    details: dict[str, Any] = {"pool": pool.name, "replicas": pool.replicas, "removed": removed}
+    for _ in range(step):
+        if replicas <= pool.min_size:
+            break
+        candidates = [n for n in pool.nodes if n not in removed]
+        if not candidates:
+            break
+        if not ctx.leading():
+            message = f"pool {pool.name}: lost the lease; {_done(removed)}"
+            return Outcome("partial", message, details)
+        node = await least_loaded(ctx, candidates)
+        why = f"scale-down of pool {pool.name} ({_why(decision)})"
+        drained = await drain_node(
+            ctx,
+            node,
+            rule=decision.rule,
+            timeout=DEFAULT_DRAIN_TIMEOUT,
+            reason=why,
+        )
+        if drained.status != "done" and not (ctx.dry_run and drained.status == "partial"):
+            message = (
+                f"pool {pool.name}: drain of node {node} not finished ({drained.message}); "
+                f"replicas stay at {replicas}; {_done(removed)}"
+            )
+            await report("ScaleRefused", f"{message} ({_why(decision)})", warning=True)
+            status: Status = "partial" if removed or drained.status == "partial" else drained.status
+            return Outcome(status, message, {**details, "drain": drained.as_json()})
+        await provider.mark_for_deletion(pool.name, node)
+        await provider.set_replicas(pool.name, replicas - 1)
+        replicas -= 1
+        removed.append(node)
+        await report(
+            "ScaledDown",
+            f"drained node {node}, marked its Machine for deletion and scaled pool "
+            f"{pool.name} down to {replicas} replicas ({_why(decision)})",
+        )
+    if not removed:
+        message = f"pool {pool.name} is at its minimum ({pool.replicas}, minimum {pool.min_size})"
+        if replicas > pool.min_size:
+            message = f"pool {pool.name} has no registered node to remove"
+        await report("ScaleRefused", f"{message} ({_why(decision)})")
+        return Outcome("skipped", message, details)
+    return Outcome(
+        "done",
+        f"scaled pool {pool.name} down from {pool.replicas} to {replicas} replicas; "
+        f"{_done(removed)}",
+        {**details, "to": replicas},
+    )
+
+
+def _done(removed: Sequence[str]) -> str:
+    return f"removed {', '.join(removed)}" if removed else "no node removed"
+
+
 SPEC = ActionSpec(
-    NAME, TARGETS, reversible=False, params_type=ScaleNodePoolParams, validate=validate
+    NAME,
+    TARGETS,
+    reversible=False,
+    params_type=ScaleNodePoolParams,
+    validate=validate,
+    execute=execute,
 )

@@ -28,12 +28,15 @@ from autoscaler.actions.base import (
     ParamProblem,
     ParamReader,
     did_you_mean,
+    from_params,
     label_key_problem,
     label_value_problem,
     param,
     param_keys,
     to_params,
 )
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.engine.decision import Decision
 
 NAME = "taint"
 TARGETS = ("node", "device")
@@ -104,4 +107,17 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
     return to_params(params), r.problems
 
 
-SPEC = ActionSpec(NAME, TARGETS, reversible=True, params_type=TaintParams, validate=validate)
+async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
+    """Act: add the taint (recording whether we did, or found it there). Recover:
+    remove it, only if we added it."""
+    from autoscaler.actions.nodeops import node_step, undo
+
+    if decision.kind == "recover":
+        return await undo(ctx, decision)
+    params = from_params(TaintParams, decision.params)
+    return await node_step(ctx, decision, phase="tainted", taint=params.taint, reason="Tainted")
+
+
+SPEC = ActionSpec(
+    NAME, TARGETS, reversible=True, params_type=TaintParams, validate=validate, execute=execute
+)

@@ -18,6 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param_keys, to_params
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.nodeops import node_of, release
+from autoscaler.actions.ownership import entries, event, node_ref, ours
+from autoscaler.engine.decision import Decision
+from autoscaler.kube.errors import KubeError, NotFound
 
 NAME = "uncordon"
 TARGETS = ("node",)
@@ -36,4 +41,37 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
     return to_params(DEFAULTS), r.problems
 
 
-SPEC = ActionSpec(NAME, TARGETS, reversible=False, params_type=UncordonParams, validate=validate)
+async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
+    """Undo every cordon this controller holds on the node, and nothing else: a node
+    that someone else cordoned stays cordoned, with an Event that says why."""
+    name = node_of(decision)
+    try:
+        node = await ctx.kube.get_node(name)
+        mine = [rule for rule, e in entries(node).items() if ours(e, ctx) and e.cordoned]
+        if not mine:
+            if (node.get("spec") or {}).get("unschedulable"):
+                message = (
+                    f"not uncordoning node {name}: {ctx.controller} did not cordon it "
+                    "(no accel-fleet.io/remediation entry of ours says so)"
+                )
+                await event(ctx, node, "UncordonRefused", message, warning=True, action=NAME)
+                return Outcome("skipped", message)
+            return Outcome("skipped", f"node {name} is not cordoned")
+        released = [await release(ctx, name, rule) for rule in mine]
+    except NotFound:
+        return Outcome("skipped", f"node {name} no longer exists")
+    except KubeError as e:
+        return Outcome("failed", f"node {name}: {e}")
+    uncordoned = any(r.uncordoned for r in released)
+    message = (
+        f"uncordoned by rule {decision.rule} (cordoned by {', '.join(mine)})"
+        if uncordoned
+        else f"released the cordons of {', '.join(mine)}; another rule of ours still holds one"
+    )
+    await event(ctx, node_ref(name), "Uncordoned", message, action=NAME)
+    return Outcome("done", message, {"uncordoned": uncordoned, "rules": mine})
+
+
+SPEC = ActionSpec(
+    NAME, TARGETS, reversible=False, params_type=UncordonParams, validate=validate, execute=execute
+)

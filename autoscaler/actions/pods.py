@@ -1,0 +1,277 @@
+"""Pods as the actions see them: which ones use devices, which ones may be moved,
+and the eviction loop that drain, migrate_jobs, rebalance and scale-down share.
+
+Eviction, not deletion: the API server checks PodDisruptionBudgets and answers 429
+when one would be broken. The loop retries those every ``ctx.retry_interval`` until
+the deadline, re-reading the node's pods each round, so a pod that its owner
+already replaced, or that finished, is not evicted again; a pod that is already
+terminating (``deletionTimestamp``) counts as gone. Across a restart the deadline
+is the one recorded in the node annotation, so a resumed drain does not start
+its clock again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.actions.context import ActionContext
+from autoscaler.actions.ownership import event
+from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
+from autoscaler.kube.protocol import Obj
+
+log = logging.getLogger("accel_autoscaler.actions")
+
+# Extended resources that are accelerators (device plugins' names). A MIG or
+# partition resource shares its vendor's prefix (nvidia.com/mig-1g.10gb).
+DEVICE_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/")
+DEVICE_WORDS = ("gpu", "mig-", "i915", "xe")
+# Owners that recreate their pods elsewhere when one is evicted.
+RECREATING_OWNERS = ("Job", "JobSet", "StatefulSet", "ReplicaSet", "ReplicationController")
+
+
+def meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def pod_key(pod: Obj) -> str:
+    return f"{meta(pod).get('namespace', 'default')}/{meta(pod).get('name', '')}"
+
+
+def is_device_resource(name: str) -> bool:
+    if not name.startswith(DEVICE_PREFIXES):
+        return False
+    rest = name.split("/", 1)[1]
+    return any(rest.startswith(w) or rest == w for w in DEVICE_WORDS)
+
+
+def device_requests(pod: Obj) -> dict[str, int]:
+    """Accelerator devices the pod asks for, by resource name (limits, as device
+    plugins require them; requests when a limit is missing)."""
+    out: dict[str, int] = {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+        for name, qty in merged.items():
+            if is_device_resource(name):
+                try:
+                    out[name] = out.get(name, 0) + int(str(qty))
+                except ValueError:
+                    continue
+    return out
+
+
+def uses_devices(pod: Obj) -> bool:
+    return bool(device_requests(pod))
+
+
+def controller_owner(pod: Obj) -> Obj | None:
+    for ref in meta(pod).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return dict(ref)
+    refs = meta(pod).get("ownerReferences") or []
+    return dict(refs[0]) if refs else None
+
+
+def is_daemonset_pod(pod: Obj) -> bool:
+    owner = controller_owner(pod)
+    return owner is not None and owner.get("kind") == "DaemonSet"
+
+
+def is_mirror_pod(pod: Obj) -> bool:
+    return "kubernetes.io/config.mirror" in (meta(pod).get("annotations") or {})
+
+
+def is_finished(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def is_terminating(pod: Obj) -> bool:
+    return bool(meta(pod).get("deletionTimestamp"))
+
+
+def evictable(pod: Obj) -> str | None:
+    """Why a pod on a node being drained stays, or None if it goes."""
+    if is_mirror_pod(pod):
+        return "mirror pod (the kubelet owns it)"
+    if is_daemonset_pod(pod):
+        return "DaemonSet pod (its controller ignores cordons and would put it back)"
+    if is_finished(pod):
+        return "already finished"
+    if is_terminating(pod):
+        return "already terminating"
+    return None
+
+
+@dataclass
+class EvictionResult:
+    evicted: list[str] = field(default_factory=list)
+    # Pods still there at the deadline, with the last refusal.
+    refused: dict[str, str] = field(default_factory=dict)
+    forced: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    stopped: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return not self.refused and not self.failed and not self.stopped
+
+
+async def evict_until(
+    ctx: ActionContext,
+    node: str,
+    select: Callable[[Obj], bool],
+    *,
+    deadline: float,
+    rule: str,
+    why: str,
+    grace_period_seconds: int | None = None,
+    force_after_deadline: bool = False,
+    before_evict: Callable[[Obj], object] | None = None,
+) -> EvictionResult:
+    """Evict the node's pods that ``select`` picks (and ``evictable`` allows) until
+    none is left or ``deadline`` (``ctx.clock()`` time) passes.
+
+    ``before_evict(pod)`` (a coroutine function) runs before each first eviction
+    attempt of a pod, e.g. to create a bare pod's replacement. With
+    ``force_after_deadline`` the pods a PDB still protects at the deadline are
+    deleted; otherwise they stay, and are reported.
+    """
+    result = EvictionResult()
+    prepared: set[str] = set()
+    # An evicted pod may linger until its grace period ends; it is never evicted twice.
+    gone: set[str] = set()
+    while True:
+        if not ctx.leading():
+            result.stopped = "this replica lost the leader lease; the new leader resumes"
+            return result
+        pods = [
+            p
+            for p in await ctx.kube.list_pods(node=node)
+            if select(p) and evictable(p) is None and meta(p).get("uid", pod_key(p)) not in gone
+        ]
+        if not pods:
+            result.refused.clear()
+            return result
+        if ctx.clock() >= deadline:
+            if force_after_deadline:
+                for p in pods:
+                    await _force(ctx, p, rule, result, grace_period_seconds)
+                return result
+            return result
+        refused_now = False
+        for p in pods:
+            key = pod_key(p)
+            uid = meta(p).get("uid")
+            if before_evict is not None and key not in prepared:
+                await _maybe_await(before_evict(p))
+                prepared.add(key)
+            try:
+                await ctx.kube.evict_pod(
+                    meta(p).get("namespace", "default"),
+                    meta(p)["name"],
+                    grace_period_seconds=grace_period_seconds,
+                    uid=uid,
+                )
+            except NotFound:
+                continue
+            except TooManyRequests as e:
+                if result.refused.get(key) is None:
+                    log.info("eviction of %s refused, will retry: %s", key, e)
+                result.refused[key] = str(e)
+                refused_now = True
+                continue
+            except KubeError as e:
+                result.failed[key] = str(e)
+                continue
+            result.refused.pop(key, None)
+            result.failed.pop(key, None)
+            result.evicted.append(key)
+            gone.add(uid or key)
+            await event(
+                ctx,
+                p,
+                "Evicted",
+                f"evicted from node {node} by rule {rule}: {why}",
+                action="Evict",
+            )
+        if ctx.dry_run:
+            # Nothing a dry run evicts goes away; one pass shows what would happen.
+            return result
+        if result.failed and not refused_now:
+            return result
+        if not refused_now:
+            continue
+        await ctx.sleep(min(ctx.retry_interval, max(0.0, deadline - ctx.clock())) or 0.001)
+
+
+async def _maybe_await(value: object) -> None:
+    import inspect
+
+    if inspect.isawaitable(value):
+        await value
+
+
+async def _force(
+    ctx: ActionContext, pod: Obj, rule: str, result: EvictionResult, grace: int | None
+) -> None:
+    key = pod_key(pod)
+    try:
+        await ctx.kube.delete_pod(
+            meta(pod).get("namespace", "default"),
+            meta(pod)["name"],
+            grace_period_seconds=grace,
+            uid=meta(pod).get("uid"),
+        )
+    except NotFound:
+        return
+    except KubeError as e:
+        result.failed[key] = str(e)
+        return
+    result.refused.pop(key, None)
+    result.forced.append(key)
+    await event(
+        ctx,
+        pod,
+        "ForceDeleted",
+        f"deleted by rule {rule} after its eviction was refused until the drain timeout "
+        "(the rule sets forceDeleteAfterTimeout)",
+        warning=True,
+        action="Delete",
+    )
+
+
+def summary(result: EvictionResult, kept: Sequence[str] = ()) -> str:
+    parts = [f"evicted {len(result.evicted)}"]
+    if result.forced:
+        parts.append(f"force-deleted {len(result.forced)}")
+    if result.refused:
+        sample = "; ".join(f"{k}: {v}" for k, v in list(result.refused.items())[:3])
+        parts.append(f"{len(result.refused)} still refused at the deadline ({sample})")
+    if result.failed:
+        sample = "; ".join(f"{k}: {v}" for k, v in list(result.failed.items())[:3])
+        parts.append(f"{len(result.failed)} failed ({sample})")
+    if kept:
+        parts.append(f"left {len(kept)} in place")
+    if result.stopped:
+        parts.append(result.stopped)
+    return ", ".join(parts)
+
+
+__all__ = [
+    "DEVICE_PREFIXES",
+    "RECREATING_OWNERS",
+    "EvictionResult",
+    "controller_owner",
+    "device_requests",
+    "evict_until",
+    "evictable",
+    "is_daemonset_pod",
+    "is_device_resource",
+    "is_mirror_pod",
+    "meta",
+    "pod_key",
+    "summary",
+    "uses_devices",
+]

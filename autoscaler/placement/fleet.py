@@ -1,0 +1,144 @@
+"""The fleet state the scorer reads, built from the metrics any Source serves.
+
+Placement needs, per node: which devices exist (``accel_device_info``: vendor,
+model), which answer (``accel_up``) and have had no fatal fault lately, which are
+held by a pod (``accel_device_pod_info``, from the kubelet's PodResources API), how
+busy they are (``accel_utilization_ratio``, ``accel_memory_*``) and how far apart
+(``accel_topology_distance``). These are instant queries, so the same code reads
+Prometheus in production and exporters directly through the scrape source.
+
+The node is the ``node`` label that relabeling (or the scrape source's
+``--targets``) attaches. Series without it are skipped and counted, not guessed.
+Partitions (MIG instances, AMD compute partitions: ``parent`` set) are left out:
+whole devices are what the extended resources hand out.
+
+A source that is down, or a device catalogue query that fails, is an error
+(``FleetUnavailable``) and never an empty fleet: an empty fleet would reject every
+node, and the extender's answer to "we do not know" is to let the scheduler go on
+without us.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+
+from autoscaler.placement.score import Device, FleetState, NodeDevices
+from autoscaler.sources.base import Source
+from autoscaler.types import QueryResult, Sample, Unknown, Vector
+
+log = logging.getLogger("accel_autoscaler.placement.fleet")
+
+Q_INFO = 'accel_device_info{parent=""}'
+Q_UP = "accel_up"
+Q_UTIL = "accel_utilization_ratio"
+Q_MEM_USED = "accel_memory_used_bytes"
+Q_MEM_TOTAL = "accel_memory_total_bytes"
+Q_DISTANCE = "accel_topology_distance"
+Q_PODS = "accel_device_pod_info"
+# A device that had a fatal fault in the last 10 minutes is not offered, even if it
+# answers again: the remediation rules decide when it is trusted again.
+Q_FATAL = 'increase(accel_fault_events_total{severity="fatal"}[10m]) > 0'
+
+
+class FleetUnavailable(RuntimeError):
+    """No trustworthy fleet state; the message says why."""
+
+
+@dataclass(frozen=True)
+class _Key:
+    node: str
+    device: str
+
+
+def _key(s: Sample) -> _Key | None:
+    node, device = s.get("node"), s.get("device")
+    if not node or not device:
+        return None
+    return _Key(node, device)
+
+
+def _values(result: QueryResult) -> dict[_Key, float]:
+    out: dict[_Key, float] = {}
+    if isinstance(result, Vector):
+        for s in result.samples:
+            k = _key(s)
+            if k is not None:
+                out[k] = s.value
+    return out
+
+
+async def _query(source: Source, expr: str, at: float) -> Vector | None:
+    result = await source.query(expr, at)
+    if isinstance(result, Unknown):
+        log.warning("placement query %r is unknown: %s", expr, result.reason)
+        return None
+    return result if isinstance(result, Vector) else None
+
+
+async def read_fleet(source: Source, at: float, *, refresh: bool = True) -> FleetState:
+    """Refreshes ``source`` (unless told not to) and reads the fleet state at ``at``.
+    Raises FleetUnavailable when the source is down or has no devices."""
+    if refresh and not await source.refresh(at):
+        raise FleetUnavailable(f"source {source.name} is down")
+    info = await source.query(Q_INFO, at)
+    if isinstance(info, Unknown):
+        raise FleetUnavailable(f"{Q_INFO}: {info.reason}")
+    if not isinstance(info, Vector) or not info.samples:
+        raise FleetUnavailable(f"source {source.name} has no accel_device_info series")
+    up = await _query(source, Q_UP, at)
+    util = _values(await source.query(Q_UTIL, at))
+    used = _values(await source.query(Q_MEM_USED, at))
+    total = _values(await source.query(Q_MEM_TOTAL, at))
+    fatal = _values(await source.query(Q_FATAL, at))
+    pods = await _query(source, Q_PODS, at)
+    dist = await _query(source, Q_DISTANCE, at)
+    up_by = _values(up) if up is not None else {}
+
+    holders: dict[_Key, list[str]] = defaultdict(list)
+    for s in pods.samples if pods is not None else ():
+        k = _key(s)
+        if k is not None:
+            holders[k].append(f"{s.get('namespace')}/{s.get('pod')}")
+
+    devices: dict[str, dict[str, Device]] = defaultdict(dict)
+    skipped = 0
+    for s in info.samples:
+        k = _key(s)
+        if k is None:
+            skipped += 1
+            continue
+        mem: float | None = None
+        if total.get(k):
+            mem = min(1.0, used.get(k, 0.0) / total[k])
+        # No accel_up answer at all (a partial query failure) leaves the device
+        # offered; an explicit 0 does not.
+        healthy = up_by.get(k, 1.0) == 1.0 and k not in fatal
+        devices[k.node][k.device] = Device(
+            name=k.device,
+            vendor=s.get("vendor"),
+            model=s.get("model"),
+            healthy=healthy,
+            holders=tuple(sorted(set(holders.get(k, ())))),
+            utilization=util.get(k),
+            memory_used_ratio=mem,
+        )
+    if skipped:
+        log.warning(
+            "%d accel_device_info series have no node label and were left out "
+            "(relabel the node name into `node`)",
+            skipped,
+        )
+    distances: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
+    for s in dist.samples if dist is not None else ():
+        k = _key(s)
+        peer = s.get("peer_device")
+        if k is not None and peer:
+            distances[k.node][(k.device, peer)] = s.value
+    nodes = {
+        node: NodeDevices(node, devs, distances.get(node, {})) for node, devs in devices.items()
+    }
+    if not nodes:
+        raise FleetUnavailable("no accel_device_info series carries a node label")
+    return FleetState(nodes, at)

@@ -1,0 +1,254 @@
+"""Cluster API node pools: one pool per MachineDeployment in one namespace.
+
+What cluster-autoscaler's Cluster API provider taught its users, kept here so
+that a MachineDeployment behaves the same under either autoscaler:
+
+- A MachineDeployment is autoscalable only when it carries both
+  ``cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size`` and
+  ``...-max-size``. There is no default: a pool without them is left alone, and
+  the action that asks for it is refused with a message that names the missing
+  annotation (``refusal``).
+- The replica count is read and written through the ``scale`` subresource, the
+  one thing on a MachineDeployment that RBAC can grant on its own.
+- A scale-down never lets the MachineSet pick a victim: the drained node's Machine
+  is marked with ``cluster.x-k8s.io/delete-machine`` first, and the MachineSet
+  deletes marked Machines before any other when replicas drop.
+
+How a pool's Machines are counted (``Pool`` fields):
+
+- Machines being deleted (``metadata.deletionTimestamp``) are gone already.
+- When there are more Machines than replicas, the MachineSet is about to delete the
+  surplus, marked Machines first: up to that surplus, marked Machines are counted
+  as gone too. So a scale-down that crashed after lowering replicas is not done
+  twice, and ``nodes`` says what the pool will keep.
+- ``nodes``: the Machines with ``status.nodeRef``; their nodes have registered.
+- ``provisioning``: Machines without a nodeRef (a Machine in phase ``Failed`` or
+  with a ``failureReason`` excepted: it will not come up by waiting), plus the
+  replicas that no Machine backs yet. This is capacity on its way, which a
+  scale-up must not ask for a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from autoscaler.kube.protocol import (
+    CAPI_GROUP,
+    CAPI_VERSION,
+    MACHINE_DEPLOYMENTS,
+    MACHINES,
+    Kube,
+    Obj,
+)
+from autoscaler.pools.base import Pool
+
+MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
+DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
+API_VERSION = f"{CAPI_GROUP}/{CAPI_VERSION}"
+
+
+class PoolRefused(ValueError):
+    """The provider will not do what was asked of a pool (not autoscalable, out of
+    its bounds, no such node); the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    min_size: int
+    max_size: int
+
+
+def read_bounds(md: Obj) -> Bounds | str:
+    """A MachineDeployment's min/max, or why it is not autoscalable."""
+    meta = md.get("metadata") or {}
+    where = f"MachineDeployment {meta.get('namespace', '')}/{meta.get('name', '')}"
+    annotations: Mapping[str, Any] = meta.get("annotations") or {}
+    missing = [a for a in (MIN_SIZE, MAX_SIZE) if a not in annotations]
+    if missing:
+        return (
+            f"{where} is not autoscalable: it has no {' and no '.join(missing)} annotation "
+            f"(add both, e.g. kubectl annotate machinedeployment -n "
+            f"{meta.get('namespace', '')} {meta.get('name', '')} {MIN_SIZE}=1 {MAX_SIZE}=4)"
+        )
+    values: dict[str, int] = {}
+    for key in (MIN_SIZE, MAX_SIZE):
+        raw = annotations[key]
+        try:
+            values[key] = int(str(raw).strip())
+        except ValueError:
+            return f"{where}: annotation {key}={raw!r} is not a whole number"
+        if values[key] < 0:
+            return f"{where}: annotation {key}={raw!r} must not be negative"
+    if values[MIN_SIZE] > values[MAX_SIZE]:
+        return (
+            f"{where}: annotation {MIN_SIZE}={values[MIN_SIZE]} is above "
+            f"{MAX_SIZE}={values[MAX_SIZE]}"
+        )
+    return Bounds(values[MIN_SIZE], values[MAX_SIZE])
+
+
+def _failed(machine: Obj) -> bool:
+    status = machine.get("status") or {}
+    return status.get("phase") == "Failed" or bool(status.get("failureReason"))
+
+
+def _node_of(machine: Obj) -> str | None:
+    ref = (machine.get("status") or {}).get("nodeRef") or {}
+    name = ref.get("name")
+    return str(name) if name else None
+
+
+def _marked(machine: Obj) -> bool:
+    return DELETE_MACHINE in ((machine.get("metadata") or {}).get("annotations") or {})
+
+
+def count_machines(replicas: int, machines: list[Obj]) -> tuple[tuple[str, ...], int]:
+    """``(nodes, provisioning)`` of a pool from its desired replicas and Machines,
+    by the rules in the module docstring."""
+    live = [m for m in machines if not (m.get("metadata") or {}).get("deletionTimestamp")]
+    surplus = max(0, len(live) - replicas)
+    kept: list[Obj] = []
+    for m in sorted(live, key=lambda m: not _marked(m)):
+        if surplus and _marked(m):
+            surplus -= 1
+            continue
+        kept.append(m)
+    nodes = sorted(n for m in kept if (n := _node_of(m)) is not None)
+    waiting = sum(1 for m in kept if _node_of(m) is None and not _failed(m))
+    return tuple(nodes), waiting + max(0, replicas - len(live))
+
+
+class ClusterAPIProvider:
+    """``NodePoolProvider`` over the ``Kube`` protocol: MachineDeployments in
+    ``namespace`` are the pools."""
+
+    name = "clusterapi"
+
+    def __init__(
+        self, kube: Kube, namespace: str, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.clock = clock
+        self._refusals: dict[str, str] = {}
+        self._uids: dict[str, str] = {}
+
+    async def pools(self) -> list[Pool]:
+        """The autoscalable pools, by name. MachineDeployments without valid bounds
+        are left out; ``refusal(name)`` says why."""
+        mds, machines = await asyncio.gather(self._list(MACHINE_DEPLOYMENTS), self._list(MACHINES))
+        by_deployment: dict[str, list[Obj]] = {}
+        for m in machines:
+            owner = ((m.get("metadata") or {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
+            if owner:
+                by_deployment.setdefault(str(owner), []).append(m)
+        refusals: dict[str, str] = {}
+        scalable: list[tuple[str, Bounds]] = []
+        for md in mds:
+            meta = md.get("metadata") or {}
+            name = str(meta.get("name", ""))
+            self._uids[name] = str(meta.get("uid", ""))
+            bounds = read_bounds(md)
+            if isinstance(bounds, str):
+                refusals[name] = bounds
+            else:
+                scalable.append((name, bounds))
+        self._refusals = refusals
+        scales = await asyncio.gather(*(self._replicas(name) for name, _ in scalable))
+        out: list[Pool] = []
+        for (name, bounds), replicas in zip(scalable, scales, strict=True):
+            nodes, provisioning = count_machines(replicas, by_deployment.get(name, []))
+            out.append(Pool(name, bounds.min_size, bounds.max_size, replicas, nodes, provisioning))
+        return sorted(out, key=lambda p: p.name)
+
+    def refusal(self, pool: str) -> str | None:
+        """Why the last ``pools()`` left ``pool`` out (None if it did not see it)."""
+        return self._refusals.get(pool)
+
+    def event_object(self, pool: str) -> Obj:
+        """The MachineDeployment as far as an Event about it needs (kind, apiVersion,
+        namespace, name, and the uid the last ``pools()`` saw), without reading it."""
+        meta: Obj = {"name": pool, "namespace": self.namespace}
+        if self._uids.get(pool):
+            meta["uid"] = self._uids[pool]
+        return {"apiVersion": API_VERSION, "kind": "MachineDeployment", "metadata": meta}
+
+    async def set_replicas(self, pool: str, replicas: int) -> None:
+        """Sets the pool's replicas through the scale subresource, after checking
+        the MachineDeployment's bounds once more (they may have changed since the
+        caller read them): ``PoolRefused`` outside them."""
+        bounds = await self._bounds(pool)
+        if not bounds.min_size <= replicas <= bounds.max_size:
+            raise PoolRefused(
+                f"MachineDeployment {self.namespace}/{pool}: {replicas} replicas is outside "
+                f"its bounds {bounds.min_size}..{bounds.max_size} ({MIN_SIZE}, {MAX_SIZE})"
+            )
+        await self.kube.patch_scale(
+            CAPI_GROUP, CAPI_VERSION, self.namespace, MACHINE_DEPLOYMENTS, pool, replicas
+        )
+
+    async def mark_for_deletion(self, pool: str, node: str) -> None:
+        """Annotates the Machine whose nodeRef is ``node`` with
+        ``cluster.x-k8s.io/delete-machine`` (the time, RFC 3339), so that the next
+        replica decrease removes that Machine and no other."""
+        await self._bounds(pool)
+        machines = await self._list(MACHINES, f"{DEPLOYMENT_LABEL}={pool}")
+        for m in machines:
+            if _node_of(m) == node:
+                name = str((m.get("metadata") or {}).get("name", ""))
+                stamp = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                await self.kube.patch_custom(
+                    CAPI_GROUP,
+                    CAPI_VERSION,
+                    self.namespace,
+                    MACHINES,
+                    name,
+                    {"metadata": {"annotations": {DELETE_MACHINE: stamp}}},
+                )
+                return
+        names = sorted(str((m.get("metadata") or {}).get("name")) for m in machines)
+        raise PoolRefused(
+            f"MachineDeployment {self.namespace}/{pool} has no Machine whose nodeRef is "
+            f"node {node!r} (Machines labelled {DEPLOYMENT_LABEL}={pool}: "
+            f"{', '.join(names) or 'none'})"
+        )
+
+    async def _bounds(self, pool: str) -> Bounds:
+        md = await self.kube.get_custom(
+            CAPI_GROUP, CAPI_VERSION, self.namespace, MACHINE_DEPLOYMENTS, pool
+        )
+        bounds = read_bounds(md)
+        if isinstance(bounds, str):
+            raise PoolRefused(bounds)
+        return bounds
+
+    async def _list(self, plural: str, selector: str | None = None) -> list[Obj]:
+        return await self.kube.list_custom(
+            CAPI_GROUP, CAPI_VERSION, self.namespace, plural, label_selector=selector
+        )
+
+    async def _replicas(self, pool: str) -> int:
+        scale = await self.kube.get_scale(
+            CAPI_GROUP, CAPI_VERSION, self.namespace, MACHINE_DEPLOYMENTS, pool
+        )
+        return int((scale.get("spec") or {}).get("replicas") or 0)
+
+
+__all__ = [
+    "DELETE_MACHINE",
+    "DEPLOYMENT_LABEL",
+    "MAX_SIZE",
+    "MIN_SIZE",
+    "Bounds",
+    "ClusterAPIProvider",
+    "PoolRefused",
+    "count_machines",
+    "read_bounds",
+]
