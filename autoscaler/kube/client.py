@@ -135,7 +135,7 @@ class ClientKube:
         return cls(k8s.ApiClient(configuration), dry_run=dry_run, **kw)
 
     def close(self) -> None:
-        self.api.close()
+        self.api.close()  # type: ignore[no-untyped-call]
 
     # -- the request path
 
@@ -213,7 +213,7 @@ class ClientKube:
                 post_params=post,
                 _request_timeout=self.request_timeout,
             )
-            data: bytes = response.read() or b""
+            data: bytes = response.read() or b""  # type: ignore[no-untyped-call]
         except ApiException as e:  # the client's own refusals (TLS): no HTTP answer
             self._count(verb, resource, 0)
             raise from_status(e.status or 0, f"{where}: {e.reason}") from e
@@ -436,7 +436,9 @@ def load_configuration(kubeconfig: str | None) -> k8s.Configuration:
         return configuration
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         try:
-            k8s_config.load_incluster_config(client_configuration=configuration)
+            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
             return configuration
         except ConfigException as e:
             tried.append(f"the in-cluster service account ({e})")
@@ -464,7 +466,9 @@ def load_configuration(kubeconfig: str | None) -> k8s.Configuration:
 
 def _load_file(path: str, configuration: k8s.Configuration, label: str) -> None:
     try:
-        k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, client_configuration=configuration
+        )
     except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
         raise KubeConfigError(f"{label}: cannot load it as a kubeconfig: {e}") from e
 

@@ -58,7 +58,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import kubernetes_validate
 from aiohttp import web
@@ -164,7 +164,7 @@ _MERGE_SETS = {"finalizers"}  # primitive lists merged as sets
 class ApiError(Exception):
     """An answer that is a ``Status`` object rather than the object asked for."""
 
-    _REASONS = {
+    _REASONS: ClassVar[dict[int, str]] = {
         400: "BadRequest",
         404: "NotFound",
         405: "MethodNotAllowed",

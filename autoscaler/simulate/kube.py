@@ -1,0 +1,519 @@
+"""An in-memory Kubernetes API: the ``Kube`` protocol over plain dicts.
+
+The fleet simulator runs the production actions and the Cluster API node-pool
+provider against this class, so it behaves like the API server where they can
+tell the difference:
+
+- objects are the API's JSON shape, with ``metadata.uid`` and a
+  ``metadata.resourceVersion`` that changes on every write;
+- patches are JSON merge patches (RFC 7386); a ``metadata.resourceVersion`` in a
+  patch is a precondition (``Conflict`` when stale), as is ``uid`` on a delete;
+- creating an existing name is ``Conflict(reason="AlreadyExists")``, a missing
+  object ``NotFound``;
+- an eviction that a PodDisruptionBudget refuses is ``TooManyRequests``;
+- callers get copies: changing a returned object changes nothing here.
+
+What the cluster's own controllers would do next (the Job controller starting a
+replacement pod, the MachineSet controller creating Machines, the scheduler) is
+not this module's business: every write that such a controller reacts to is
+reported to a ``Reactor`` (the fleet), which does it in simulated time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from autoscaler.kube.errors import Conflict, NotFound, TooManyRequests
+from autoscaler.kube.protocol import Obj
+
+# Cluster API's names, as the provider reads them.
+CAPI_API_VERSION = "cluster.x-k8s.io/v1beta1"
+DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
+CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
+MIN_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+MAX_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+DELETE_ANNOTATION = "cluster.x-k8s.io/delete-machine"
+POOL_LABEL = "accel-fleet.io/pool"
+
+
+class Reactor(Protocol):
+    """What the rest of the simulated cluster does when the API changes."""
+
+    def pod_removed(self, pod: Obj, reason: str) -> None:
+        """A pod was deleted (``Deleted``) or evicted (``Evicted``)."""
+        ...
+
+    def pod_created(self, pod: Obj) -> None: ...
+
+    def node_changed(self, node: Obj) -> None:
+        """Taints, ``unschedulable`` or labels may have changed."""
+        ...
+
+    def job_changed(self, job: Obj) -> None: ...
+
+    def replicas_changed(self, deployment: Obj) -> None: ...
+
+    def eviction_allowed(self, pod: Obj) -> bool:
+        """Whether the pod's PodDisruptionBudget (if any) allows evicting it now."""
+        ...
+
+
+def timestamp(t: float) -> str:
+    """RFC 3339, as the API server writes times."""
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def copy_obj(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (several times faster than ``copy.deepcopy``)."""
+    if isinstance(value, dict):
+        return {k: copy_obj(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_obj(v) for v in value]
+    return value
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: mappings merge key by key, ``null`` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy_obj(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
+    """Equality-based label selectors: ``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``,
+    comma-separated (all must hold)."""
+    if not selector:
+        return True
+    for term in (t.strip() for t in selector.split(",")):
+        if not term:
+            continue
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:].strip() in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+class SimKube:
+    """The ``Kube`` protocol over dictionaries; see the module docstring."""
+
+    def __init__(self, clock: Callable[[], float], reactor: Reactor | None = None) -> None:
+        self.clock = clock
+        self.reactor = reactor
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[tuple[str, str], Obj] = {}
+        self.pods_by_node: dict[str, dict[tuple[str, str], Obj]] = {}
+        self.jobs: dict[tuple[str, str], Obj] = {}
+        self.leases: dict[tuple[str, str], Obj] = {}
+        self.custom: dict[tuple[str, str, str], Obj] = {}  # (plural, namespace, name)
+        self.events: list[Obj] = []
+        self.event_count = 0
+        self.calls: dict[str, int] = {}
+        self._version = 0
+        self._uid = 0
+
+    # -- bookkeeping ------------------------------------------------------------
+
+    def _count(self, verb: str) -> None:
+        self.calls[verb] = self.calls.get(verb, 0) + 1
+
+    def _stamp(self, obj: Obj, *, new: bool = False) -> None:
+        self._version += 1
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self._version)
+        if new:
+            self._uid += 1
+            meta.setdefault("uid", f"00000000-0000-4000-8000-{self._uid:012d}")
+            meta.setdefault("creationTimestamp", timestamp(self.clock()))
+
+    def _patch(self, current: Obj, patch: Obj, what: str) -> Obj:
+        want = (patch.get("metadata") or {}).get("resourceVersion")
+        if want is not None and want != current["metadata"]["resourceVersion"]:
+            raise Conflict(
+                f'Operation cannot be fulfilled on {what}: the object has been modified; '
+                "please apply your changes to the latest version and try again",
+                status=409,
+            )
+        merged: Obj = merge_patch(current, patch)
+        # Identity is not patchable.
+        merged["metadata"]["name"] = current["metadata"]["name"]
+        merged["metadata"]["uid"] = current["metadata"]["uid"]
+        current.clear()
+        current.update(merged)
+        self._stamp(current)
+        return current
+
+    # -- objects the simulation itself puts in (not part of the protocol) -------
+
+    def add_node(self, node: Obj) -> Obj:
+        self._stamp(node, new=True)
+        self.nodes[node["metadata"]["name"]] = node
+        self.pods_by_node.setdefault(node["metadata"]["name"], {})
+        return node
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self.pods_by_node.pop(name, None)
+
+    def add_job(self, job: Obj) -> Obj:
+        self._stamp(job, new=True)
+        meta = job["metadata"]
+        self.jobs[(meta["namespace"], meta["name"])] = job
+        return job
+
+    def remove_job(self, namespace: str, name: str) -> None:
+        self.jobs.pop((namespace, name), None)
+
+    def add_pod(self, pod: Obj) -> Obj:
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if key in self.pods:
+            raise Conflict(f'pods "{meta["name"]}" already exists', status=409,
+                           reason="AlreadyExists")
+        self._stamp(pod, new=True)
+        self.pods[key] = pod
+        node = pod.get("spec", {}).get("nodeName")
+        if node:
+            self.pods_by_node.setdefault(node, {})[key] = pod
+        return pod
+
+    def bind_pod(self, namespace: str, name: str, node: str, phase: str = "Running") -> Obj:
+        pod = self.pods[(namespace, name)]
+        pod["spec"]["nodeName"] = node
+        pod["status"]["phase"] = phase
+        pod["status"]["startTime"] = timestamp(self.clock())
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        self.pods_by_node.setdefault(node, {})[(namespace, name)] = pod
+        self._stamp(pod)
+        return pod
+
+    def remove_pod(self, namespace: str, name: str) -> Obj | None:
+        """The pod leaves the API (finished, or its node is gone); no reaction."""
+        pod = self.pods.pop((namespace, name), None)
+        if pod is not None:
+            node = pod["spec"].get("nodeName")
+            if node and node in self.pods_by_node:
+                self.pods_by_node[node].pop((namespace, name), None)
+        return pod
+
+    def add_custom(self, plural: str, obj: Obj) -> Obj:
+        self._stamp(obj, new=True)
+        meta = obj["metadata"]
+        self.custom[(plural, meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def remove_custom(self, plural: str, namespace: str, name: str) -> None:
+        self.custom.pop((plural, namespace, name), None)
+
+    # -- nodes -------------------------------------------------------------------
+
+    async def get_node(self, name: str) -> Obj:
+        self._count("get_node")
+        node = self.nodes.get(name)
+        if node is None:
+            raise NotFound(f'nodes "{name}" not found', status=404, reason="NotFound")
+        result: Obj = copy_obj(node)
+        return result
+
+    async def list_nodes(self, label_selector: str | None = None) -> list[Obj]:
+        self._count("list_nodes")
+        return [
+            copy_obj(n)
+            for n in self.nodes.values()
+            if selector_matches(label_selector, n["metadata"].get("labels", {}))
+        ]
+
+    async def patch_node(self, name: str, patch: Obj) -> Obj:
+        self._count("patch_node")
+        node = self.nodes.get(name)
+        if node is None:
+            raise NotFound(f'nodes "{name}" not found', status=404, reason="NotFound")
+        self._patch(node, patch, f'nodes "{name}"')
+        if self.reactor is not None:
+            self.reactor.node_changed(node)
+        result: Obj = copy_obj(node)
+        return result
+
+    # -- pods --------------------------------------------------------------------
+
+    async def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        node: str | None = None,
+        label_selector: str | None = None,
+    ) -> list[Obj]:
+        self._count("list_pods")
+        pods = self.pods_by_node.get(node, {}).values() if node is not None else self.pods.values()
+        return [
+            copy_obj(p)
+            for p in pods
+            if (namespace is None or p["metadata"]["namespace"] == namespace)
+            and selector_matches(label_selector, p["metadata"].get("labels", {}))
+        ]
+
+    def _pod(self, namespace: str, name: str) -> Obj:
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            raise NotFound(f'pods "{name}" not found', status=404, reason="NotFound")
+        return pod
+
+    async def get_pod(self, namespace: str, name: str) -> Obj:
+        self._count("get_pod")
+        result: Obj = copy_obj(self._pod(namespace, name))
+        return result
+
+    async def create_pod(self, namespace: str, body: Obj) -> Obj:
+        self._count("create_pod")
+        pod: Obj = copy_obj(body)
+        pod.setdefault("metadata", {})["namespace"] = namespace
+        pod.setdefault("spec", {})
+        pod.setdefault("status", {}).setdefault("phase", "Pending")
+        pod["metadata"].pop("resourceVersion", None)
+        pod["metadata"].pop("uid", None)
+        self.add_pod(pod)
+        if self.reactor is not None:
+            self.reactor.pod_created(pod)
+        result: Obj = copy_obj(pod)
+        return result
+
+    async def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self._count("patch_pod")
+        pod = self._pod(namespace, name)
+        self._patch(pod, patch, f'pods "{name}"')
+        result: Obj = copy_obj(pod)
+        return result
+
+    def _check_uid(self, pod: Obj, uid: str | None) -> None:
+        if uid is not None and pod["metadata"]["uid"] != uid:
+            raise Conflict(
+                f"Precondition failed: UID in precondition: {uid}, "
+                f"UID in object meta: {pod['metadata']['uid']}",
+                status=409,
+            )
+
+    async def delete_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+    ) -> None:
+        self._count("delete_pod")
+        pod = self._pod(namespace, name)
+        self._check_uid(pod, uid)
+        self.remove_pod(namespace, name)
+        if self.reactor is not None:
+            self.reactor.pod_removed(pod, "Deleted")
+
+    async def evict_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+    ) -> None:
+        self._count("evict_pod")
+        pod = self._pod(namespace, name)
+        self._check_uid(pod, uid)
+        if self.reactor is not None and not self.reactor.eviction_allowed(pod):
+            raise TooManyRequests(
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                status=429,
+                reason="TooManyRequests",
+            )
+        self.remove_pod(namespace, name)
+        if self.reactor is not None:
+            self.reactor.pod_removed(pod, "Evicted")
+
+    # -- jobs --------------------------------------------------------------------
+
+    def _job(self, namespace: str, name: str) -> Obj:
+        job = self.jobs.get((namespace, name))
+        if job is None:
+            raise NotFound(f'jobs.batch "{name}" not found', status=404, reason="NotFound")
+        return job
+
+    async def get_job(self, namespace: str, name: str) -> Obj:
+        self._count("get_job")
+        result: Obj = copy_obj(self._job(namespace, name))
+        return result
+
+    async def patch_job(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self._count("patch_job")
+        job = self._job(namespace, name)
+        self._patch(job, patch, f'jobs.batch "{name}"')
+        if self.reactor is not None:
+            self.reactor.job_changed(job)
+        result: Obj = copy_obj(job)
+        return result
+
+    # -- events ------------------------------------------------------------------
+
+    async def create_event(self, namespace: str, body: Obj) -> Obj:
+        self._count("create_event")
+        event: Obj = copy_obj(body)
+        event.setdefault("metadata", {})["namespace"] = namespace
+        self._stamp(event, new=True)
+        self.event_count += 1
+        # The last thousand, like a cluster's event TTL: enough to look at.
+        self.events.append(event)
+        if len(self.events) > 1000:
+            del self.events[:500]
+        result: Obj = copy_obj(event)
+        return result
+
+    # -- leases ------------------------------------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> Obj:
+        self._count("get_lease")
+        lease = self.leases.get((namespace, name))
+        if lease is None:
+            raise NotFound(f'leases "{name}" not found', status=404, reason="NotFound")
+        result: Obj = copy_obj(lease)
+        return result
+
+    async def create_lease(self, namespace: str, body: Obj) -> Obj:
+        self._count("create_lease")
+        name = body["metadata"]["name"]
+        if (namespace, name) in self.leases:
+            raise Conflict(f'leases "{name}" already exists', status=409, reason="AlreadyExists")
+        lease: Obj = copy_obj(body)
+        lease["metadata"]["namespace"] = namespace
+        self._stamp(lease, new=True)
+        self.leases[(namespace, name)] = lease
+        result: Obj = copy_obj(lease)
+        return result
+
+    async def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
+        self._count("replace_lease")
+        current = self.leases.get((namespace, name))
+        if current is None:
+            raise NotFound(f'leases "{name}" not found', status=404, reason="NotFound")
+        if body.get("metadata", {}).get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise Conflict(f'Operation cannot be fulfilled on leases "{name}"', status=409)
+        lease: Obj = copy_obj(body)
+        lease["metadata"]["uid"] = current["metadata"]["uid"]
+        lease["metadata"]["namespace"] = namespace
+        self._stamp(lease)
+        self.leases[(namespace, name)] = lease
+        result: Obj = copy_obj(lease)
+        return result
+
+    # -- custom resources (Cluster API) -----------------------------------------
+
+    def _custom(self, plural: str, namespace: str, name: str) -> Obj:
+        obj = self.custom.get((plural, namespace, name))
+        if obj is None:
+            raise NotFound(f'{plural}.cluster.x-k8s.io "{name}" not found', status=404,
+                           reason="NotFound")
+        return obj
+
+    async def get_custom(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> Obj:
+        self._count("get_custom")
+        result: Obj = copy_obj(self._custom(plural, namespace, name))
+        return result
+
+    async def list_custom(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        label_selector: str | None = None,
+    ) -> list[Obj]:
+        self._count("list_custom")
+        return [
+            copy_obj(o)
+            for (p, ns, _), o in self.custom.items()
+            if p == plural
+            and ns == namespace
+            and selector_matches(label_selector, o["metadata"].get("labels", {}))
+        ]
+
+    async def patch_custom(
+        self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
+    ) -> Obj:
+        self._count("patch_custom")
+        obj = self._custom(plural, namespace, name)
+        before = obj.get("spec", {}).get("replicas")
+        self._patch(obj, patch, f'{plural}.cluster.x-k8s.io "{name}"')
+        if self.reactor is not None and obj.get("spec", {}).get("replicas") != before:
+            self.reactor.replicas_changed(obj)
+        result: Obj = copy_obj(obj)
+        return result
+
+    def _scale_of(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        replicas = int(obj.get("spec", {}).get("replicas", 0))
+        return {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+                "resourceVersion": meta["resourceVersion"],
+            },
+            "spec": {"replicas": replicas},
+            "status": {
+                "replicas": int(obj.get("status", {}).get("replicas", replicas)),
+                "selector": f"{DEPLOYMENT_LABEL}={meta['name']}",
+            },
+        }
+
+    async def get_scale(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> Obj:
+        self._count("get_scale")
+        return self._scale_of(self._custom(plural, namespace, name))
+
+    async def patch_scale(
+        self, group: str, version: str, namespace: str, plural: str, name: str, replicas: int
+    ) -> Obj:
+        self._count("patch_scale")
+        obj = self._custom(plural, namespace, name)
+        before = obj.get("spec", {}).get("replicas")
+        obj.setdefault("spec", {})["replicas"] = int(replicas)
+        self._stamp(obj)
+        if self.reactor is not None and before != int(replicas):
+            self.reactor.replicas_changed(obj)
+        return self._scale_of(obj)
+
+
+__all__ = [
+    "CAPI_API_VERSION",
+    "CLUSTER_LABEL",
+    "DELETE_ANNOTATION",
+    "DEPLOYMENT_LABEL",
+    "MAX_ANNOTATION",
+    "MIN_ANNOTATION",
+    "POOL_LABEL",
+    "Reactor",
+    "SimKube",
+    "copy_obj",
+    "merge_patch",
+    "selector_matches",
+    "timestamp",
+]
