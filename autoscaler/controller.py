@@ -1,12 +1,16 @@
 """``accel-autoscaler run``: the evaluation loop and its HTTP API.
 
-Once per ``evaluationInterval`` the controller picks up changed rule files, asks
-its source whether it has data at all, queries every rule (and its ``recover``
-expression), and hands the results to the engine's pure ``evaluate``. Decisions are
-logged, counted and kept (the last 1,000) for the API.
+Once per ``evaluationInterval`` the controller picks up changed rule files, reads
+the cluster's state from the API (job ages and timeouts, node pools) into series,
+asks its source whether it has data at all, queries every rule (and its
+``recover`` expression), and hands the results to the engine's pure ``evaluate``.
+Decisions are logged, counted and kept (the last 1,000) for the API, and handed to
+the executor (autoscaler/executor.py), which carries them out through the ``Kube``
+wrapper without holding up the next cycle.
 
-Until the Kubernetes actions land, the controller only records decisions: it logs
-each one as "recorded, not acted" and never pretends to have changed the cluster.
+Only the replica that holds the Lease evaluates and acts; the others wait. With no
+Kubernetes API configured (``--dry-run`` only) decisions are recorded, not acted
+on, and the log says so.
 """
 
 from __future__ import annotations
@@ -18,15 +22,17 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from accel_common import logs
 from accel_common.durations import parse_duration
 from autoscaler.engine.decision import Decision
+from autoscaler.executor import Executor
 from autoscaler.engine.evaluate import evaluate
 from autoscaler.engine.state import ClusterInfo, EngineState
 from autoscaler.ruleset.loader import RuleSetError
@@ -51,6 +57,18 @@ class CycleStats:
     decisions: Counter[tuple[str, str, str, bool]] = field(default_factory=Counter)
     unknown: Counter[str] = field(default_factory=Counter)
     skipped_source_down: int = 0
+    # Cycles skipped because another replica holds the Lease.
+    standby: int = 0
+    cluster_state_errors: int = 0
+
+
+# The cluster-state series as (metric, labels, value) rows (autoscaler/clusterstate.py).
+ClusterRows = list[tuple[Any, dict[str, str], float]]
+ClusterState = Callable[[float], Awaitable[ClusterRows]]
+
+
+def _always() -> bool:
+    return True
 
 
 class Controller:
@@ -62,12 +80,23 @@ class Controller:
         *,
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
+        executor: Executor | None = None,
+        leading: Callable[[], bool] = _always,
+        cluster_state: ClusterState | None = None,
     ) -> None:
         self.watcher = watcher
         self.source = source
         self.alerts = alerts
         self.dry_run = dry_run
         self.clock = clock
+        self.executor = executor
+        self.leading = leading
+        self.cluster_state = cluster_state
+        self.cluster_rows: ClusterRows = []
+        self.cluster_nodes: dict[str, float] = {}
+        # (node, rule, action, phase) of this controller's remediation entries.
+        self.remediations: list[tuple[str, str, str, str]] = []
+        self.kube: Any = executor.ctx.kube if executor is not None else None
         self.state = EngineState()
         self.stats = CycleStats()
         self.source_up = False
@@ -90,18 +119,75 @@ class Controller:
         if not isinstance(result, Vector):
             return None
         nodes = frozenset(s.get("node") for s in result.samples if s.get("node"))
-        return ClusterInfo(nodes=nodes)
+        # Nodes that registered recently (a scale-up's) are in their grace period.
+        recent = {n: t for n, t in self.cluster_nodes.items() if now - t < 3600}
+        return ClusterInfo(nodes=nodes, recently_added=recent)
+
+    async def _read_nodes(self) -> None:
+        """The remediation entries and registration times of the nodes, for
+        ``/metrics`` and the breaker's scale-up grace."""
+        if self.kube is None or self.executor is None:
+            return
+        from autoscaler.actions.ownership import entries, parse_iso
+
+        try:
+            nodes = await self.kube.list_nodes()
+        except Exception as e:  # the API server may be down; the cycle goes on
+            self.stats.cluster_state_errors += 1
+            log.warning("cannot list nodes: %s", e)
+            return
+        controller = self.executor.ctx.controller
+        remediations: list[tuple[str, str, str, str]] = []
+        registered: dict[str, float] = {}
+        for n in nodes:
+            meta = n.get("metadata") or {}
+            name = str(meta.get("name", ""))
+            for rule, entry in entries(n).items():
+                if entry.controller == controller:
+                    remediations.append((name, rule, entry.action, entry.phase))
+            try:
+                registered[name] = parse_iso(str(meta.get("creationTimestamp", "")))
+            except ValueError:
+                continue
+        self.remediations = remediations
+        self.cluster_nodes = registered
+
+    async def _read_cluster(self, now: float) -> None:
+        """Cluster state into series, before the rules are queried. A failure keeps
+        the last rows out of the evaluator (their series go stale, so rules on
+        them read unknown) and is counted, never fatal."""
+        if self.cluster_state is None:
+            return
+        try:
+            self.cluster_rows = await self.cluster_state(now)
+        except Exception as e:  # the API server may be down; the cycle goes on
+            self.stats.cluster_state_errors += 1
+            self.cluster_rows = []
+            log.warning("cannot read the cluster state: %s", e)
+            return
+        store = getattr(self.source, "store", None)
+        if store is not None:
+            from autoscaler.clusterstate import ingest
+
+            ingest(store, self.cluster_rows, now)
 
     async def cycle(self) -> list[Decision]:
         """One evaluation. The lock keeps an API call (breaker reset) and the loop
         from interleaving on the engine state."""
         async with self.lock:
+            if not self.leading():
+                if self.stats.standby == 0:
+                    log.info("standing by: another replica holds the leader lease")
+                self.stats.standby += 1
+                return []
             start = time.perf_counter()
             if self.watcher.check() or self.stats.cycles == 0:
                 self._retain()
             ruleset = self.ruleset
             now = self.clock()
             self.source_up = await self.source.refresh(now)
+            await self._read_nodes()
+            await self._read_cluster(now)
             results: dict[str, QueryResult] = {}
             recover: dict[str, QueryResult] = {}
             cluster = await self._cluster(now) if self.source_up else None
@@ -137,15 +223,17 @@ class Controller:
             for d in decisions:
                 self.stats.decisions[(d.rule, d.action, d.kind, d.dry_run)] += 1
                 log.info(
-                    "decision %s: rule=%s action=%s target=%s value=%g%s "
-                    "(recorded, not acted: Kubernetes actions are not wired yet)",
+                    "decision %s: rule=%s action=%s target=%s value=%g%s%s",
                     d.kind,
                     d.rule,
                     d.action,
                     dict(d.target),
                     d.sample_value,
                     " dry-run" if d.dry_run else "",
+                    "" if self.executor else " (recorded only: no Kubernetes API configured)",
                 )
+                if self.executor is not None:
+                    self.executor.submit(d)
             self.stats.cycles += 1
             self.stats.last_duration = time.perf_counter() - start
             self.stats.last_timestamp = now

@@ -116,13 +116,68 @@ def render_metrics(c: Controller) -> str:
         "Targets under remediation by a rule, by rule.",
         [(_labels(rule=r.name), active.get(r.name, 0)) for r in c.ruleset.rules],
     )
+    ex = c.executor
+    family(
+        "accel_autoscaler_actions_total",
+        "counter",
+        "Actions carried out, by rule, action and outcome status (done, partial, skipped, "
+        "failed).",
+        [
+            (_labels(rule=r, action=a, status=st), n)
+            for (r, a, st), n in sorted((ex.outcomes if ex else {}).items())
+        ],
+    )
+    family(
+        "accel_autoscaler_actions_in_flight",
+        "gauge",
+        "Actions running now (a drain waiting on a PodDisruptionBudget counts).",
+        [("", ex.in_flight if ex else 0)],
+    )
+    family(
+        "accel_autoscaler_nodes_under_remediation",
+        "gauge",
+        "Nodes carrying an accel-fleet.io/remediation entry of this controller, by rule, "
+        "action and phase; always 1.",
+        [
+            (_labels(node=n, rule=r, action=a, phase=ph), 1)
+            for n, r, a, ph in sorted(c.remediations)
+        ],
+    )
+    family(
+        "accel_autoscaler_leader",
+        "gauge",
+        "Whether this replica holds the leader Lease and acts (1) or stands by (0).",
+        [("", 1 if c.leading() else 0)],
+    )
+    family(
+        "accel_autoscaler_cluster_state_errors_total",
+        "counter",
+        "Cycles in which the cluster state could not be read from the API server.",
+        [("", c.stats.cluster_state_errors)],
+    )
+    counts = getattr(c.kube, "request_counts", None)
+    if counts is not None:
+        family(
+            "accel_autoscaler_kube_requests_total",
+            "counter",
+            "Kubernetes API requests by verb, resource and HTTP status (0: no answer).",
+            [
+                (_labels(verb=v, resource=res, code=str(code)), n)
+                for (v, res, code), n in sorted(counts.items())
+            ],
+        )
     family(
         "accel_autoscaler_alerts_firing",
         "gauge",
         "Alertmanager alerts currently firing, as received on the webhook.",
         [("", len(c.alerts.firing))],
     )
-    return "\n".join(out) + "\n"
+    text = "\n".join(out) + "\n"
+    if c.cluster_rows:
+        from autoscaler.clusterstate import render
+
+        text += render(c.cluster_rows)
+    return text
 
 
 def _rule_json(r: Rule) -> dict[str, Any]:
@@ -200,6 +255,16 @@ def make_app(
     async def decisions(request: web.Request) -> web.StreamResponse:
         return web.json_response({"decisions": [d.as_json() for d in c.state.decisions]})
 
+    async def actions(request: web.Request) -> web.StreamResponse:
+        history = c.executor.history if c.executor else ()
+        return web.json_response(
+            {
+                "acting": c.executor is not None,
+                "inFlight": c.executor.in_flight if c.executor else 0,
+                "actions": [r.as_json() for r in history],
+            }
+        )
+
     async def state(request: web.Request) -> web.StreamResponse:
         body = c.state.to_json()
         body["sourceUp"] = c.source_up
@@ -246,7 +311,8 @@ def make_app(
         return web.Response(
             text=(
                 f"accel-autoscaler {__version__}\n"
-                "/metrics /healthz /api/v1/rules /api/v1/decisions /api/v1/state\n"
+                "/metrics /healthz /api/v1/rules /api/v1/decisions /api/v1/actions "
+                "/api/v1/state\n"
                 "POST /api/v1/alerts (Alertmanager webhook) POST /api/v1/breaker/reset\n"
             )
         )
@@ -257,6 +323,7 @@ def make_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/v1/rules", rules)
     app.router.add_get("/api/v1/decisions", decisions)
+    app.router.add_get("/api/v1/actions", actions)
     app.router.add_get("/api/v1/state", state)
     app.router.add_post("/api/v1/alerts", alerts)
     app.router.add_post("/api/v1/breaker/reset", breaker_reset)

@@ -1,0 +1,229 @@
+"""Carrying decisions out: one asyncio task per decision, serialised per target.
+
+The evaluation loop must never wait for the cluster (a drain that a
+PodDisruptionBudget holds up can take its whole ``drainTimeout``), so each
+decision runs as its own task. Two decisions about the same node (an act and
+then its recover, or two rules on one node) run one after the other, in the
+order the engine made them; different nodes run side by side. The engine's
+limits (``maxConcurrentDrains``, per-rule ``maxConcurrent``) already bound how
+many there are.
+
+On taking the lead (or starting), ``resume`` re-runs the in-flight work recorded
+in node annotations by this controller: each action is idempotent, so a resumed
+drain finishes the drain and evicts nothing twice (autoscaler/actions/ownership.py).
+
+Every outcome is counted (``accel_autoscaler_actions_total``), timed from the
+decision to the task's first API call and to its end, and kept (the last 500)
+for ``GET /api/v1/actions``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.actions import ACTIONS
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.ownership import IN_FLIGHT, entries, ours
+from autoscaler.engine.decision import Decision
+from autoscaler.kube.errors import KubeError
+
+log = logging.getLogger("accel_autoscaler.executor")
+
+HISTORY = 500
+STATUSES = ("done", "partial", "skipped", "failed")
+
+
+def serial_key(d: Decision) -> tuple[str, ...]:
+    """Decisions with the same key run in order, one at a time."""
+    t = d.target
+    if "node" in t:
+        return ("node", t["node"])
+    if "pod" in t:
+        return ("pod", t.get("namespace", ""), t["pod"])
+    if "pool" in t:
+        return ("pool", t["pool"])
+    return ("target", *sorted(f"{k}={v}" for k, v in t.items()))
+
+
+@dataclass(frozen=True)
+class Record:
+    decision: Decision
+    outcome: Outcome
+    started: float
+    # Seconds from the decision's submission to its first API call, and to its end.
+    first_call: float | None
+    duration: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision.as_json(),
+            "outcome": self.outcome.as_json(),
+            "started": self.started,
+            "firstCallSeconds": self.first_call,
+            "durationSeconds": self.duration,
+        }
+
+
+class _Timed:
+    """Wraps the context's Kube to note when a task makes its first call."""
+
+    def __init__(self, inner: Any, on_call: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_call = on_call
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._on_call()
+            return attr(*args, **kwargs)
+
+        return call
+
+
+class Executor:
+    def __init__(self, ctx: ActionContext) -> None:
+        self.ctx = ctx
+        self._tails: dict[tuple[str, ...], asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.outcomes: Counter[tuple[str, str, str]] = Counter()
+        self.history: deque[Record] = deque(maxlen=HISTORY)
+        self.first_call_seconds: deque[float] = deque(maxlen=HISTORY)
+        self.duration_seconds: dict[str, deque[float]] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return sum(1 for t in self._tasks if not t.done())
+
+    def submit(self, decision: Decision) -> asyncio.Task[None]:
+        """Run ``decision`` after any earlier decision about the same target."""
+        key = serial_key(decision)
+        previous = self._tails.get(key)
+        submitted = time.perf_counter()
+        task = asyncio.create_task(self._run(decision, previous, submitted))
+        self._tails[key] = task
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None], key: tuple[str, ...] = key) -> None:
+            self._tasks.discard(t)
+            if self._tails.get(key) is t:
+                del self._tails[key]
+
+        task.add_done_callback(done)
+        return task
+
+    async def _run(
+        self, d: Decision, previous: asyncio.Task[None] | None, submitted: float
+    ) -> None:
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        spec = ACTIONS.get(d.action)
+        first: list[float] = []
+
+        def on_call() -> None:
+            if not first:
+                first.append(time.perf_counter() - submitted)
+
+        ctx = ActionContext(
+            kube=_Timed(self.ctx.kube, on_call),
+            controller=self.ctx.controller,
+            replica=self.ctx.replica,
+            clock=self.ctx.clock,
+            sleep=self.ctx.sleep,
+            dry_run=self.ctx.dry_run or d.dry_run,
+            pools=self.ctx.pools,
+            query=self.ctx.query,
+            retry_interval=self.ctx.retry_interval,
+            leading=self.ctx.leading,
+            event_namespace=self.ctx.event_namespace,
+        )
+        started = self.ctx.clock()
+        if spec is None or spec.execute is None:
+            outcome = Outcome("failed", f"action {d.action} cannot be executed")
+        else:
+            try:
+                outcome = await spec.execute(ctx, d)
+            except asyncio.CancelledError:
+                log.info("%s on %s stopped (leadership lost or shutting down)", d.action, d.target)
+                raise
+            except KubeError as e:
+                outcome = Outcome("failed", f"Kubernetes API: {e}")
+            except Exception as e:  # one broken action must not take the controller down
+                log.exception("action %s for rule %s failed", d.action, d.rule)
+                outcome = Outcome("failed", f"{type(e).__name__}: {e}")
+        duration = time.perf_counter() - submitted
+        self.outcomes[(d.rule, d.action, outcome.status)] += 1
+        if first:
+            self.first_call_seconds.append(first[0])
+        self.duration_seconds.setdefault(d.action, deque(maxlen=HISTORY)).append(duration)
+        self.history.append(Record(d, outcome, started, first[0] if first else None, duration))
+        level = logging.WARNING if outcome.status == "failed" else logging.INFO
+        log.log(
+            level,
+            "action %s %s: rule=%s target=%s%s: %s",
+            d.action if d.kind == "act" else f"{d.action} (recover)",
+            outcome.status,
+            d.rule,
+            dict(d.target),
+            " dry-run" if ctx.dry_run else "",
+            outcome.message,
+        )
+
+    async def resume(self) -> int:
+        """Submit this controller's in-flight work recorded on the nodes."""
+        try:
+            nodes = await self.ctx.kube.list_nodes()
+        except KubeError as err:
+            log.warning("cannot list nodes to resume in-flight work: %s", err)
+            return 0
+        n = 0
+        for node in nodes:
+            for rule, e in entries(node).items():
+                if not ours(e, self.ctx) or e.phase not in IN_FLIGHT:
+                    continue
+                target = dict(e.target) or {"node": node["metadata"]["name"]}
+                target.setdefault("node", node["metadata"]["name"])
+                self.submit(
+                    Decision(
+                        rule=rule,
+                        kind="act",
+                        action=e.action,
+                        params=e.params,
+                        target=target,
+                        sample_labels=(),
+                        sample_value=0.0,
+                        at=self.ctx.clock(),
+                        dry_run=self.ctx.dry_run,
+                        reason=f"resuming {e.phase} started {e.started} by {e.replica or '?'}",
+                    )
+                )
+                n += 1
+        if n:
+            log.info("resuming %d remediation(s) in flight", n)
+        return n
+
+    async def stop(self) -> None:
+        """Cancel every running action (leadership lost, or shutting down). The
+        annotations keep their in-flight phase, so the next leader resumes them."""
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tails.clear()
+
+    async def wait(self, timeout: float | None = None) -> None:
+        """Wait for every submitted action (tests, the simulator, shutdown)."""
+        tasks = list(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+
+__all__ = ["STATUSES", "Executor", "Record", "serial_key"]
