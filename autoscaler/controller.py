@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import socket
 import sys
 import time
 from collections import Counter
@@ -290,7 +292,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="mark every decision as dry-run (decisions are only recorded for now)",
+        help="change nothing: actions run against the API read-only, their writes are "
+        "logged (and sent with dryRun=All); with no Kubernetes API, decisions are only "
+        "recorded",
     )
     p.add_argument(
         "--web.listen-address",
@@ -312,6 +316,98 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         type=_file,
         metavar="FILE",
         help="user:password that the same endpoints accept as basic auth",
+    )
+    kube = p.add_argument_group("kubernetes")
+    kube.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use; default: the pod's service account in a cluster, else "
+        "$KUBECONFIG, else ~/.kube/config. Without any, only --dry-run runs (decisions "
+        "are then recorded, not acted on)",
+    )
+    kube.add_argument(
+        "--controller-name",
+        dest="controller_name",
+        default="accel-autoscaler",
+        metavar="NAME",
+        help="owner recorded in the accel-fleet.io/remediation node annotation; every "
+        "replica of one controller uses the same name (default %(default)s)",
+    )
+    kube.add_argument(
+        "--eviction.retry-interval",
+        dest="retry_interval",
+        type=_duration,
+        default=5.0,
+        metavar="DURATION",
+        help="wait between eviction attempts that a PodDisruptionBudget refused (default 5s)",
+    )
+    kube.add_argument(
+        "--pool-provider",
+        dest="pool_provider",
+        choices=("none", "clusterapi"),
+        default="none",
+        help="where scale_node_pool resizes node pools (default %(default)s)",
+    )
+    kube.add_argument(
+        "--clusterapi.namespace",
+        dest="clusterapi_namespace",
+        default="default",
+        metavar="NS",
+        help="namespace of the MachineDeployments that are node pools (default %(default)s)",
+    )
+    le = p.add_argument_group("leader election")
+    le.add_argument(
+        "--leader-elect",
+        dest="leader_elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="only the replica holding a coordination.k8s.io Lease acts (default on; "
+        "off in --dry-run, which changes nothing)",
+    )
+    le.add_argument(
+        "--leader-elect.namespace",
+        dest="lease_namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        metavar="NS",
+        help="the Lease's namespace (default $POD_NAMESPACE, else default)",
+    )
+    le.add_argument(
+        "--leader-elect.lease-name",
+        dest="lease_name",
+        default="accel-autoscaler",
+        metavar="NAME",
+        help="(default %(default)s)",
+    )
+    le.add_argument(
+        "--leader-elect.lease-duration",
+        dest="lease_duration",
+        type=_duration,
+        default=15.0,
+        metavar="DURATION",
+        help="how long a standby waits after the last renewal before taking over (default 15s)",
+    )
+    le.add_argument(
+        "--leader-elect.renew-deadline",
+        dest="renew_deadline",
+        type=_duration,
+        default=10.0,
+        metavar="DURATION",
+        help="a leader that has not renewed for this long stops acting (default 10s)",
+    )
+    le.add_argument(
+        "--leader-elect.retry-period",
+        dest="retry_period",
+        type=_duration,
+        default=2.0,
+        metavar="DURATION",
+        help="how often to renew or try to acquire (default 2s)",
+    )
+    le.add_argument(
+        "--leader-elect.identity",
+        dest="identity",
+        default=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+        metavar="ID",
+        help="this replica's name in the Lease (default $POD_NAME, else host-pid)",
     )
     prom = p.add_argument_group("prometheus source")
     prom.add_argument(
@@ -391,7 +487,7 @@ def build_source(args: argparse.Namespace) -> Source:
     return ScrapeSource(parse_targets(args.targets), timeout=args.scrape_timeout)
 
 
-async def _serve(controller: Controller, args: argparse.Namespace) -> int:
+async def _serve(controller: Controller, args: argparse.Namespace, elector: Any = None) -> int:
     from autoscaler.server import make_app, split_listen_address
 
     host, port = split_listen_address(args.listen_address)
@@ -419,17 +515,56 @@ async def _serve(controller: Controller, args: argparse.Namespace) -> int:
         controller.ruleset.evaluation_interval,
         ", dry-run" if controller.dry_run else "",
     )
-    task = asyncio.create_task(controller.run_forever())
+    tasks = [asyncio.create_task(controller.run_forever())]
+    executor = controller.executor
+    if elector is not None and executor is not None:
+        tasks.append(asyncio.create_task(elector.run(executor.resume, executor.stop)))
+    elif executor is not None:
+        await executor.resume()
     await stop.wait()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if executor is not None:
+        await executor.stop()
+    if elector is not None:
+        await elector.release()
     await controller.source.close()
     await runner.cleanup()
     return 0
 
 
+def _leader_problem(args: argparse.Namespace) -> str | None:
+    if not args.renew_deadline < args.lease_duration:
+        return (
+            "--leader-elect.renew-deadline must be shorter than --leader-elect.lease-duration "
+            "(a leader must give up before a standby may take over)"
+        )
+    if not args.retry_period < args.renew_deadline:
+        return "--leader-elect.retry-period must be shorter than --leader-elect.renew-deadline"
+    return None
+
+
+def build_kube(args: argparse.Namespace) -> Any:
+    """The ``Kube`` the actions use: the client, or in ``--dry-run`` a DryRunKube in
+    front of a client that sends its writes with dryRun=All. None when there is no
+    configuration and ``--dry-run`` allows running without one."""
+    from autoscaler.kube.client import ClientKube, DryRunKube, KubeConfigError
+
+    try:
+        client = ClientKube.from_config(args.kubeconfig, dry_run=args.dry_run)
+    except KubeConfigError as e:
+        if args.dry_run and not args.kubeconfig:
+            log.warning("no Kubernetes API configured (%s): dry-run only records decisions", e)
+            return None
+        raise ValueError(str(e)) from e
+    return DryRunKube(client) if args.dry_run else client
+
+
 def run_main(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)
+    if problem := _leader_problem(args):
+        return _fail(problem)
     try:
         watcher = RuleWatcher(args.rules, source=args.source)
     except RuleSetError as e:
@@ -437,7 +572,63 @@ def run_main(args: argparse.Namespace) -> int:
         return _fail(f"the rules did not load ({len(e.problems)} problems above)")
     try:
         source = build_source(args)
+        kube = build_kube(args)
     except (ValueError, OSError) as e:
         return _fail(str(e))
-    controller = Controller(watcher, source, AlertReceiver(), dry_run=args.dry_run)
-    return asyncio.run(_serve(controller, args))
+    return asyncio.run(_main(args, watcher, source, kube))
+
+
+async def _main(args: argparse.Namespace, watcher: RuleWatcher, source: Source, kube: Any) -> int:
+    from autoscaler.actions.context import ActionContext
+
+    executor: Executor | None = None
+    elector: Any = None
+    leading: Callable[[], bool] = _always
+    cluster_state: ClusterState | None = None
+    if kube is not None:
+        pools: Any = None
+        if args.pool_provider == "clusterapi":
+            from autoscaler.pools.clusterapi import ClusterAPIProvider
+
+            pools = ClusterAPIProvider(kube, args.clusterapi_namespace)
+        if args.leader_elect and not args.dry_run:
+            from autoscaler.kube.leader import LeaderElector
+
+            elector = LeaderElector(
+                kube,
+                namespace=args.lease_namespace,
+                name=args.lease_name,
+                identity=args.identity,
+                lease_duration=args.lease_duration,
+                renew_deadline=args.renew_deadline,
+                retry_period=args.retry_period,
+            )
+            leading = elector.is_leader
+        ctx = ActionContext(
+            kube=kube,
+            controller=args.controller_name,
+            replica=args.identity,
+            dry_run=args.dry_run,
+            pools=pools,
+            query=source.query,
+            retry_interval=args.retry_interval,
+            leading=leading,
+        )
+        executor = Executor(ctx)
+
+        from autoscaler.clusterstate import collect
+
+        async def read_cluster(now: float) -> ClusterRows:
+            return list(await collect(kube, pools, now))
+
+        cluster_state = read_cluster
+    controller = Controller(
+        watcher,
+        source,
+        AlertReceiver(),
+        dry_run=args.dry_run,
+        executor=executor,
+        leading=leading,
+        cluster_state=cluster_state,
+    )
+    return await _serve(controller, args, elector)
