@@ -517,18 +517,28 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
     )
     tasks = [asyncio.create_task(controller.run_forever())]
     executor = controller.executor
+    election: asyncio.Task[None] | None = None
     if elector is not None and executor is not None:
-        tasks.append(asyncio.create_task(elector.run(executor.resume, executor.stop)))
+
+        async def lead() -> None:
+            await executor.resume()
+            await asyncio.Event().wait()  # leads until the elector cancels it
+
+        election = asyncio.create_task(elector.run(lead, executor.stop))
     elif executor is not None:
         await executor.resume()
     await stop.wait()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    if election is not None:
+        elector.stop()  # steps down and clears the Lease, so a standby takes over at once
+        try:
+            await asyncio.wait_for(election, timeout=5)
+        except (TimeoutError, Exception) as e:
+            log.warning("leader election did not stop cleanly: %s", e)
     if executor is not None:
         await executor.stop()
-    if elector is not None:
-        await elector.release()
     await controller.source.close()
     await runner.cleanup()
     return 0
