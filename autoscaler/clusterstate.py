@@ -83,11 +83,6 @@ JOB_TIMEOUT = ClusterMetric(
     "Job's activeDeadlineSeconds.",
     ("namespace", "pod", "node", "job"),
 )
-POD_DEVICE = ClusterMetric(
-    "accel_pod_device_info",
-    "A device-using pod and a device it holds, from the kubelet's assignment; always 1.",
-    ("namespace", "pod", "node", "device"),
-)
 POOL_PENDING = ClusterMetric(
     "accel_pool_pending_device_requests",
     "Devices of one resource requested by unscheduled pods that this node pool can "
@@ -115,7 +110,6 @@ NODE_POOL = ClusterMetric(
 CATALOGUE: tuple[ClusterMetric, ...] = (
     JOB_AGE,
     JOB_TIMEOUT,
-    POD_DEVICE,
     POOL_PENDING,
     POOL_NODES,
     POOL_NODES_MIN,

@@ -218,6 +218,12 @@ async def test_drain_gives_up_at_the_timeout_and_force_deletes_only_when_allowed
     assert entry(api, "n1")["r"]["phase"] == "drain-incomplete"
     assert events(api, "DrainIncomplete")
 
+    # Run again (a restart resuming it): the deadline stays the first one, already past.
+    outcome = await run(ctx(kube), decide("drain", {"node": "n1"}, drainTimeout="1s"))
+    assert outcome.status == "partial"
+    assert "timeout passed first" in outcome.message
+    assert api.get("pods", "ml", "guarded") is not None
+
     forced = decide(
         "drain", {"node": "n1"}, rule="forced", drainTimeout="1s", forceDeleteAfterTimeout=True
     )

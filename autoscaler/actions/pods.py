@@ -18,15 +18,12 @@ from dataclasses import dataclass, field
 
 from autoscaler.actions.context import ActionContext
 from autoscaler.actions.ownership import event
+from autoscaler.clusterstate import device_requests, is_device_resource
 from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
 from autoscaler.kube.protocol import Obj
 
 log = logging.getLogger("accel_autoscaler.actions")
 
-# Extended resources that are accelerators (device plugins' names). A MIG or
-# partition resource shares its vendor's prefix (nvidia.com/mig-1g.10gb).
-DEVICE_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/")
-DEVICE_WORDS = ("gpu", "mig-", "i915", "xe")
 # Owners that recreate their pods elsewhere when one is evicted.
 RECREATING_OWNERS = ("Job", "JobSet", "StatefulSet", "ReplicaSet", "ReplicationController")
 
@@ -37,29 +34,6 @@ def meta(obj: Obj) -> Obj:
 
 def pod_key(pod: Obj) -> str:
     return f"{meta(pod).get('namespace', 'default')}/{meta(pod).get('name', '')}"
-
-
-def is_device_resource(name: str) -> bool:
-    if not name.startswith(DEVICE_PREFIXES):
-        return False
-    rest = name.split("/", 1)[1]
-    return any(rest.startswith(w) or rest == w for w in DEVICE_WORDS)
-
-
-def device_requests(pod: Obj) -> dict[str, int]:
-    """Accelerator devices the pod asks for, by resource name (limits, as device
-    plugins require them; requests when a limit is missing)."""
-    out: dict[str, int] = {}
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        res = c.get("resources") or {}
-        merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-        for name, qty in merged.items():
-            if is_device_resource(name):
-                try:
-                    out[name] = out.get(name, 0) + int(str(qty))
-                except ValueError:
-                    continue
-    return out
 
 
 def uses_devices(pod: Obj) -> bool:
@@ -159,6 +133,10 @@ async def evict_until(
                 for p in pods:
                     await _force(ctx, p, rule, result, grace_period_seconds)
                 return result
+            for p in pods:
+                # A resumed drain can find its deadline already past: what is left
+                # stays, and says so.
+                result.refused.setdefault(pod_key(p), "the drain timeout passed first")
             return result
         refused_now = False
         for p in pods:
@@ -260,7 +238,6 @@ def summary(result: EvictionResult, kept: Sequence[str] = ()) -> str:
 
 
 __all__ = [
-    "DEVICE_PREFIXES",
     "RECREATING_OWNERS",
     "EvictionResult",
     "controller_owner",
