@@ -84,7 +84,8 @@ def query_variable(
         "type": "query",
         "datasource": DS,
         "definition": query,
-        "query": {"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor"},
+        # The classic string form: every Grafana since 7 reads it as written.
+        "query": query,
         "current": {},
         "hide": 0,
         "includeAll": include_all,
@@ -133,7 +134,7 @@ def target(expr: str, legend: str = "", *, instant: bool = False, ref: str = "A"
         "legendFormat": legend or "__auto",
         "range": not instant,
         "instant": instant,
-        "format": "table" if instant else "time_series",
+        "format": "time_series",
         "refId": ref,
     }
 
@@ -176,8 +177,16 @@ def stat(title: str, description: str, expr: str, **extra: Any) -> Json:
     return panel("stat", title, description, [target(expr, instant=True)], **extra)
 
 
+def as_table(tgts: list[Json]) -> list[Json]:
+    """Table format: one row per series, one column per label."""
+    for t in tgts:
+        t["format"] = "table"
+    return tgts
+
+
 def table(title: str, description: str, tgts: list[Json], **extra: Any) -> Json:
     """An instant-query table; the ``Time`` column is hidden, series become rows."""
+    as_table(tgts)
     transformations = extra.pop("transformations", [])
     hide = {"Time": True, "__name__": True, **extra.pop("hide", {})}
     transformations.append(
@@ -310,9 +319,9 @@ def fleet_overview() -> Json:
         stat(
             "Exporter backends down",
             "Backends that report accel_exporter_backend_up 0, by node. A backend "
-            "with no driver on a node (amd on an NVIDIA host) is also 0: see the "
-            "table below and the AccelExporterBackendDown alert, which only counts "
-            "backends that once worked.",
+            "with no driver on a node (amd on an NVIDIA host) is also 0: Node detail's "
+            "Exporter backends table tells them apart, and the AccelExporterBackendDown "
+            "alert only counts backends that once worked.",
             f'sum(1 - accel_exporter_backend_up{{{CLUSTER}, node=~"$node"}})',
         ),
         w=6,
@@ -501,12 +510,14 @@ def fleet_overview() -> Json:
             "heat map per selected node: 0 the device itself, 10 NVLink/xGMI/Xe Link, "
             "20 PCIe switch, 30 host bridge, 40 same NUMA node, 50 across sockets. "
             "Rows are devices, columns their peers; the greener, the closer.",
-            [
-                target(
-                    f"max by (device, peer_device) (accel_topology_distance{{{FILTER}}})",
-                    instant=True,
-                )
-            ],
+            as_table(
+                [
+                    target(
+                        f"max by (device, peer_device) (accel_topology_distance{{{FILTER}}})",
+                        instant=True,
+                    )
+                ]
+            ),
             repeat="node",
             repeatDirection="h",
             maxPerRow=2,
