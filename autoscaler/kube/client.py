@@ -164,7 +164,7 @@ class ClientKube:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_exponential_jitter(
-                initial=self.backoff_min, max=self.backoff_max, jitter=self.backoff_min
+                multiplier=self.backoff_min, max=self.backoff_max, jitter=self.backoff_min
             ),
             retry=retry_if_exception(worth_retrying),
             before_sleep=_log_retry,
@@ -500,6 +500,12 @@ class DryRunKube:
     def __init__(self, inner: Kube) -> None:
         self.inner = inner
         self.writes: list[tuple[str, dict[str, Any]]] = []
+
+    @property
+    def request_counts(self) -> Counter[tuple[str, str, int]] | None:
+        """The inner client's counts, for ``/metrics`` (None for a non-client inner)."""
+        counts = getattr(self.inner, "request_counts", None)
+        return counts if isinstance(counts, Counter) else None
 
     @property
     def _server_side(self) -> bool:

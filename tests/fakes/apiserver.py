@@ -2,16 +2,32 @@
 
 Usage::
 
-    async with FakeApiServer() as api:            # or: await api.start() ... await api.stop()
+    async with FakeApiServer() as api:       # or await api.start() / await api.stop()
         api.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
-        kube = ClientKube.from_config(str(api.write_kubeconfig(tmp_path / "kubeconfig")))
-        api.faults.fail(2, status=500, method="PATCH")   # the next two PATCHes answer 500
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        kube = ClientKube.from_config(str(kubeconfig), backoff_min=0.01, backoff_max=0.05)
+        api.faults.fail(2, status=500, method="PATCH")  # the next two PATCHes answer 500
+        api.faults.fail(1, status=429)                  # then any request: throttled
+        api.faults.drop(1, path_regex="/eviction$")     # connection closed, no answer
+        api.faults.drop(1, method="POST", after=True)   # done, but the answer is lost
+        api.faults.delay(2.0, 1)                        # the next request waits 2 s
         ...
-        api.get("nodes", None, "n1")               # the stored object, or None
-        [r for r in api.requests if r.method == "POST"]   # every request, with its status
+        api.get("nodes", None, "n1")          # the stored object (a copy), or None
+        api.objects("pods")                   # every stored pod
+        api.remove("pods", "default", "p1")   # as the kubelet would (watchers see it)
+        api.evicted                           # [(namespace, name)] evicted, in order
+        api.requests                          # RecordedRequest(method, path, query, body,
+        api.requests_for("POST", "/eviction$")  #   status (0: dropped), time)
 
-    with running_apiserver() as api:               # on its own thread and loop, for tests
-        ...                                        # that run the controller as a subprocess
+    with running_apiserver(validate=True) as api:  # its own thread and loop: for sync
+        ...                                        # tests and controller subprocesses
+
+``add`` is also how a test moves the world on: add a pod again with
+``status.phase: Running`` and the PDB accounting counts it healthy.
+``FakeApiServer(validate=True)`` checks every object written against the strict
+Kubernetes 1.33 schemas (CRDs excepted) and answers 422 on an invalid one; ``add``
+raises ``ValueError`` then. Sync callers of the real client must not call it from
+the loop that serves: use ``running_apiserver`` or ``asyncio.to_thread``.
 
 Why a fake and why this shape: no API server can be installed here, and a mock of
 the client library would test nothing the controller depends on. This one is an
@@ -23,8 +39,10 @@ production ones.
 
 What it serves (everything else answers a 404 ``Status``):
 
-- ``/api/v1``: nodes, pods (namespaced and across namespaces), events, and the
-  pods' ``eviction`` subresource with PodDisruptionBudget accounting;
+- ``/api/v1``: nodes, pods (namespaced and across namespaces), events, the
+  pods' ``eviction`` subresource with PodDisruptionBudget accounting (a refusal is
+  a 429 ``Status`` naming the budget, cause ``DisruptionBudget``), and ``status``
+  subresources (GET, PATCH);
 - ``policy/v1`` PodDisruptionBudgets (their ``status`` computed from the pods, as
   the disruption controller would), ``batch/v1`` Jobs, ``coordination.k8s.io/v1``
   Leases;
@@ -49,6 +67,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import logging
 import math
 import re
 import threading
@@ -64,6 +83,9 @@ import kubernetes_validate
 from aiohttp import web
 
 JSON = dict[str, Any]
+
+log = logging.getLogger(__name__)
+_RAW_BODY = web.RequestKey("raw_body", bytes)
 
 # The Kubernetes version whose strict schemas the served objects must satisfy.
 SCHEMA_VERSION = "1.33"
@@ -235,6 +257,7 @@ class _Fault:
     seconds: float = 0.0
     method: str | None = None
     path_regex: re.Pattern[str] | None = None
+    after: bool = False
 
     def matches(self, method: str, path: str) -> bool:
         if self.remaining <= 0:
@@ -263,9 +286,18 @@ class Faults:
         """Answer the next ``n`` matching requests with ``status`` and a ``Status`` body."""
         self._add(_Fault("fail", n, status=status, method=method, path_regex=_rx(path_regex)))
 
-    def drop(self, n: int, method: str | None = None, path_regex: str | None = None) -> None:
-        """Close the connection of the next ``n`` matching requests without an answer."""
-        self._add(_Fault("drop", n, method=method, path_regex=_rx(path_regex)))
+    def drop(
+        self,
+        n: int,
+        method: str | None = None,
+        path_regex: str | None = None,
+        *,
+        after: bool = False,
+    ) -> None:
+        """Close the connection of the next ``n`` matching requests without an answer.
+        ``after=True`` carries the request out first and loses only the answer, as
+        when a connection breaks after the server committed a write."""
+        self._add(_Fault("drop", n, method=method, path_regex=_rx(path_regex), after=after))
 
     def delay(
         self, seconds: float, n: int, method: str | None = None, path_regex: str | None = None
@@ -619,7 +651,7 @@ def _parse_path(path: str) -> _Route:
     return _Route(kind, namespace, name, sub)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Watcher:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -828,7 +860,7 @@ class FakeApiServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         raw = await request.read()
-        request["raw_body"] = raw
+        request[_RAW_BODY] = raw
         body: Any = None
         if raw:
             try:
@@ -841,6 +873,8 @@ class FakeApiServer:
                 if fault.kind == "delay":
                     await asyncio.sleep(fault.seconds)
                 elif fault.kind == "drop":
+                    if fault.after:
+                        await handler(request)  # committed; only the answer is lost
                     if request.transport is not None:
                         request.transport.abort()
                     raise web.HTTPException()  # the answer goes nowhere: no client
@@ -873,6 +907,10 @@ class FakeApiServer:
                 return self._json(201, self._evict(route, request))
             if route.subresource == "scale" and route.kind.plural == "machinedeployments":
                 return self._json(200, self._scale(route, request))
+            if route.subresource == "status" and request.method in ("GET", "PATCH"):
+                if request.method == "GET":
+                    return self._json(200, self._get(route))
+                return self._json(200, self._patch(route, request, status_only=True))
             if route.subresource is not None:
                 raise ApiError(
                     404, f"the server could not find the requested resource ({request.path})"
@@ -895,6 +933,11 @@ class FakeApiServer:
             raise ApiError(405, f"{request.method} is not allowed on {request.path}")
         except ApiError as e:
             return self._json(e.code, e.status())
+        except Exception as e:  # a bug in the fake: answer as a real server's panic would
+            logging.getLogger(__name__).exception(
+                "fake API server: %s %s", request.method, request.path
+            )
+            return self._json(500, ApiError(500, f"fake API server error: {e!r}").status())
 
     @staticmethod
     def _json(status: int, body: JSON) -> web.Response:
@@ -907,7 +950,7 @@ class FakeApiServer:
     @staticmethod
     def _body(request: web.Request) -> Any:
         # The sync client sends POST without a Content-Type: the body is JSON anyway.
-        raw: bytes = request.get("raw_body", b"")
+        raw: bytes = request.get(_RAW_BODY, b"")
         if not raw:
             raise ApiError(400, "the request has no body")
         try:
@@ -1059,13 +1102,17 @@ class FakeApiServer:
                 )
             return self._write(kind, body, "ADDED", dry_run=self._dry_run(request))
 
-    def _patch(self, route: _Route, request: web.Request) -> JSON:
+    def _patch(self, route: _Route, request: web.Request, *, status_only: bool = False) -> JSON:
         kind = route.kind
         patch = self._body(request)
         ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
         with self._lock:
             stored = self._stored(route)
             updated = self._apply_patch(kind, stored, patch, ctype)
+            if status_only:  # the status subresource changes status and nothing else
+                version = updated["metadata"].get("resourceVersion")
+                updated = {**copy.deepcopy(stored), "status": updated.get("status")}
+                updated["metadata"]["resourceVersion"] = version
             self._check_immutable(kind, stored, updated)
             if updated["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
                 raise _conflict(kind, stored["metadata"]["name"])
@@ -1123,7 +1170,7 @@ class FakeApiServer:
 
     def _delete_request(self, route: _Route, request: web.Request) -> JSON:
         body: Any = None
-        if request.get("raw_body"):
+        if request.get(_RAW_BODY):
             body = self._body(request)
         options = body if isinstance(body, dict) else {}
         with self._lock:

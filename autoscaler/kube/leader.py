@@ -1,0 +1,299 @@
+"""Leader election over a ``coordination.k8s.io/v1`` Lease, through ``Kube`` only.
+
+Two replicas of the controller run for availability; only one may act, or two
+drains of one node would race. The protocol is client-go's ``leaderelection``:
+
+- a candidate takes the Lease when it is absent, expired (``renewTime +
+  leaseDurationSeconds`` is past), released (no holder), or already its own;
+- the leader renews every ``retry_period``; every write carries the Lease's
+  ``resourceVersion``, so of two replicas that race, one gets ``Conflict`` and
+  stays a candidate;
+- a leader that has not renewed within ``renew_deadline`` stops leading. It does
+  so even before its renewal loop notices: ``is_leader()`` compares the clock with
+  the last successful renewal, so an action that checks it before each API write
+  stops within the deadline when the API server is unreachable, while the Lease
+  (``lease_duration`` > ``renew_deadline``) has not yet expired for the others;
+- a clean stop releases the Lease (holder cleared), so the other replica takes
+  over at its next retry instead of waiting for the Lease to expire.
+
+Every API call is bounded by the time left before the deadline, so a hung API
+server cannot keep a stale leader believing it leads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+from autoscaler.kube.errors import Conflict, KubeError, NotFound
+from autoscaler.kube.protocol import Kube, Obj
+
+log = logging.getLogger(__name__)
+
+LEASE_API_VERSION = "coordination.k8s.io/v1"
+
+
+def micro_time(ts: float) -> str:
+    """A Kubernetes ``MicroTime``: ``2026-01-02T03:04:05.000000Z``."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: Any) -> float | None:
+    """A ``MicroTime`` or ``Time`` string as a Unix timestamp; None if absent or bad."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+class LeaderElector:
+    """One replica's side of the election. ``run`` campaigns, leads and steps down
+    until ``stop()`` is called or the task is cancelled; ``is_leader()`` says, at
+    any moment, whether this replica may act."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        problems = []
+        if not lease_duration > renew_deadline:
+            problems.append(
+                f"lease duration ({lease_duration}s) must be longer than the renew deadline "
+                f"({renew_deadline}s), or a replica could take over while the leader still acts"
+            )
+        if not renew_deadline > retry_period > 0:
+            problems.append(
+                f"the renew deadline ({renew_deadline}s) must be longer than the retry period "
+                f"({retry_period}s), which must be positive"
+            )
+        if problems:
+            raise ValueError("leader election: " + "; ".join(problems))
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.clock = clock
+        self.sleep = sleep
+        self.holder: str | None = None  # who holds the Lease, as last read
+        self._leading = False
+        self._renewed_at = 0.0
+        self._stop = asyncio.Event()
+
+    def is_leader(self) -> bool:
+        """True while this replica holds the Lease and renewed it within the renew
+        deadline. A plain check, cheap enough to call before every write."""
+        return self._leading and self.clock() - self._renewed_at <= self.renew_deadline
+
+    def stop(self) -> None:
+        """Ask ``run`` to step down, release the Lease and return."""
+        self._stop.set()
+
+    async def run(
+        self,
+        on_started_leading: Callable[[], Coroutine[Any, Any, None]],
+        on_stopped_leading: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Campaign until elected, run ``on_started_leading()`` as a task while
+        leading (cancelled when the lease is lost), call ``on_stopped_leading()``
+        after each term, and campaign again. Returns after ``stop()``; on
+        cancellation it releases the Lease too. An exception raised by
+        ``on_started_leading`` ends the term and is raised from here."""
+        try:
+            while not self._stop.is_set():
+                if not await self._campaign():
+                    return
+                await self._lead(on_started_leading, on_stopped_leading)
+        finally:
+            await asyncio.shield(self._release())
+
+    # -- the terms
+
+    async def _campaign(self) -> bool:
+        """Retry until this replica holds the Lease (True) or is stopped (False)."""
+        while not self._stop.is_set():
+            if await self._try_acquire_or_renew() is True:
+                self._leading = True
+                log.info(
+                    "leader election: %s leads (lease %s/%s)",
+                    self.identity,
+                    self.namespace,
+                    self.name,
+                )
+                return True
+            await self._pause(self.retry_period)
+        return False
+
+    async def _lead(
+        self,
+        on_started_leading: Callable[[], Coroutine[Any, Any, None]],
+        on_stopped_leading: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        work = asyncio.create_task(on_started_leading(), name="leader-work")
+        try:
+            while not self._stop.is_set() and self.is_leader():
+                await self._pause(self.retry_period, also=work)
+                if work.done() and not work.cancelled() and work.exception() is not None:
+                    break
+                if self._stop.is_set():
+                    break
+                held = await self._try_acquire_or_renew()
+                if held is False:  # another replica holds a valid Lease: step down now
+                    break
+            if not self._stop.is_set() and not self.is_leader():
+                log.warning(
+                    "leader election: %s lost the lease (holder now %s); stops acting",
+                    self.identity,
+                    self.holder,
+                )
+        finally:
+            self._leading = False
+            if not work.done():
+                work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            if on_stopped_leading is not None:
+                await on_stopped_leading()
+        if work.done() and not work.cancelled() and (error := work.exception()) is not None:
+            raise error
+
+    async def _pause(self, seconds: float, also: asyncio.Task[None] | None = None) -> None:
+        """Sleep (through the injected ``sleep``) unless stopped first, or ``also``
+        finishes first."""
+        sleeper = asyncio.ensure_future(self.sleep(seconds))
+        stopper = asyncio.ensure_future(self._stop.wait())
+        waiting: set[asyncio.Future[Any]] = {sleeper, stopper}
+        if also is not None:
+            waiting.add(also)
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in (sleeper, stopper):
+                f.cancel()
+
+    # -- the Lease
+
+    def _bounded(self) -> float:
+        """How long one attempt may take: what is left before the renew deadline
+        while leading, a renew deadline while campaigning."""
+        if self._leading:
+            return max(self.renew_deadline - (self.clock() - self._renewed_at), 0.01)
+        return self.renew_deadline
+
+    async def _try_acquire_or_renew(self) -> bool | None:
+        """True: this replica holds the Lease now. False: another one holds it.
+        None: unknown (a conflict, an error or a timeout); try again."""
+        try:
+            return await asyncio.wait_for(self._acquire_or_renew(), timeout=self._bounded())
+        except Conflict:
+            log.info("leader election: %s lost a race for the lease", self.identity)
+        except (KubeError, TimeoutError) as e:
+            log.warning(
+                "leader election: %s could not reach the lease: %s",
+                self.identity,
+                e or type(e).__name__,
+            )
+        return None
+
+    async def _acquire_or_renew(self) -> bool:
+        now = self.clock()
+        try:
+            lease = await self.kube.get_lease(self.namespace, self.name)
+        except NotFound:
+            body: Obj = {
+                "apiVersion": LEASE_API_VERSION,
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(now, acquired=now, transitions=0),
+            }
+            await self.kube.create_lease(self.namespace, body)
+            return self._renewed(now)
+        spec: Obj = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or None
+        self.holder = holder
+        if holder is not None and holder != self.identity and not self._expired(spec, now):
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.identity:
+            acquired = parse_time(spec.get("acquireTime")) or now
+        else:
+            acquired, transitions = now, transitions + 1
+        lease["spec"] = self._spec(now, acquired=acquired, transitions=transitions)
+        await self.kube.replace_lease(self.namespace, self.name, lease)
+        return self._renewed(now)
+
+    def _renewed(self, now: float) -> bool:
+        self._renewed_at = now
+        self.holder = self.identity
+        return True
+
+    def _expired(self, spec: Obj, now: float) -> bool:
+        renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
+        duration = spec.get("leaseDurationSeconds")
+        if renewed is None or not isinstance(duration, int):
+            return True  # a Lease nobody keeps properly is free to take
+        return renewed + duration < now
+
+    def _spec(self, now: float, *, acquired: float, transitions: int) -> Obj:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self.lease_duration)),
+            "acquireTime": micro_time(acquired),
+            "renewTime": micro_time(now),
+            "leaseTransitions": transitions,
+        }
+
+    async def _release(self) -> None:
+        """Clear the holder if it is us, so that another replica need not wait for
+        the Lease to expire. Best effort: an unreachable server lets it expire."""
+        self._leading = False
+        if self.holder != self.identity:
+            return  # never held, or already lost: nothing to give back
+        try:
+            await asyncio.wait_for(self._release_once(), timeout=self.renew_deadline)
+        except (KubeError, TimeoutError) as e:
+            log.warning(
+                "leader election: %s could not release the lease: %s",
+                self.identity,
+                e or type(e).__name__,
+            )
+
+    async def _release_once(self) -> None:
+        try:
+            lease = await self.kube.get_lease(self.namespace, self.name)
+        except NotFound:
+            return
+        spec: Obj = dict(lease.get("spec") or {})
+        if spec.get("holderIdentity") != self.identity:
+            return
+        now = self.clock()
+        spec.pop("holderIdentity", None)
+        spec.update(leaseDurationSeconds=1, renewTime=micro_time(now), acquireTime=micro_time(now))
+        lease["spec"] = spec
+        await self.kube.replace_lease(self.namespace, self.name, lease)
+        self.holder = None
+        log.info("leader election: %s released the lease", self.identity)
+
+
+__all__ = ["LeaderElector", "micro_time", "parse_time"]
