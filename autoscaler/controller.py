@@ -34,9 +34,9 @@ from aiohttp import web
 from accel_common import logs
 from accel_common.durations import parse_duration
 from autoscaler.engine.decision import Decision
-from autoscaler.executor import Executor
 from autoscaler.engine.evaluate import evaluate
 from autoscaler.engine.state import ClusterInfo, EngineState
+from autoscaler.executor import Executor
 from autoscaler.ruleset.loader import RuleSetError
 from autoscaler.ruleset.model import RuleSet
 from autoscaler.ruleset.watch import RuleWatcher
@@ -627,9 +627,16 @@ async def _main(args: argparse.Namespace, watcher: RuleWatcher, source: Source, 
         executor = Executor(ctx)
 
         from autoscaler.clusterstate import collect
+        from autoscaler.kube.cache import CachedKube
+
+        # The cluster-state series come from watched nodes and pods; actions read
+        # the API itself.
+        cached = CachedKube(getattr(kube, "inner", kube), inner=kube)
+        cached.start()
+        await cached.wait_synced(10.0)
 
         async def read_cluster(now: float) -> ClusterRows:
-            return list(await collect(kube, pools, now))
+            return list(await collect(cached, pools, now))
 
         cluster_state = read_cluster
     controller = Controller(
@@ -641,4 +648,10 @@ async def _main(args: argparse.Namespace, watcher: RuleWatcher, source: Source, 
         leading=leading,
         cluster_state=cluster_state,
     )
-    return await _serve(controller, args, elector)
+    if cluster_state is not None:
+        controller.kube = cached
+    try:
+        return await _serve(controller, args, elector)
+    finally:
+        if cluster_state is not None:
+            await asyncio.to_thread(cached.stop)
