@@ -524,7 +524,19 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
             await executor.resume()
             await asyncio.Event().wait()  # leads until the elector cancels it
 
-        election = asyncio.create_task(elector.run(lead, executor.stop))
+        label = LeaderLabel(executor.ctx.kube)
+        # A container restarted after a crash may find its pod still labelled.
+        await label.set(False)
+
+        async def step_down() -> None:
+            await executor.stop()
+            await label.set(False)
+
+        async def lead_and_label() -> None:
+            await label.set(True)
+            await lead()
+
+        election = asyncio.create_task(elector.run(lead_and_label, step_down))
     elif executor is not None:
         await executor.resume()
     await stop.wait()
@@ -542,6 +554,36 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
     await controller.source.close()
     await runner.cleanup()
     return 0
+
+
+# On the leader's own pod: the webhook Service selects it, so Alertmanager's
+# notifications reach the replica that acts (deploy/base/autoscaler.yaml).
+LEADER_LABEL = "accel-fleet.io/leader"
+
+
+class LeaderLabel:
+    """Puts ``accel-fleet.io/leader: "true"`` on this replica's pod while it leads
+    (``$POD_NAMESPACE``/``$POD_NAME`` from the downward API); without them, outside a
+    pod, it does nothing. A failure is logged: the standby also answers the webhook
+    with 503, so Alertmanager retries until it reaches the leader."""
+
+    def __init__(self, kube: Any) -> None:
+        self.kube = kube
+        self.namespace = os.environ.get("POD_NAMESPACE", "")
+        self.name = os.environ.get("POD_NAME", "")
+
+    async def set(self, leading: bool) -> None:
+        if not (self.namespace and self.name):
+            return
+        value = "true" if leading else None
+        try:
+            await self.kube.patch_pod(
+                self.namespace, self.name, {"metadata": {"labels": {LEADER_LABEL: value}}}
+            )
+        except Exception as e:  # the API server may be down; the 503 still routes alerts
+            log.warning(
+                "cannot %s the leader label on my pod: %s", "set" if leading else "remove", e
+            )
 
 
 def _leader_problem(args: argparse.Namespace) -> str | None:

@@ -120,8 +120,7 @@ def render_metrics(c: Controller) -> str:
     family(
         "accel_autoscaler_actions_total",
         "counter",
-        "Actions carried out, by rule, action and outcome status (done, partial, skipped, "
-        "failed).",
+        "Actions carried out, by rule, action and outcome status (done, partial, skipped, failed).",
         [
             (_labels(rule=r, action=a, status=st), n)
             for (r, a, st), n in sorted((ex.outcomes if ex else {}).items())
@@ -273,6 +272,12 @@ def make_app(
     async def alerts(request: web.Request) -> web.StreamResponse:
         if not auth.allows(request.headers.get("Authorization")):
             return refuse(401, "authorization required")
+        if not c.leading():
+            # Alertmanager retries a 5xx; a new connection through the webhook Service
+            # (which selects the leader's pod) reaches the replica that acts.
+            response = refuse(503, "this replica is standing by; the leader takes alerts")
+            response.force_close()
+            return response
         if request.content_length is not None and request.content_length > MAX_BODY:
             return refuse(413, f"body larger than {MAX_BODY} bytes")
         try:

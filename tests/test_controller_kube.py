@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from autoscaler.actions.ownership import ANNOTATION
+from autoscaler.controller import LEADER_LABEL
 from tests.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.kubeobjs import evictions, node, pdb, pod
 from tests.procs import REPO, free_port, http_get, wait_http
@@ -50,7 +51,12 @@ def wait(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition"
 
 @contextmanager
 def controller(
-    tmp: Path, api: FakeApiServer, port: int, *extra: str, log: str = "controller.log"
+    tmp: Path,
+    api: FakeApiServer,
+    port: int,
+    *extra: str,
+    log: str = "controller.log",
+    pod_name: str = "",
 ) -> Iterator[subprocess.Popen[bytes]]:
     rules = tmp / "rules.yaml"
     rules.write_text(RULES)
@@ -79,7 +85,12 @@ def controller(
         cwd=REPO,
         stdout=out,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "POD_NAMESPACE": "accel-fleet" if pod_name else "",
+            "POD_NAME": pod_name,
+        },
     )
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
@@ -95,7 +106,8 @@ def controller(
         out.close()
 
 
-def fire(port: int, node_name: str) -> None:
+def fire(port: int, node_name: str) -> int:
+    import urllib.error
     import urllib.request
 
     body = json.dumps(
@@ -116,8 +128,11 @@ def fire(port: int, node_name: str) -> None:
         data=body,
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(req, timeout=5) as r:
-        assert r.status == 200
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
 
 
 def remediation(api: FakeApiServer, name: str) -> dict[str, Any]:
@@ -138,7 +153,7 @@ def test_a_drain_killed_midway_resumes_after_a_restart_and_evicts_nothing_twice(
         api.add(pdb("g", {"app": "g"}, min_available=1))
         port = free_port()
         with controller(tmp_path, api, port, "--no-leader-elect") as proc:
-            fire(port, "n1")
+            assert fire(port, "n1") == 200
             wait(lambda: api.get("pods", "ml", "train-0") is None, what="first eviction")
             wait(
                 lambda: any(
@@ -191,17 +206,30 @@ def test_two_replicas_one_acts_and_the_other_takes_over(tmp_path: Path) -> None:
         api.add(node("n2"))
         api.add(pod("a-0", "n1"))
         api.add(pod("b-0", "n2"))
+        for name in ("ctl-a", "ctl-b"):
+            api.add(pod(name, "n2", owner="ReplicaSet", gpus=0, namespace="accel-fleet"))
         pa, pb = free_port(), free_port()
+        ida = ["--leader-elect.identity", "a"]
+        idb = ["--leader-elect.identity", "b"]
         with (
-            controller(tmp_path, api, pa, *lease, "--leader-elect.identity", "a", log="a.log") as a,
-            controller(tmp_path, api, pb, *lease, "--leader-elect.identity", "b", log="b.log") as b,
+            controller(tmp_path, api, pa, *lease, *ida, log="a.log", pod_name="ctl-a") as a,
+            controller(tmp_path, api, pb, *lease, *idb, log="b.log", pod_name="ctl-b") as b,
         ):
             procs = {pa: a, pb: b}
+            pods = {pa: "ctl-a", pb: "ctl-b"}
             wait(lambda: {_leader(pa), _leader(pb)} == {0.0, 1.0}, what="one leader")
             leader, standby = (pa, pb) if _leader(pa) == 1.0 else (pb, pa)
-            # Both get the alert; only the leader acts on it.
-            fire(pa, "n1")
-            fire(pb, "n1")
+
+            def labelled(port: int) -> bool:
+                p = api.get("pods", "accel-fleet", pods[port])
+                assert p is not None
+                return (p["metadata"].get("labels") or {}).get(LEADER_LABEL) == "true"
+
+            wait(lambda: labelled(leader), what="the leader's pod label")
+            assert not labelled(standby)
+            # The standby refuses the webhook (Alertmanager retries); the leader acts.
+            assert fire(standby, "n1") == 503
+            assert fire(leader, "n1") == 200
             wait(lambda: api.get("pods", "ml", "a-0") is None, what="the leader's drain")
             time.sleep(1.0)
             assert evictions(api, "a-0") == 1
@@ -213,5 +241,6 @@ def test_two_replicas_one_acts_and_the_other_takes_over(tmp_path: Path) -> None:
             wait(lambda: _leader(standby) == 1.0, timeout=10, what="takeover")
             took = time.monotonic() - stopped
             assert took <= 2.0 + 1.0, f"takeover took {took:.2f}s with a 2s lease"
-            fire(standby, "n2")
+            wait(lambda: labelled(standby), what="the new leader's pod label")
+            assert fire(standby, "n2") == 200
             wait(lambda: api.get("pods", "ml", "b-0") is None, what="the new leader's drain")

@@ -789,10 +789,14 @@ def test_alertmanager_receiver_passes_amtool_and_reaches_the_service() -> None:
     receiver = next(r for r in config["receivers"] if r["name"] == "accel-autoscaler")
     hook = receiver["webhook_configs"][0]
     docs = rendered("nvidia")
-    service = one(docs, "Service", "accel-autoscaler")
+    service = one(docs, "Service", "accel-autoscaler-webhook")
     namespace = service["metadata"]["namespace"]
     port = service["spec"]["ports"][0]["port"]
-    assert hook["url"] == f"http://accel-autoscaler.{namespace}.svc:{port}/api/v1/alerts"
+    assert hook["url"] == f"http://accel-autoscaler-webhook.{namespace}.svc:{port}/api/v1/alerts"
+    # Only the leader's pod: the label the controller sets while it holds the Lease.
+    from autoscaler.controller import LEADER_LABEL
+
+    assert service["spec"]["selector"][LEADER_LABEL] == "true"
     # The token Alertmanager sends is the one the controller checks.
     deployment = one(docs, "Deployment", "accel-autoscaler")
     c = container(deployment, "autoscaler")

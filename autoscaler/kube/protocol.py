@@ -146,7 +146,7 @@ VERBS: dict[str, dict[str, str]] = {
         "watch": "cluster-state metrics stay current between lists",
         "create": "migrate_jobs recreates a bare pod (no owner) on another node",
         "delete": "requeue_job deletes a stuck pod so that its owner retries it",
-        "patch": "requeue_job counts attempts in an annotation",
+        "patch": "the leader labels its own pod accel-fleet.io/leader for the webhook Service",
     },
     "pods/eviction": {
         "create": "drain, migrate_jobs and rebalance evict through the Eviction API (PDBs)",
