@@ -51,8 +51,8 @@ from autoscaler.actions.base import (
 )
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import claim, node_of, undo
-from autoscaler.actions.ownership import event, iso, parse_iso, set_phase
-from autoscaler.actions.pods import evict_until, summary
+from autoscaler.actions.ownership import event, iso, parse_iso
+from autoscaler.actions.pods import evict_until, finish
 from autoscaler.engine.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -215,26 +215,15 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         )
     except KubeError as e:
         return Outcome("failed", f"node {name}: {e}")
-    message = f"node {name}: {summary(result)}"
-    if result.stopped:
-        return Outcome("partial", message, {"evicted": result.evicted})
-    phase = "drained" if result.complete else "drain-incomplete"
-    try:
-        await set_phase(ctx, name, decision.rule, phase, "" if result.complete else message)
-    except KubeError as e:
-        log.warning("node %s: could not record phase %s: %s", name, phase, e)
-    await event(
+    return await finish(
         ctx,
         claimed.node,
-        "Drained" if result.complete else "DrainIncomplete",
-        message,
-        warning=not result.complete,
-        action=NAME,
-    )
-    return Outcome(
-        "done" if result.complete else "partial",
-        message,
-        {"evicted": result.evicted, "refused": dict(result.refused), "forced": result.forced},
+        decision.rule,
+        NAME,
+        result,
+        phases=("drained", "drain-incomplete"),
+        reasons=("Drained", "DrainIncomplete"),
+        details={"forced": result.forced},
     )
 
 

@@ -59,13 +59,13 @@ from autoscaler.actions.base import (
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT
 from autoscaler.actions.nodeops import claim, node_of, undo
-from autoscaler.actions.ownership import MIGRATED_FROM, event, iso, parse_iso, set_phase
+from autoscaler.actions.ownership import MIGRATED_FROM, event, iso, parse_iso
 from autoscaler.actions.pods import (
     controller_owner,
     evict_until,
+    finish,
     meta,
     pod_key,
-    summary,
     uses_devices,
 )
 from autoscaler.actions.taint import DEFAULT_TAINT, read_taint
@@ -223,28 +223,16 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         )
     except KubeError as e:
         return Outcome("failed", f"node {name}: {e}")
-    message = f"node {name}: {summary(result)}"
-    if recreated:
-        message += f", recreated {len(recreated)} bare pod(s) elsewhere"
-    if result.stopped:
-        return Outcome("partial", message, {"evicted": result.evicted})
-    phase = "migrated" if result.complete else "migrate-incomplete"
-    try:
-        await set_phase(ctx, name, decision.rule, phase, "" if result.complete else message)
-    except KubeError as e:
-        log.warning("node %s: could not record phase %s: %s", name, phase, e)
-    await event(
+    return await finish(
         ctx,
         claimed.node,
-        "Migrated" if result.complete else "MigrationIncomplete",
-        message,
-        warning=not result.complete,
-        action=NAME,
-    )
-    return Outcome(
-        "done" if result.complete else "partial",
-        message,
-        {"evicted": result.evicted, "recreated": recreated, "refused": dict(result.refused)},
+        decision.rule,
+        NAME,
+        result,
+        phases=("migrated", "migrate-incomplete"),
+        reasons=("Migrated", "MigrationIncomplete"),
+        extra=f", recreated {len(recreated)} bare pod(s) elsewhere" if recreated else "",
+        details={"recreated": recreated},
     )
 
 

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.actions.context import ActionContext
-from autoscaler.actions.ownership import event
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.ownership import event, set_phase
 from autoscaler.clusterstate import device_requests, is_device_resource
 from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
 from autoscaler.kube.protocol import Obj
@@ -220,6 +220,39 @@ async def _force(
     )
 
 
+async def finish(
+    ctx: ActionContext,
+    node: Obj,
+    rule: str,
+    action: str,
+    result: EvictionResult,
+    *,
+    phases: tuple[str, str],
+    reasons: tuple[str, str],
+    extra: str = "",
+    details: dict[str, object] | None = None,
+) -> Outcome:
+    """The end of an eviction action (drain, migrate_jobs): record the finished
+    phase on the node (``phases``: complete, incomplete), write the closing Event
+    (``reasons``: likewise) and say what happened. A run stopped by a lost lease
+    records nothing: its phase stays in flight for the next leader to resume."""
+    name = meta(node).get("name", "")
+    message = f"node {name}: {summary(result)}{extra}"
+    details = {"evicted": result.evicted, "refused": dict(result.refused), **(details or {})}
+    if result.stopped:
+        return Outcome("partial", message, details)
+    done = result.complete
+    phase = phases[0] if done else phases[1]
+    try:
+        await set_phase(ctx, name, rule, phase, "" if done else message)
+    except KubeError as e:
+        log.warning("node %s: could not record phase %s: %s", name, phase, e)
+    await event(
+        ctx, node, reasons[0] if done else reasons[1], message, warning=not done, action=action
+    )
+    return Outcome("done" if done else "partial", message, details)
+
+
 def summary(result: EvictionResult, kept: Sequence[str] = ()) -> str:
     parts = [f"evicted {len(result.evicted)}"]
     if result.forced:
@@ -244,6 +277,7 @@ __all__ = [
     "device_requests",
     "evict_until",
     "evictable",
+    "finish",
     "is_daemonset_pod",
     "is_device_resource",
     "is_mirror_pod",
