@@ -38,7 +38,10 @@ pytest: setup peers
 
 test: setup peers lint typecheck pytest
 
+# The fleet simulator on the small scenario (rules against the baseline, a table
+# and plots in demo-out/), then the exporter on this host with a simulated node.
 demo: setup
+	$(VENV)/bin/accel-autoscaler simulate scenarios/small.yaml --out demo-out
 	$(PY) -m exporter.demo
 
 bench: setup peers

@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  accel-autoscaler query 'rate(x[5m])' --series s.om --time 600\n"
             "  accel-autoscaler run --rules rules/ --source prometheus "
             "--prometheus.url http://prometheus:9090 --dry-run\n"
+            "  accel-autoscaler place pod.yaml --source prometheus --prometheus.url URL\n"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -63,6 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run the controller (evaluation loop and API)")
     add_run_arguments(r)
+
+    from autoscaler.placement.extender import add_extender_arguments
+    from autoscaler.placement.place import add_place_arguments
+
+    e = sub.add_parser("extender", help="serve kube-scheduler's extender protocol (placement)")
+    add_extender_arguments(e)
+    pl = sub.add_parser("place", help="rank the nodes and devices for a pod, with every term")
+    add_place_arguments(pl)
+
+    from autoscaler.simulate import add_arguments as add_simulate_arguments
+
+    sim = sub.add_parser(
+        "simulate",
+        help="run a fleet scenario with the rules and without; summary.json and plots",
+    )
+    add_simulate_arguments(sim)
     return p
 
 
@@ -80,6 +97,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from autoscaler.promql.query import main as query_main
 
         return query_main(args.expr, args.series, args.time)
+    if args.command == "extender":
+        from autoscaler.placement.extender import extender_main
+
+        return extender_main(args)
+    if args.command == "place":
+        from autoscaler.placement.place import place_main
+
+        return place_main(args)
+    if args.command == "simulate":
+        from autoscaler.simulate.run import main as simulate_main
+
+        return simulate_main(args)
     from autoscaler.controller import run_main
 
     return run_main(args)

@@ -11,7 +11,12 @@ tell the difference:
 - creating an existing name is ``Conflict(reason="AlreadyExists")``, a missing
   object ``NotFound``;
 - an eviction that a PodDisruptionBudget refuses is ``TooManyRequests``;
-- callers get copies: changing a returned object changes nothing here.
+- callers get copies: changing a returned object changes nothing here. A list
+  returns snapshots cached per object and ``resourceVersion`` (a listing of 2,500
+  pods would otherwise cost more than the action that asked for it); a snapshot
+  is shared by the lists until the object changes, which is safe for callers
+  that read what they list and write through the API, as every caller in this
+  repository does.
 
 What the cluster's own controllers would do next (the Job controller starting a
 replacement pod, the MachineSet controller creating Machines, the scheduler) is
@@ -87,28 +92,44 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
-def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
+def label_matcher(selector: str | None) -> Callable[[dict[str, str]], bool]:
     """Equality-based label selectors: ``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``,
-    comma-separated (all must hold)."""
-    if not selector:
-        return True
-    for term in (t.strip() for t in selector.split(",")):
+    comma-separated (all must hold), parsed once for a whole list."""
+    terms: list[tuple[str, str, str]] = []  # (op, key, value)
+    for term in (t.strip() for t in (selector or "").split(",")):
         if not term:
             continue
         if "!=" in term:
             k, v = term.split("!=", 1)
-            if labels.get(k.strip()) == v.strip():
-                return False
+            terms.append(("!=", k.strip(), v.strip()))
         elif "=" in term:
             k, v = term.replace("==", "=").split("=", 1)
-            if labels.get(k.strip()) != v.strip():
-                return False
+            terms.append(("=", k.strip(), v.strip()))
         elif term.startswith("!"):
-            if term[1:].strip() in labels:
+            terms.append(("!", term[1:].strip(), ""))
+        else:
+            terms.append(("", term, ""))
+
+    def match(labels: dict[str, str]) -> bool:
+        for op, k, v in terms:
+            if op == "=":
+                ok = labels.get(k) == v
+            elif op == "!=":
+                ok = labels.get(k) != v
+            elif op == "!":
+                ok = k not in labels
+            else:
+                ok = k in labels
+            if not ok:
                 return False
-        elif term not in labels:
-            return False
-    return True
+        return True
+
+    return match
+
+
+def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
+    """Whether ``labels`` satisfy ``selector`` (see ``label_matcher``)."""
+    return label_matcher(selector)(labels)
 
 
 class SimKube:
@@ -128,8 +149,27 @@ class SimKube:
         self.calls: dict[str, int] = {}
         self._version = 0
         self._uid = 0
+        self._snapshots: dict[int, tuple[str, Obj]] = {}
 
     # -- bookkeeping ------------------------------------------------------------
+
+    def _snapshot(self, obj: Obj) -> Obj:
+        """A copy of ``obj`` for a list, reused while its resourceVersion holds."""
+        rv = obj["metadata"]["resourceVersion"]
+        cached = self._snapshots.get(id(obj))
+        if (
+            cached is not None
+            and cached[0] == rv
+            and cached[1]["metadata"]["name"] == (obj["metadata"]["name"])
+        ):
+            return cached[1]
+        snap: Obj = copy_obj(obj)
+        self._snapshots[id(obj)] = (rv, snap)
+        return snap
+
+    def _forget(self, obj: Obj | None) -> None:
+        if obj is not None:
+            self._snapshots.pop(id(obj), None)
 
     def _count(self, verb: str) -> None:
         self.calls[verb] = self.calls.get(verb, 0) + 1
@@ -147,7 +187,7 @@ class SimKube:
         want = (patch.get("metadata") or {}).get("resourceVersion")
         if want is not None and want != current["metadata"]["resourceVersion"]:
             raise Conflict(
-                f'Operation cannot be fulfilled on {what}: the object has been modified; '
+                f"Operation cannot be fulfilled on {what}: the object has been modified; "
                 "please apply your changes to the latest version and try again",
                 status=409,
             )
@@ -162,6 +202,10 @@ class SimKube:
 
     # -- objects the simulation itself puts in (not part of the protocol) -------
 
+    def touch(self, obj: Obj) -> None:
+        """A controller (the simulation) changed ``obj`` in place: a new version."""
+        self._stamp(obj)
+
     def add_node(self, node: Obj) -> Obj:
         self._stamp(node, new=True)
         self.nodes[node["metadata"]["name"]] = node
@@ -169,7 +213,7 @@ class SimKube:
         return node
 
     def remove_node(self, name: str) -> None:
-        self.nodes.pop(name, None)
+        self._forget(self.nodes.pop(name, None))
         self.pods_by_node.pop(name, None)
 
     def add_job(self, job: Obj) -> Obj:
@@ -179,14 +223,15 @@ class SimKube:
         return job
 
     def remove_job(self, namespace: str, name: str) -> None:
-        self.jobs.pop((namespace, name), None)
+        self._forget(self.jobs.pop((namespace, name), None))
 
     def add_pod(self, pod: Obj) -> Obj:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
         if key in self.pods:
-            raise Conflict(f'pods "{meta["name"]}" already exists', status=409,
-                           reason="AlreadyExists")
+            raise Conflict(
+                f'pods "{meta["name"]}" already exists', status=409, reason="AlreadyExists"
+            )
         self._stamp(pod, new=True)
         self.pods[key] = pod
         node = pod.get("spec", {}).get("nodeName")
@@ -207,6 +252,7 @@ class SimKube:
     def remove_pod(self, namespace: str, name: str) -> Obj | None:
         """The pod leaves the API (finished, or its node is gone); no reaction."""
         pod = self.pods.pop((namespace, name), None)
+        self._forget(pod)
         if pod is not None:
             node = pod["spec"].get("nodeName")
             if node and node in self.pods_by_node:
@@ -220,7 +266,7 @@ class SimKube:
         return obj
 
     def remove_custom(self, plural: str, namespace: str, name: str) -> None:
-        self.custom.pop((plural, namespace, name), None)
+        self._forget(self.custom.pop((plural, namespace, name), None))
 
     # -- nodes -------------------------------------------------------------------
 
@@ -234,10 +280,9 @@ class SimKube:
 
     async def list_nodes(self, label_selector: str | None = None) -> list[Obj]:
         self._count("list_nodes")
+        match = label_matcher(label_selector)
         return [
-            copy_obj(n)
-            for n in self.nodes.values()
-            if selector_matches(label_selector, n["metadata"].get("labels", {}))
+            self._snapshot(n) for n in self.nodes.values() if match(n["metadata"].get("labels", {}))
         ]
 
     async def patch_node(self, name: str, patch: Obj) -> Obj:
@@ -262,11 +307,12 @@ class SimKube:
     ) -> list[Obj]:
         self._count("list_pods")
         pods = self.pods_by_node.get(node, {}).values() if node is not None else self.pods.values()
+        match = label_matcher(label_selector)
         return [
-            copy_obj(p)
+            self._snapshot(p)
             for p in pods
             if (namespace is None or p["metadata"]["namespace"] == namespace)
-            and selector_matches(label_selector, p["metadata"].get("labels", {}))
+            and match(p["metadata"].get("labels", {}))
         ]
 
     def _pod(self, namespace: str, name: str) -> Obj:
@@ -409,7 +455,10 @@ class SimKube:
         current = self.leases.get((namespace, name))
         if current is None:
             raise NotFound(f'leases "{name}" not found', status=404, reason="NotFound")
-        if body.get("metadata", {}).get("resourceVersion") != current["metadata"]["resourceVersion"]:
+        if (
+            body.get("metadata", {}).get("resourceVersion")
+            != current["metadata"]["resourceVersion"]
+        ):
             raise Conflict(f'Operation cannot be fulfilled on leases "{name}"', status=409)
         lease: Obj = copy_obj(body)
         lease["metadata"]["uid"] = current["metadata"]["uid"]
@@ -424,8 +473,9 @@ class SimKube:
     def _custom(self, plural: str, namespace: str, name: str) -> Obj:
         obj = self.custom.get((plural, namespace, name))
         if obj is None:
-            raise NotFound(f'{plural}.cluster.x-k8s.io "{name}" not found', status=404,
-                           reason="NotFound")
+            raise NotFound(
+                f'{plural}.cluster.x-k8s.io "{name}" not found', status=404, reason="NotFound"
+            )
         return obj
 
     async def get_custom(
@@ -444,12 +494,11 @@ class SimKube:
         label_selector: str | None = None,
     ) -> list[Obj]:
         self._count("list_custom")
+        match = label_matcher(label_selector)
         return [
-            copy_obj(o)
+            self._snapshot(o)
             for (p, ns, _), o in self.custom.items()
-            if p == plural
-            and ns == namespace
-            and selector_matches(label_selector, o["metadata"].get("labels", {}))
+            if p == plural and ns == namespace and match(o["metadata"].get("labels", {}))
         ]
 
     async def patch_custom(
@@ -513,6 +562,7 @@ __all__ = [
     "Reactor",
     "SimKube",
     "copy_obj",
+    "label_matcher",
     "merge_patch",
     "selector_matches",
     "timestamp",

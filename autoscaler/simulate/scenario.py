@@ -158,6 +158,7 @@ class Scenario:
     duration: float
     evaluation_interval: float
     seed: int
+    scrape_interval: float
     pools: tuple[PoolSpec, ...]
     workload: WorkloadSpec
     faults: FaultSpec
@@ -211,8 +212,9 @@ class _Reader:
             key = str(k.value)
             if keys and key not in keys:
                 self.problem(
-                    k, f"unknown key {key!r} in {what}{did_you_mean(key, keys)} "
-                    f"(expected {', '.join(keys)})"
+                    k,
+                    f"unknown key {key!r} in {what}{did_you_mean(key, keys)} "
+                    f"(expected {', '.join(keys)})",
                 )
             elif key in out:
                 self.problem(k, f"{key!r} is given twice in {what}")
@@ -305,6 +307,7 @@ _TOP = ("apiVersion", "kind", "spec")
 _SPEC = (
     "duration",
     "evaluationInterval",
+    "scrapeInterval",
     "seed",
     "scheduler",
     "samples",
@@ -349,8 +352,13 @@ _FAULTS = (
 )
 
 
-def load_scenario(path: str | Path, schedulers: tuple[str, ...] = ("first-fit",)) -> Scenario:
-    """Reads and validates a scenario; raises ``ScenarioError`` naming every problem."""
+def load_scenario(path: str | Path, schedulers: tuple[str, ...] | None = None) -> Scenario:
+    """Reads and validates a scenario; raises ``ScenarioError`` naming every problem.
+    ``schedulers``: the names a scenario may choose (default: ``SCHEDULERS``)."""
+    if schedulers is None:
+        from autoscaler.simulate.scheduler import SCHEDULERS
+
+        schedulers = tuple(SCHEDULERS)
     file = str(path)
     r = _Reader(file)
     try:
@@ -365,8 +373,12 @@ def load_scenario(path: str | Path, schedulers: tuple[str, ...] = ("first-fit",)
         raise ScenarioError([Problem(where, f"invalid YAML: {e.problem}")]) from e
     if root is None:
         raise ScenarioError(
-            [Problem(whole_file(file), f"empty file: expected apiVersion: {API_VERSION}, "
-                     f"kind: {KIND} and a spec")]
+            [
+                Problem(
+                    whole_file(file),
+                    f"empty file: expected apiVersion: {API_VERSION}, kind: {KIND} and a spec",
+                )
+            ]
         )
     top = r.mapping(root, "a scenario file", _TOP, required=_TOP)
     scenario: Scenario | None = None
@@ -383,23 +395,25 @@ def load_scenario(path: str | Path, schedulers: tuple[str, ...] = ("first-fit",)
     return scenario
 
 
-def _spec(
-    r: _Reader, node: yaml.Node, name: str, schedulers: tuple[str, ...]
-) -> Scenario | None:
+def _spec(r: _Reader, node: yaml.Node, name: str, schedulers: tuple[str, ...]) -> Scenario | None:
     m = r.mapping(node, "spec", _SPEC, required=("duration", "pools", "workload"))
     if m is None:
         return None
     duration = r.get(m, "duration", r.duration, 86400.0)
     interval = r.get(m, "evaluationInterval", r.duration, 15.0)
     seed = r.get(m, "seed", r.integer, 1)
+    scrape = r.get(m, "scrapeInterval", r.duration, interval)
+    if scrape > interval or (interval / scrape) % 1 > 1e-9:
+        r.problem(
+            m.get("scrapeInterval", node),
+            f"scrapeInterval ({scrape:g}s) must divide evaluationInterval ({interval:g}s)",
+        )
     scheduler = r.get(m, "scheduler", lambda n: r.choice(n, schedulers), "first-fit")
     samples = r.get(m, "samples", lambda n: r.integer(n, 10), 400)
     pools = _pools(r, m["pools"]) if "pools" in m else ()
     names = {p.name for p in pools}
     workload = _workload(r, m["workload"], names) if "workload" in m else None
-    initial = {
-        p.name: tuple(node_name(p.name, i) for i in range(p.initial)) for p in pools
-    }
+    initial = {p.name: tuple(node_name(p.name, i) for i in range(p.initial)) for p in pools}
     faults = _faults(r, m["faults"], pools, initial) if "faults" in m else FaultSpec()
     if workload is None:
         return None
@@ -417,6 +431,7 @@ def _spec(
         duration=duration,
         evaluation_interval=interval,
         seed=seed,
+        scrape_interval=scrape,
         pools=pools,
         workload=workload,
         faults=faults,
@@ -450,10 +465,15 @@ def _pools(r: _Reader, node: yaml.Node) -> tuple[PoolSpec, ...]:
         provision = r.get(m, "provisionTime", lambda n: r.duration(n, positive=False), 600.0)
         topology = r.get(m, "topology", lambda n: r.choice(n, TOPOLOGIES), DEFAULT_TOPOLOGY[vendor])
         if not low <= initial <= high:
-            r.problem(item, f"pool {name!r}: need min <= initial <= max, got {low}, {initial}, {high}")
+            r.problem(
+                item, f"pool {name!r}: need min <= initial <= max, got {low}, {initial}, {high}"
+            )
         if topology != "pcie" and topology != DEFAULT_TOPOLOGY.get(vendor, topology):
-            r.problem(m["topology"], f"{vendor} devices have no {topology} links (use "
-                      f"{DEFAULT_TOPOLOGY[vendor]} or pcie)")
+            r.problem(
+                m["topology"],
+                f"{vendor} devices have no {topology} links (use "
+                f"{DEFAULT_TOPOLOGY[vendor]} or pcie)",
+            )
         out.append(PoolSpec(name, vendor, model, per_node, initial, low, high, provision, topology))
     return tuple(out)
 
@@ -466,7 +486,7 @@ def _workload(r: _Reader, node: yaml.Node, pools: set[str]) -> WorkloadSpec | No
     sizes: list[tuple[int, float]] = []
     if "sizes" in m:
         sm = r.mapping(m["sizes"], "sizes (devices: weight)", ())
-        for k, v in (m["sizes"].value if sm is not None else []):
+        for k, v in m["sizes"].value if sm is not None else []:
             size = r.integer(k, 1)
             weight = r.number(v)
             if size is not _INVALID and weight is not _INVALID:
@@ -488,16 +508,20 @@ def _workload(r: _Reader, node: yaml.Node, pools: set[str]) -> WorkloadSpec | No
     weights: list[tuple[str, float]] = []
     if "pools" in m:
         pm = r.mapping(m["pools"], "workload pools (pool: weight)", ())
-        for k, v in (m["pools"].value if pm is not None else []):
+        for k, v in m["pools"].value if pm is not None else []:
             if k.value not in pools:
-                r.problem(k, f"no pool named {k.value!r}{did_you_mean(str(k.value), sorted(pools))}")
+                r.problem(
+                    k, f"no pool named {k.value!r}{did_you_mean(str(k.value), sorted(pools))}"
+                )
                 continue
             w = r.number(v)
             if w is not _INVALID:
                 weights.append((str(k.value), w))
     swing = None
     if "swing" in m:
-        wm = r.mapping(m["swing"], "swing", ("period", "amplitude"), required=("period", "amplitude"))
+        wm = r.mapping(
+            m["swing"], "swing", ("period", "amplitude"), required=("period", "amplitude")
+        )
         if wm is not None:
             swing = SwingSpec(
                 r.get(wm, "period", r.duration, 86400.0),
@@ -513,7 +537,9 @@ def _workload(r: _Reader, node: yaml.Node, pools: set[str]) -> WorkloadSpec | No
         checkpoint_interval=r.get(
             m, "checkpointInterval", lambda n: r.duration(n, positive=False), 1800.0
         ),
-        restart_overhead=r.get(m, "restartOverhead", lambda n: r.duration(n, positive=False), 300.0),
+        restart_overhead=r.get(
+            m, "restartOverhead", lambda n: r.duration(n, positive=False), 300.0
+        ),
         timeout_factor=r.get(m, "timeoutFactor", lambda n: r.number(n, 1.0), 3.0),
         deadline_factor=r.get(m, "deadlineFactor", lambda n: r.number(n, 1.0), 6.0),
         stall_probability=r.get(m, "stallProbability", lambda n: r.number(n, 0.0, 1.0), 0.0),
@@ -527,8 +553,12 @@ def _workload(r: _Reader, node: yaml.Node, pools: set[str]) -> WorkloadSpec | No
 
 
 def _duration_spec(r: _Reader, node: yaml.Node) -> DurationSpec | None:
-    m = r.mapping(node, "duration", ("distribution", "median", "sigma", "mean", "value"),
-                  required=("distribution",))
+    m = r.mapping(
+        node,
+        "duration",
+        ("distribution", "median", "sigma", "mean", "value"),
+        required=("distribution",),
+    )
     if m is None:
         return None
     dist = r.get(m, "distribution", lambda n: r.choice(n, DISTRIBUTIONS), "lognormal")
@@ -580,8 +610,9 @@ def _faults(
 
 
 def _event(r: _Reader, item: yaml.Node, nodes: dict[str, PoolSpec]) -> FaultEvent | None:
-    m = r.mapping(item, "a fault event", ("at", "kind", "node", "device"),
-                  required=("at", "kind", "node"))
+    m = r.mapping(
+        item, "a fault event", ("at", "kind", "node", "device"), required=("at", "kind", "node")
+    )
     if m is None:
         return None
     at = r.get(m, "at", lambda n: r.duration(n, positive=False), _INVALID)
@@ -589,8 +620,11 @@ def _event(r: _Reader, item: yaml.Node, nodes: dict[str, PoolSpec]) -> FaultEven
     node = r.get(m, "node", r.string, _INVALID)
     pool = nodes.get(node) if node is not _INVALID else None
     if node is not _INVALID and pool is None:
-        r.problem(m["node"], f"no initial node named {node!r}{did_you_mean(node, sorted(nodes))}"
-                  " (nodes are named POOL-NNNN, from 0000)")
+        r.problem(
+            m["node"],
+            f"no initial node named {node!r}{did_you_mean(node, sorted(nodes))}"
+            " (nodes are named POOL-NNNN, from 0000)",
+        )
     device: int | None = None
     if "device" in m and pool is not None:
         names = [device_name(pool.vendor, i) for i in range(pool.devices_per_node)]
@@ -598,10 +632,15 @@ def _event(r: _Reader, item: yaml.Node, nodes: dict[str, PoolSpec]) -> FaultEven
         if got in names:
             device = names.index(got)
         else:
-            r.problem(m["device"], f"node {node!r} has no device {got!r} (it has "
-                      f"{names[0]} to {names[-1]})")
+            r.problem(
+                m["device"],
+                f"node {node!r} has no device {got!r} (it has {names[0]} to {names[-1]})",
+            )
     if kind not in (_INVALID, "node_down") and "device" not in m:
-        r.problem(item, f"a {kind} event needs a device (e.g. device: {pool.vendor if pool else 'nvidia'}0)")
+        r.problem(
+            item,
+            f"a {kind} event needs a device (e.g. device: {pool.vendor if pool else 'nvidia'}0)",
+        )
         return None
     if _INVALID in (at, kind, node) or pool is None:
         return None

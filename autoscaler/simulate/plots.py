@@ -1,0 +1,83 @@
+"""The simulation's plots: one PNG per question, rules and baseline side by side
+on a shared y axis, so that the two runs can be compared at a glance.
+
+- ``utilization.png``: share of each pool's devices held by running jobs;
+- ``nodes.png``: nodes per pool (the rules can grow and shrink pools; the
+  baseline's stay as they started);
+- ``jobs.png``: running and queued jobs;
+- ``faults_actions.png``: faults and remediation actions, cumulative.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autoscaler.simulate.run import RunResult
+    from autoscaler.simulate.scenario import Scenario
+
+
+def write_plots(results: dict[str, RunResult], scenario: Scenario, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [m for m in ("rules", "baseline") if m in results]
+    pools = [p.name for p in scenario.pools]
+
+    def figure(name: str, title: str, ylabel: str, draw: Callable[[Any, RunResult], None]) -> Path:
+        fig, axes = plt.subplots(
+            1, len(modes), figsize=(6 * len(modes), 3.6), sharey=True, squeeze=False
+        )
+        for ax, mode in zip(axes[0], modes, strict=True):
+            draw(ax, results[mode])
+            ax.set_title(f"{mode}" if mode == "rules" else "baseline (no remediation)")
+            ax.set_xlabel("hours")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(ylabel)
+        # After both runs are drawn, so that the shared axis holds both.
+        _, high = axes[0][0].get_ylim()
+        axes[0][0].set_ylim(0, max(high, 1))
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        if handles:
+            fig.legend(
+                handles, labels, loc="upper right", fontsize="small", ncol=min(4, len(labels))
+            )
+        fig.suptitle(f"{scenario.name}: {title}", x=0.01, ha="left")
+        fig.tight_layout(rect=(0, 0, 1, 0.9))
+        path = out / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+    def utilization(ax: Any, r: RunResult) -> None:
+        for pool in pools:
+            ax.plot(r.timeline.hours, r.timeline.utilization.get(pool, []), label=pool, lw=1.2)
+        ax.set_ylim(0, 1.05)
+
+    def nodes(ax: Any, r: RunResult) -> None:
+        for pool in pools:
+            ax.step(r.timeline.hours, r.timeline.nodes.get(pool, []), where="post", label=pool)
+
+    def jobs(ax: Any, r: RunResult) -> None:
+        ax.plot(r.timeline.hours, r.timeline.running, label="running", lw=1.2)
+        ax.plot(r.timeline.hours, r.timeline.queued, label="queued", lw=1.2)
+
+    def faults(ax: Any, r: RunResult) -> None:
+        ax.step(r.timeline.hours, r.timeline.faults, where="post", label="faults", color="C3")
+        ax.step(r.timeline.hours, r.timeline.actions, where="post", label="actions", color="C2")
+
+    return [
+        figure(
+            "utilization.png", "device utilization by pool", "devices held / devices", utilization
+        ),
+        figure("nodes.png", "nodes per pool", "nodes", nodes),
+        figure("jobs.png", "running and queued jobs", "jobs", jobs),
+        figure("faults_actions.png", "faults and actions (cumulative)", "count", faults),
+    ]
+
+
+__all__ = ["write_plots"]

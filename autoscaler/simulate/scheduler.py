@@ -1,0 +1,137 @@
+"""Where a pending job runs: the scheduler hook, the built-in ``first-fit``, and what
+device topology costs a job.
+
+The hook is one method so that other placement strategies (the ``placement``
+package's scorer, through an adapter) plug in without knowing the simulation::
+
+    class Scheduler(Protocol):
+        name: str
+        def place(self, request: Request, nodes: Sequence[NodeView]) -> Placement | None
+
+``nodes`` are the nodes the job may use (its pool, ready, not cordoned, no taint
+it does not tolerate), in name order, each with its free devices; nodes whose
+taints say "prefer not" (``PreferNoSchedule``) are marked ``avoid``. ``place``
+returns the node and the device indices to bind, or None to leave the job
+pending. A scheduler must not keep references to the views past the call.
+Register one in ``SCHEDULERS`` (a scenario picks it with ``scheduler:``);
+``placement`` is the placement package's scorer.
+
+Topology: a job on several devices runs at the speed its slowest pair of devices
+allows. ``LINK_FACTOR`` is the run-time multiplier per link type, the same link
+types as the exporter's ``accel_topology_link_info`` (``exporter/backends/sim.py``
+builds the same shapes: NVIDIA and AMD nodes connect every pair, a PCIe-only node
+pairs devices on a switch, four on a host bridge, and crosses the CPU
+interconnect between halves). The factors are the simulation's assumption, in
+the range that all-reduce bandwidth ratios suggest (NVLink/xGMI ~ 10x a PCIe
+switch path, which in a compute-bound training step costs some 10-50 %).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+LINK_FACTOR: dict[str, float] = {
+    "nvlink": 1.0,
+    "xgmi": 1.0,
+    "pcie_switch": 1.1,
+    "pcie_hostbridge": 1.25,
+    "system": 1.5,
+}
+
+
+def link_type(topology: str, a: int, b: int) -> str:
+    """The link between devices ``a`` and ``b`` of one node with this topology."""
+    if topology != "pcie":
+        return topology
+    if a // 2 == b // 2:
+        return "pcie_switch"
+    if a // 4 == b // 4:
+        return "pcie_hostbridge"
+    return "system"
+
+
+def slowdown(topology: str, devices: Sequence[int]) -> float:
+    """How much longer a job takes on these devices than on ideally linked ones."""
+    worst = 1.0
+    for i, a in enumerate(devices):
+        for b in devices[i + 1 :]:
+            worst = max(worst, LINK_FACTOR[link_type(topology, a, b)])
+    return worst
+
+
+@dataclass(frozen=True)
+class Request:
+    """A pending job: how many devices of which pool."""
+
+    job: str
+    pool: str
+    devices: int
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    pool: str
+    topology: str
+    devices_per_node: int
+    free: tuple[int, ...]
+    avoid: bool = False
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+    devices: tuple[int, ...]
+
+
+class Scheduler(Protocol):
+    name: str
+
+    def place(self, request: Request, nodes: Sequence[NodeView]) -> Placement | None: ...
+
+
+class FirstFit:
+    """The first node (in name order, preferred nodes before ``avoid`` ones) with
+    enough free devices, and its lowest-numbered free devices. It knows nothing of
+    topology, which is the point of having it: it is what a scheduler without a
+    topology-aware device plugin does."""
+
+    name = "first-fit"
+
+    def place(self, request: Request, nodes: Sequence[NodeView]) -> Placement | None:
+        fallback: NodeView | None = None
+        for view in nodes:
+            if len(view.free) < request.devices:
+                continue
+            if view.avoid:
+                fallback = fallback or view
+                continue
+            return Placement(view.name, view.free[: request.devices])
+        if fallback is not None:
+            return Placement(fallback.name, fallback.free[: request.devices])
+        return None
+
+
+def _placement() -> Scheduler:
+    """The placement package's scorer (``autoscaler/placement/simadapter.py``)."""
+    from autoscaler.placement.simadapter import PlacementScheduler
+
+    return PlacementScheduler()
+
+
+SCHEDULERS: dict[str, Callable[[], Scheduler]] = {"first-fit": FirstFit, "placement": _placement}
+
+
+__all__ = [
+    "LINK_FACTOR",
+    "SCHEDULERS",
+    "FirstFit",
+    "NodeView",
+    "Placement",
+    "Request",
+    "Scheduler",
+    "link_type",
+    "slowdown",
+]

@@ -1,0 +1,327 @@
+"""What the controller would scrape from the simulated fleet, straight into the
+built-in evaluator's store.
+
+In production (``--source scrape``) the controller scrapes every node's exporter
+and ingests the text with the node's name as the ``node`` label, then ingests the
+cluster-state rows (``autoscaler/clusterstate.py``). Here the same series, with
+the same names and labels, go into the same ``SeriesStore`` through its columnar
+API (one ``append`` of refs and a numpy array per family), because rendering and
+parsing text for 8,000 devices every cycle would cost more than the rest of the
+simulation. ``tests/test_simulate.py`` checks that the cluster-state series equal
+what ``clusterstate.collect`` reads from the same in-memory cluster.
+
+Device series follow the exporter's semantics (``exporter/schema.py``): every
+device has ``accel_up``; counters exist at 0 from the first scrape
+(``accel_fault_events_total{severity}``, ``accel_ecc_errors_total{type}``); a busy
+device's ``accel_utilization_ratio`` is its job's load with a little jitter, as
+the ``sim`` backend's wave has, and a stalled job's devices read exactly 0; a
+lost device reads ``accel_up 0`` and nothing else; ``accel_device_pod_info`` names
+the pod holding a device. A node that is down (or deleted) is a failed scrape:
+its series get stale markers, as Prometheus writes them.
+
+Only the families the rules read are stored (the store would hold the others
+unread), and the store keeps the history the rules need
+(``support.required_retention``), as ``ScrapeSource.retain`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import promql_parser as pp
+
+from autoscaler import clusterstate as cs
+from autoscaler.promql.matchers import Matcher
+from autoscaler.promql.store import SeriesStore
+from autoscaler.simulate.fleet import OK, Fleet, Job, Slot
+from autoscaler.simulate.scenario import RESOURCE, device_name
+from exporter import schema
+
+I64 = npt.NDArray[np.int64]
+
+# (family, extra label, value) of each per-device series, in a fixed order.
+DEVICE_SERIES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (schema.UP.name, ()),
+    (schema.UTILIZATION.name, ()),
+    (schema.FAULT_EVENTS.name, (("severity", "fatal"),)),
+    (schema.FAULT_EVENTS.name, (("severity", "recoverable"),)),
+    (schema.FAULT_EVENTS.name, (("severity", "info"),)),
+    (schema.ECC_ERRORS.name, (("type", "corrected"),)),
+    (schema.ECC_ERRORS.name, (("type", "uncorrected"),)),
+)
+UP, UTIL, FATAL, RECOVERABLE, INFO, ECC_CORRECTED, ECC_UNCORRECTED = range(len(DEVICE_SERIES))
+JITTER = 0.04
+
+_NAME = re.compile(r"accel_[a-z_]+")
+
+
+def metric_names(exprs: Iterable[str]) -> set[str]:
+    """The accel_* metric names the expressions mention."""
+    out: set[str] = set()
+    for e in exprs:
+        out.update(_NAME.findall(e))
+    return out
+
+
+DEVICE_LABELS = frozenset({"device", "vendor", "uuid", "node"})
+
+
+def selected(exprs: Iterable[str], name: str, fixed: dict[str, str]) -> bool:
+    """Whether any selector in the expressions can select a series of ``name`` whose
+    labels besides the device's own are ``fixed``: ``accel_fault_events_total
+    {severity="fatal"}`` never reads the ``severity="info"`` series, so those need
+    not be stored. Matchers on the device labels are taken to match some device."""
+    found = False
+
+    def visit(e: pp.Expr) -> bool:
+        nonlocal found
+        if isinstance(e, (pp.VectorSelector, pp.MatrixSelector)):
+            sel = e if isinstance(e, pp.VectorSelector) else e.vector_selector
+            matchers = [Matcher.from_parser(m) for m in sel.matchers.matchers]
+            names = {sel.name} if sel.name else set()
+            names |= {m.value for m in matchers if m.name == "__name__" and m.type.value == "="}
+            if name not in names and not any(
+                m.name == "__name__" and m.matches(name) for m in matchers
+            ):
+                return True
+            if all(
+                m.name in ("__name__", *DEVICE_LABELS) or m.matches(fixed.get(m.name, ""))
+                for m in matchers
+            ):
+                found = True
+        return True
+
+    for expr in exprs:
+        pp.walk(pp.parse(expr), visit)
+    return found
+
+
+def uuid_of(node: str, device: str) -> str:
+    return f"SIM-{node}-{device}"
+
+
+class Telemetry:
+    """Feeds ``store`` with the fleet's series at each scrape (``scrape(t)``)."""
+
+    def __init__(self, fleet: Fleet, store: SeriesStore, exprs: list[str], seed: int) -> None:
+        self.fleet = fleet
+        self.store = store
+        wanted = metric_names(exprs)
+        self.wanted = wanted
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
+        g = fleet.device_count
+        self.refs = np.full((len(DEVICE_SERIES), g), -1, dtype=np.int64)
+        self.series_on = [
+            name in wanted and selected(exprs, name, dict(extra)) for name, extra in DEVICE_SERIES
+        ]
+        self.pod_info_on = schema.DEVICE_POD.name in wanted
+        self.dev_pod_ref = np.full(g, -1, dtype=np.int64)
+        self.scraped = np.zeros(g, dtype=np.bool_)  # node up, series live
+        self._stale: list[int] = []
+        # Running pods' job series: ref of age, ref of timeout, start, timeout.
+        self.job_on = cs.JOB_AGE.name in wanted or cs.JOB_TIMEOUT.name in wanted
+        self.pod_rows: dict[str, tuple[int, int, float, float]] = {}
+        self.pool_prev: set[int] = set()
+        fleet.listeners.append(self.on)
+
+    # -- reacting to the fleet ---------------------------------------------------
+
+    def on(self, what: str, payload: Any) -> None:
+        if what in ("node_added", "node_up"):
+            self._node_up(payload)
+        elif what in ("node_removed", "node_down"):
+            self._node_gone(payload, forget=what == "node_removed")
+        elif what == "pod_bound":
+            self._pod_bound(payload)
+        elif what == "pod_unbound":
+            self._pod_unbound(payload)
+
+    def _device_range(self, slot: Slot) -> slice:
+        return slice(slot.base, slot.base + slot.pool.devices_per_node)
+
+    def _node_up(self, slot: Slot) -> None:
+        assert slot.node is not None
+        r = self._device_range(slot)
+        # Taken again each time: a node that was down longer than the retention had
+        # its series dropped, and its old refs with them.
+        pool = slot.pool
+        for i in range(pool.devices_per_node):
+            dev = device_name(pool.vendor, i)
+            base = {
+                "device": dev,
+                "vendor": pool.vendor,
+                "uuid": uuid_of(slot.node, dev),
+                "node": slot.node,
+            }
+            for k, (name, extra) in enumerate(DEVICE_SERIES):
+                if self.series_on[k]:
+                    self.refs[k, r.start + i] = self.store.ref(
+                        {"__name__": name, **base, **dict(extra)}
+                    )
+        self.scraped[r] = True
+
+    def _node_gone(self, slot: Slot, *, forget: bool) -> None:
+        r = self._device_range(slot)
+        if self.scraped[r.start]:
+            refs = self.refs[:, r].ravel()
+            self._stale.extend(int(x) for x in refs[refs >= 0])
+            pods = self.dev_pod_ref[r]
+            self._stale.extend(int(x) for x in pods[pods >= 0])
+        self.scraped[r] = False
+        if forget:
+            self.refs[:, r] = -1
+
+    def _pod_bound(self, job: Job) -> None:
+        assert job.pod is not None
+        slot = self.fleet.slots[job.slot]
+        node = slot.node or ""
+        if self.pod_info_on:
+            for g in job.devices:
+                dev = device_name(slot.pool.vendor, g - slot.base)
+                self.dev_pod_ref[g] = self.store.ref(
+                    {
+                        "__name__": schema.DEVICE_POD.name,
+                        "device": dev,
+                        "vendor": slot.pool.vendor,
+                        "uuid": uuid_of(node, dev),
+                        "namespace": job.namespace,
+                        "pod": job.pod,
+                        "container": "main",
+                        "node": node,
+                    }
+                )
+        if self.job_on:
+            labels = {"namespace": job.namespace, "pod": job.pod, "node": node, "job": job.name}
+            age = self.store.ref({"__name__": cs.JOB_AGE.name, **labels})
+            timeout = self.store.ref({"__name__": cs.JOB_TIMEOUT.name, **labels})
+            # The API's startTime has whole seconds.
+            self.pod_rows[job.pod] = (age, timeout, float(int(self.fleet.now)), job.timeout)
+
+    def _pod_unbound(self, job: Job) -> None:
+        for g in job.devices:
+            ref = int(self.dev_pod_ref[g])
+            if ref >= 0:
+                if self.scraped[g]:
+                    self._stale.append(ref)
+                self.dev_pod_ref[g] = -1
+        if job.pod is not None:
+            row = self.pod_rows.pop(job.pod, None)
+            if row is not None:
+                self._stale.extend((row[0], row[1]))
+
+    # -- one scrape --------------------------------------------------------------
+
+    def scrape(self, t: float) -> None:
+        fleet, store = self.fleet, self.store
+        if self._stale:
+            store.append_stale(np.array(self._stale, dtype=np.int64), t)
+            self._stale = []
+        live = np.flatnonzero(self.scraped)
+        state = fleet.dev_state[live]
+        up = (state != 2).astype(np.float64)  # a lost device does not answer
+        answering = live[up > 0]
+        values: list[npt.NDArray[np.float64] | None] = [None] * len(DEVICE_SERIES)
+        values[UP] = up
+        if self.series_on[UTIL]:
+            base = fleet.dev_util[answering]
+            busy = base > 0
+            jitter = (self.rng.random(answering.size) - 0.5) * 2 * JITTER
+            values[UTIL] = np.where(busy, np.clip(base + jitter, 0.0, 1.0), 0.0)
+        values[FATAL] = fleet.dev_fatal[answering]
+        values[RECOVERABLE] = fleet.dev_recoverable[answering]
+        values[INFO] = np.zeros(answering.size)
+        values[ECC_CORRECTED] = np.zeros(answering.size)
+        values[ECC_UNCORRECTED] = fleet.dev_ecc_uncorrected[answering]
+        lost = live[up == 0]
+        for k in range(len(DEVICE_SERIES)):
+            if not self.series_on[k]:
+                continue
+            v = values[k]
+            assert v is not None
+            rows = live if k == UP else answering
+            store.append(self.refs[k, rows], t, v)
+            if k != UP and lost.size:
+                # A device that stopped answering exposes nothing but accel_up.
+                store.append_stale(self.refs[k, lost], t)
+        if self.pod_info_on:
+            held = self.dev_pod_ref[answering]
+            held = held[held >= 0]
+            if held.size:
+                store.append(held, t, np.ones(held.size))
+        if self.job_on and self.pod_rows:
+            rows_ = list(self.pod_rows.values())
+            refs = np.array([r[0] for r in rows_] + [r[1] for r in rows_], dtype=np.int64)
+            ages = [t - r[2] for r in rows_]
+            timeouts = [r[3] for r in rows_]
+            store.append(refs, t, np.array(ages + timeouts, dtype=np.float64))
+        self._pools(t)
+
+    def pool_rows(
+        self, *, node_info: bool = True
+    ) -> list[tuple[cs.ClusterMetric, dict[str, str], float]]:
+        """The ``accel_pool_*`` rows (and ``accel_node_pool_info`` with ``node_info``),
+        as ``clusterstate.pool_rows`` computes them from the API: same labels, same
+        values."""
+        fleet = self.fleet
+        rows: list[tuple[cs.ClusterMetric, dict[str, str], float]] = []
+        for pool in fleet.scenario.pools:
+            slots = (fleet.slots[i] for i in fleet.pool_slots[pool.name])
+            registered = [s for s in slots if s.node is not None]
+            ready = sum(1 for s in registered if s.ready)
+            provisioning = fleet.pool_machines[pool.name] - len(registered)
+            for state, count in (
+                ("ready", ready),
+                ("notready", len(registered) - ready),
+                ("provisioning", provisioning),
+            ):
+                rows.append((cs.POOL_NODES, {"pool": pool.name, "state": state}, float(count)))
+            rows.append((cs.POOL_NODES_MIN, {"pool": pool.name}, float(pool.min)))
+            rows.append((cs.POOL_NODES_MAX, {"pool": pool.name}, float(pool.max)))
+            resource = RESOURCE[pool.vendor]
+            if registered:
+                waiting = sum(
+                    fleet.jobs[j].size
+                    for j in fleet.pending[pool.name]
+                    if fleet.jobs[j].pod is not None
+                )
+                rows.append(
+                    (cs.POOL_PENDING, {"pool": pool.name, "resource": resource}, float(waiting))
+                )
+                allocated = fleet.pool_alloc[pool.name]
+                rows.append(
+                    (
+                        cs.POOL_DEVICES_ALLOCATED,
+                        {"pool": pool.name},
+                        allocated / (len(registered) * pool.devices_per_node),
+                    )
+                )
+            for s in registered if node_info else ():
+                assert s.node is not None
+                rows.append((cs.NODE_POOL, {"node": s.node, "pool": pool.name}, 1.0))
+        return rows
+
+    def _pools(self, t: float) -> None:
+        rows = [
+            r
+            for r in self.pool_rows(node_info=cs.NODE_POOL.name in self.wanted)
+            if r[0].name in self.wanted
+        ]
+        refs = [self.store.ref({"__name__": m.name, **labels}) for m, labels, _ in rows]
+        now = set(refs)
+        gone = self.pool_prev - now
+        if gone:
+            self.store.append_stale(np.array(sorted(gone), dtype=np.int64), t)
+        self.pool_prev = now
+        if refs:
+            self.store.append(
+                np.array(refs, dtype=np.int64),
+                t,
+                np.array([v for _, _, v in rows], dtype=np.float64),
+            )
+
+
+__all__ = ["DEVICE_SERIES", "OK", "Telemetry", "metric_names", "uuid_of"]
