@@ -465,6 +465,23 @@ def test_breaker_open_holds_acts_but_allows_recovery() -> None:
     assert all(n.reason.startswith("circuit breaker open: 3 nodes") for n in held)
 
 
+def test_rebalancing_busy_nodes_is_no_storm() -> None:
+    """Ten hot nodes rebalanced at once under a 2-node limit: the breaker stays
+    closed (a busy node is not an unwell one), and a fault still gets through."""
+    ruleset = RuleSet(
+        limits=Limits(max_unhealthy_nodes=2),
+        rules=(rule("hot", action="rebalance", cooldown=1800), rule("fault")),
+    )
+    state = EngineState()
+    got = evaluate(ruleset, {"hot": nodes(*N[:10]), "fault": nodes()}, state, 0.0, cluster=TWENTY)
+    assert len(got) == 10 and not state.breaker_open
+    got = evaluate(
+        ruleset, {"hot": nodes(*N[:10]), "fault": nodes("n15")}, state, 15.0, cluster=TWENTY
+    )
+    assert [short(d) for d in got] == ["act fault node=n15"]
+    assert not state.breaker_open
+
+
 def test_manual_breaker_stays_open_until_reset() -> None:
     ruleset, state = storm(Limits(max_unhealthy_ratio=0.1, breaker_reset="manual"))
     # A day later with nothing left to remediate: still open.

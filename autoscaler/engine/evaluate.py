@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from autoscaler.engine.breaker import (
+    UNHEALTHY_ACTIONS,
     SizeUnknown,
     allowed_unhealthy,
     counted,
@@ -313,7 +314,10 @@ def _fire(
                     )
                 )
                 continue
-            fired.append(_Fired(rule, target, sample, since, _node(target)))
+            # Only remediation of a node that is unwell counts towards the breaker:
+            # moving load off a busy node (rebalance) is not a sign of a storm.
+            node = _node(target) if rule.action.type in UNHEALTHY_ACTIONS else None
+            fired.append(_Fired(rule, target, sample, since, node))
     return fired
 
 

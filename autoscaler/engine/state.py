@@ -61,8 +61,9 @@ class Active:
 
     since: float
     action: str
-    # The node this remediation concerns (node and device targets), which the breaker
-    # counts; None for pod and pool targets.
+    # The node this remediation concerns (node and device targets of the actions in
+    # breaker.UNHEALTHY_ACTIONS), which the breaker counts; None for pod and pool
+    # targets and for rebalance.
     node: str | None
 
 
