@@ -30,9 +30,12 @@ the scheduler picks the node after we answer, so we record our choice for each.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
+import signal
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +43,8 @@ from typing import Any
 
 from aiohttp import web
 
+from accel_common import logs
+from accel_common.durations import parse_duration
 from autoscaler.kube.protocol import Kube
 from autoscaler.placement.fleet import FleetUnavailable, read_fleet
 from autoscaler.placement.score import (
@@ -146,9 +151,9 @@ class FleetCache:
         now = time.time() if now is None else now
         if self.fleet is None:
             return None, self.reason
-        age = now - self.refreshed_at
-        if age > self.max_age:
-            why = f"fleet state is {age:.0f}s old (max {self.max_age:.0f}s)"
+        if now - self.refreshed_at > self.max_age:
+            # No age figure in the text: the reason is logged once per change.
+            why = f"fleet state is older than --max-age {self.max_age:g}s"
             return None, f"{why}: {self.reason}" if self.reason else why
         return self.fleet, ""
 
@@ -332,7 +337,7 @@ def make_app(extender: Extender) -> web.Application:
     return app
 
 
-def _weights(pairs: Sequence[str]) -> Weights:
+def parse_weights(pairs: Sequence[str]) -> Weights:
     values: dict[str, float] = {}
     fields = set(Weights.__dataclass_fields__)
     for pair in pairs:
@@ -350,16 +355,16 @@ def _weights(pairs: Sequence[str]) -> Weights:
 
 
 async def serve(
-    extender: Extender, host: str, port: int, stop: asyncio.Event | None = None
+    extender: Extender, host: str | None, port: int, stop: asyncio.Event | None = None
 ) -> int:
     runner = web.AppRunner(make_app(extender), access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host or None, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True)
     try:
         await site.start()
     except OSError as e:
         await runner.cleanup()
-        log.error("cannot listen on %s:%d: %s", host, port, e.strerror or e)
+        log.error("cannot listen on %s:%d: %s", host or "", port, e.strerror or e)
         return 1
     log.info("extender listening on http://%s:%d (filter, prioritize)", host or "0.0.0.0", port)
     refresher = asyncio.create_task(extender.cache.run_forever())
@@ -373,3 +378,89 @@ async def serve(
         await extender.cache.source.close()
         await runner.cleanup()
     return 0
+
+
+def add_extender_arguments(p: argparse.ArgumentParser) -> None:
+    from autoscaler.placement.place import add_source_arguments
+
+    p.add_argument(
+        "--listen",
+        default=":8888",
+        metavar="ADDR",
+        help="HOST:PORT or :PORT to serve filter and prioritize on (default %(default)s)",
+    )
+    p.add_argument(
+        "--refresh-interval",
+        dest="refresh_interval",
+        type=_positive_duration,
+        default=15.0,
+        metavar="DURATION",
+        help="how often the fleet state is read from the source (default 15s)",
+    )
+    p.add_argument(
+        "--max-age",
+        dest="max_age",
+        type=_positive_duration,
+        default=60.0,
+        metavar="DURATION",
+        help="older fleet state is not trusted: fail open (default 60s)",
+    )
+    p.add_argument(
+        "--annotate",
+        action="store_true",
+        help=f"write the chosen devices into the pod annotation {ANN_PREFERRED} "
+        "(needs --kubeconfig)",
+    )
+    p.add_argument("--log.level", dest="log_level", choices=logs.LEVELS, default="info")
+    p.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
+    add_source_arguments(p)
+
+
+def _positive_duration(text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
+    return seconds
+
+
+_positive_duration.__name__ = "duration"
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from autoscaler.controller import build_source
+    from autoscaler.placement.place import close_kube, open_kube
+    from autoscaler.server import split_listen_address
+
+    host, port = split_listen_address(args.listen)
+    kube = await open_kube(args.kubeconfig) if args.kubeconfig is not None else None
+    cache = FleetCache(
+        build_source(args), kube, interval=args.refresh_interval, max_age=args.max_age
+    )
+    extender = Extender(cache, weights=parse_weights(args.weight), annotate=args.annotate)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        return await serve(extender, host, port, stop)
+    finally:
+        if kube is not None:
+            await close_kube(kube)
+
+
+def extender_main(args: argparse.Namespace) -> int:
+    from autoscaler.placement.place import InputError
+
+    logs.setup(args.log_level, args.log_format)
+    if args.annotate and args.kubeconfig is None:
+        print("accel-autoscaler extender: error: --annotate needs --kubeconfig", file=sys.stderr)
+        return 2
+    try:
+        parse_weights(args.weight)
+        return asyncio.run(_run(args))
+    except (ValueError, InputError, OSError) as e:
+        print(f"accel-autoscaler extender: error: {e}", file=sys.stderr)
+        return 2

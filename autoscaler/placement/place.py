@@ -115,8 +115,7 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=W",
-        help="a score term's weight (topology, load, locality, runtime, fragmentation); "
-        "repeatable",
+        help="a score term's weight (topology, load, locality, runtime, fragmentation); repeatable",
     )
 
 
@@ -235,8 +234,8 @@ def render_text(req: PodRequest, ranking: Ranking) -> str:
     if ranking.rejected:
         lines.append("")
         lines.append("rejected:")
-        for r in sorted(ranking.rejected, key=lambda r: natural_key(r.node)):
-            lines.append(f"  {r.node}: {r.reason}")
+        for rej in sorted(ranking.rejected, key=lambda x: natural_key(x.node)):
+            lines.append(f"  {rej.node}: {rej.reason}")
     return "\n".join(lines) + "\n"
 
 
@@ -285,7 +284,7 @@ async def place(args: argparse.Namespace) -> tuple[PodRequest, Ranking]:
     finally:
         await source.close()
     if nodes is None:
-        nodes = sorted(fleet.nodes, key=natural_key)
+        nodes = [str(n) for n in sorted(fleet.nodes, key=natural_key)]
     return req, score(req, nodes, fleet, weights)
 
 

@@ -30,10 +30,12 @@ Soft terms, each 0–1 (higher is better), combined by ``Weights``:
   chosen devices of (peak FLOP/s at ``accel-fleet.io/precision`` × (1 - utilization)),
   peaks from devices.yaml. The fastest candidate scores 1, the others
   ``fastest / theirs``, so a busy fast device can lose to an idle slower one;
-- **fragmentation** — devices left stranded in islands (NVLink/xGMI groups; PCIe
-  switch groups on nodes without device links) that were wholly free before and
-  would be broken by this job: ``1 - stranded / devices on the node``. A 2-GPU job
-  goes to an island already in use, keeping whole islands for 8-GPU jobs.
+- **fragmentation** — free devices left stranded in islands that were wholly free
+  before and that this job would break, at every level of the node's link
+  hierarchy (an NVSwitch board is one level, the whole board; a PCIe server has
+  switch pairs, host-bridge groups and the whole node):
+  ``1 - stranded / (devices on the node × levels)``. A 2-GPU job goes where an
+  island is already in use, keeping whole islands and nodes for 8-GPU jobs.
 
 Priority lives in ``schedule_cycle``: pods are placed highest ``spec.priority``
 first, and each placement takes its devices out of the state the next pod sees.
@@ -325,12 +327,13 @@ def _acceptable(req: PodRequest, d: Device) -> bool:
     return not req.models or any(m.lower() in model for m in req.models)
 
 
-def islands(nd: NodeDevices) -> list[frozenset[str]]:
-    """Groups of devices joined by device links (distance ≤ 10), or, on a node with
-    none, by shared PCIe switches (≤ 20): what a large job wants whole."""
+def islands(nd: NodeDevices, limit: float | None = None) -> list[frozenset[str]]:
+    """Groups of devices joined by pairs at distance ≤ ``limit``; by default the
+    node's closest link (NVLink/xGMI islands, or PCIe switch pairs on a node
+    without device links): what a large job wants whole."""
     names = sorted(nd.devices, key=natural_key)
-    linked = any(nd.dist(a, b) <= NEAREST for a, b in itertools.combinations(names, 2))
-    limit = NEAREST if linked else SWITCH
+    if limit is None:
+        limit = min(levels(nd), default=NEAREST)
     parent = {n: n for n in names}
 
     def root(n: str) -> str:
@@ -348,15 +351,38 @@ def islands(nd: NodeDevices) -> list[frozenset[str]]:
     return [frozenset(g) for g in groups.values()]
 
 
+def levels(nd: NodeDevices) -> list[float]:
+    """The distinct distances between the node's devices, closest first: the
+    levels of its link hierarchy (10 on an NVSwitch board; 20, 30, 50 on a PCIe
+    server with switches, host bridges and two sockets)."""
+    return sorted({nd.dist(a, b) for a, b in itertools.combinations(nd.devices, 2)})
+
+
+def whole_free_islands(nd: NodeDevices) -> list[list[frozenset[str]]]:
+    """Per level, the islands whose devices are all free and healthy."""
+    out = []
+    for limit in levels(nd) or [NEAREST]:
+        out.append(
+            [
+                g
+                for g in islands(nd, limit)
+                if all(nd.devices[x].free and nd.devices[x].healthy for x in g)
+            ]
+        )
+    return out
+
+
 def _busy(d: Device) -> float:
     util = 0.5 if d.utilization is None else d.utilization
     mem = 0.5 if d.memory_used_ratio is None else d.memory_used_ratio
     return min(1.0, max(0.0, 0.75 * util + 0.25 * mem))
 
 
-def _stranded(nd: NodeDevices, chosen: Iterable[str], whole: Sequence[frozenset[str]]) -> int:
+def _stranded(chosen: Iterable[str], whole: Sequence[Sequence[frozenset[str]]]) -> int:
+    """Free devices left in islands (at every level) that were whole before and
+    that ``chosen`` breaks."""
     picked = set(chosen)
-    return sum(len(g - picked) for g in whole if g & picked)
+    return sum(len(g - picked) for level in whole for g in level if g & picked)
 
 
 def _pair_sum(nd: NodeDevices, devs: Sequence[str]) -> float:
@@ -369,14 +395,12 @@ def choose_devices(nd: NodeDevices, pool: Sequence[str], n: int) -> tuple[str, .
     less busy set, then to the lower names. Exact while the number of subsets is
     small (8 devices choose 4 is 70), greedy from every seed beyond that."""
     pool = sorted(pool, key=natural_key)
-    free_whole = [
-        g for g in islands(nd) if all(nd.devices[x].free and nd.devices[x].healthy for x in g)
-    ]
+    free_whole = whole_free_islands(nd)
 
     def key(devs: Sequence[str]) -> tuple[float, int, float, tuple[Any, ...]]:
         return (
             _pair_sum(nd, devs),
-            _stranded(nd, devs, free_whole),
+            _stranded(devs, free_whole),
             round(sum(_busy(nd.devices[d]) for d in devs), 6),
             tuple(natural_key(d) for d in devs),
         )
@@ -450,9 +474,7 @@ def _estimate(
     return req.flops / rate, None
 
 
-def _fit(
-    req: PodRequest, node: Obj, fleet: FleetState, catalogue: Catalogue
-) -> _Fit | Rejection:
+def _fit(req: PodRequest, node: Obj, fleet: FleetState, catalogue: Catalogue) -> _Fit | Rejection:
     name = str((node.get("metadata") or {}).get("name", ""))
     why = _hard_filter(node)
     if why is not None:
@@ -493,10 +515,8 @@ def _fit(
     if req.data_location:
         hits = sum(1 for k, v in req.data_location if labels.get(k) == v)
         locality = hits / len(req.data_location)
-    whole = [
-        g for g in islands(nd) if all(nd.devices[x].free and nd.devices[x].healthy for x in g)
-    ]
-    fragmentation = 1.0 - _stranded(nd, devs, whole) / max(1, len(nd.devices))
+    whole = whole_free_islands(nd)
+    fragmentation = 1.0 - _stranded(devs, whole) / max(1, len(nd.devices) * len(whole))
     est, note = _estimate(req, nd, devs, catalogue)
     terms = Terms(topology, load, locality, 0.0, fragmentation)
     return _Fit(name, devs, terms, distance, est, (note,) if note else ())
