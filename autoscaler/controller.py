@@ -26,13 +26,12 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from accel_common import logs
-from accel_common.durations import parse_duration
+from autoscaler.cliargs import add_source_arguments, duration, existing_file
 from autoscaler.engine.decision import Decision
 from autoscaler.engine.evaluate import evaluate
 from autoscaler.engine.state import ClusterInfo, EngineState
@@ -255,26 +254,6 @@ class Controller:
             await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
 
 
-def _duration(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
-    return seconds
-
-
-_duration.__name__ = "duration"
-
-
-def _file(text: str) -> Path:
-    path = Path(text)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"no such file {text!r}")
-    return path
-
-
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rules",
@@ -283,12 +262,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="rule file or directory (repeatable); reloaded on change and on SIGHUP",
     )
-    p.add_argument(
-        "--source",
-        choices=("prometheus", "scrape"),
-        default="prometheus",
-        help="where rule results come from (default %(default)s)",
-    )
+    add_source_arguments(p)
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -306,14 +280,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--api.token-file",
         dest="token_file",
-        type=_file,
+        type=existing_file,
         metavar="FILE",
         help="bearer token that POST /api/v1/alerts and /api/v1/breaker/reset require",
     )
     p.add_argument(
         "--api.basic-auth-file",
         dest="basic_auth_file",
-        type=_file,
+        type=existing_file,
         metavar="FILE",
         help="user:password that the same endpoints accept as basic auth",
     )
@@ -336,7 +310,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     kube.add_argument(
         "--eviction.retry-interval",
         dest="retry_interval",
-        type=_duration,
+        type=duration,
         default=5.0,
         metavar="DURATION",
         help="wait between eviction attempts that a PodDisruptionBudget refused (default 5s)",
@@ -381,7 +355,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     le.add_argument(
         "--leader-elect.lease-duration",
         dest="lease_duration",
-        type=_duration,
+        type=duration,
         default=15.0,
         metavar="DURATION",
         help="how long a standby waits after the last renewal before taking over (default 15s)",
@@ -389,7 +363,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     le.add_argument(
         "--leader-elect.renew-deadline",
         dest="renew_deadline",
-        type=_duration,
+        type=duration,
         default=10.0,
         metavar="DURATION",
         help="a leader that has not renewed for this long stops acting (default 10s)",
@@ -397,7 +371,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     le.add_argument(
         "--leader-elect.retry-period",
         dest="retry_period",
-        type=_duration,
+        type=duration,
         default=2.0,
         metavar="DURATION",
         help="how often to renew or try to acquire (default 2s)",
@@ -408,49 +382,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
         metavar="ID",
         help="this replica's name in the Lease (default $POD_NAME, else host-pid)",
-    )
-    prom = p.add_argument_group("prometheus source")
-    prom.add_argument(
-        "--prometheus.url",
-        dest="prometheus_url",
-        metavar="URL",
-        help="Prometheus base URL, e.g. http://prometheus:9090",
-    )
-    prom.add_argument(
-        "--prometheus.bearer-token-file", dest="prometheus_token_file", type=_file, metavar="FILE"
-    )
-    prom.add_argument(
-        "--prometheus.basic-auth-file",
-        dest="prometheus_basic_auth_file",
-        type=_file,
-        metavar="FILE",
-        help="one line: user:password",
-    )
-    prom.add_argument("--prometheus.ca-file", dest="prometheus_ca_file", type=_file, metavar="FILE")
-    prom.add_argument(
-        "--prometheus.timeout",
-        dest="prometheus_timeout",
-        type=_duration,
-        default=10.0,
-        metavar="DURATION",
-        help="per query (default 10s)",
-    )
-    prom.add_argument(
-        "--source.health-query",
-        dest="health_query",
-        default="count(accel_up)",
-        metavar="EXPR",
-        help="an empty or failed answer marks the source down and every rule unknown "
-        "(default %(default)s)",
-    )
-    scrape = p.add_argument_group("scrape source")
-    scrape.add_argument(
-        "--targets",
-        metavar="LIST",
-        help="exporters to scrape, NODE=URL,... e.g. node-a=http://10.0.0.5:9835/metrics",
-    )
-    scrape.add_argument(
-        "--scrape.timeout", dest="scrape_timeout", type=_duration, default=10.0, metavar="DURATION"
     )
     out = p.add_argument_group("output")
     out.add_argument("--log.level", dest="log_level", choices=logs.LEVELS, default="info")

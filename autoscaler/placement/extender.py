@@ -44,7 +44,7 @@ from typing import Any
 from aiohttp import web
 
 from accel_common import logs
-from accel_common.durations import parse_duration
+from autoscaler.cliargs import duration
 from autoscaler.kube.protocol import Kube
 from autoscaler.placement.fleet import FleetUnavailable, read_fleet
 from autoscaler.placement.score import (
@@ -392,7 +392,7 @@ def add_extender_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--refresh-interval",
         dest="refresh_interval",
-        type=_positive_duration,
+        type=duration,
         default=15.0,
         metavar="DURATION",
         help="how often the fleet state is read from the source (default 15s)",
@@ -400,7 +400,7 @@ def add_extender_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-age",
         dest="max_age",
-        type=_positive_duration,
+        type=duration,
         default=60.0,
         metavar="DURATION",
         help="older fleet state is not trusted: fail open (default 60s)",
@@ -414,19 +414,6 @@ def add_extender_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log.level", dest="log_level", choices=logs.LEVELS, default="info")
     p.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
     add_source_arguments(p)
-
-
-def _positive_duration(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
-    return seconds
-
-
-_positive_duration.__name__ = "duration"
 
 
 async def _run(args: argparse.Namespace) -> int:

@@ -26,7 +26,8 @@ from typing import Any
 
 import yaml
 
-from accel_common.durations import parse_duration
+from autoscaler.cliargs import add_source_arguments as shared_source_arguments
+from autoscaler.cliargs import existing_file
 from autoscaler.kube.protocol import Kube
 from autoscaler.placement.fleet import FleetUnavailable, read_fleet
 from autoscaler.placement.score import (
@@ -47,66 +48,12 @@ class InputError(ValueError):
     """A file given on the command line is unusable; the message names it."""
 
 
-def _duration(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
-    return seconds
-
-
-_duration.__name__ = "duration"
-
-
-def _file(text: str) -> Path:
-    path = Path(text)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"no such file {text!r}")
-    return path
-
-
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
-    """The same source flags as ``run``, so one set of flags works for all three."""
-    p.add_argument(
-        "--source",
-        choices=("prometheus", "scrape"),
-        default="prometheus",
-        help="where device metrics come from (default %(default)s)",
-    )
-    prom = p.add_argument_group("prometheus source")
-    prom.add_argument("--prometheus.url", dest="prometheus_url", metavar="URL")
-    prom.add_argument(
-        "--prometheus.bearer-token-file", dest="prometheus_token_file", type=_file, metavar="FILE"
-    )
-    prom.add_argument(
-        "--prometheus.basic-auth-file",
-        dest="prometheus_basic_auth_file",
-        type=_file,
-        metavar="FILE",
-    )
-    prom.add_argument("--prometheus.ca-file", dest="prometheus_ca_file", type=_file, metavar="FILE")
-    prom.add_argument(
-        "--prometheus.timeout",
-        dest="prometheus_timeout",
-        type=_duration,
-        default=10.0,
-        metavar="DURATION",
-    )
-    prom.add_argument(
-        "--source.health-query", dest="health_query", default="count(accel_up)", metavar="EXPR"
-    )
-    scrape = p.add_argument_group("scrape source")
-    scrape.add_argument(
-        "--targets", metavar="LIST", help="exporters to scrape, NODE=URL,... (the scrape source)"
-    )
-    scrape.add_argument(
-        "--scrape.timeout", dest="scrape_timeout", type=_duration, default=10.0, metavar="DURATION"
-    )
+    """``run``'s source flags (autoscaler/cliargs.py), plus what placement adds."""
+    shared_source_arguments(p, what="device metrics")
     p.add_argument(
         "--kubeconfig",
-        type=_file,
+        type=existing_file,
         metavar="FILE",
         help="read nodes (labels, taints, annotations) from this cluster",
     )
@@ -123,7 +70,7 @@ def add_place_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pod", type=Path, metavar="POD.yaml", help="a Pod (or its JSON) to place")
     p.add_argument(
         "--nodes",
-        type=_file,
+        type=existing_file,
         metavar="FILE",
         help="nodes for offline use: a NodeList or a list of Nodes, JSON or YAML",
     )
