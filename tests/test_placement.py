@@ -603,6 +603,68 @@ def test_the_simulator_adapter_places_by_topology_and_keeps_nvlink_nodes_whole()
     assert sched.place(Request("j9", "mixed", 9), [pcie, avoid]) is None
 
 
+# An L40S PCIe server and an H100 NVSwitch board, named so that first-fit's name
+# order reaches the PCIe server first; jobs of 4 GPUs sized for the H100 that may
+# run on either (they ask for nvidia.com/gpu only).
+TWO_MODELS = """\
+apiVersion: accel-fleet/v1
+kind: Scenario
+spec:
+  duration: 12h
+  seed: 2
+  pools:
+    - {name: pcie, vendor: nvidia, model: NVIDIA L40S, topology: pcie, devicesPerNode: 8,
+       initial: 1, min: 1, max: 1}
+    - {name: sxm, vendor: nvidia, model: NVIDIA H100 80GB HBM3, devicesPerNode: 8,
+       initial: 1, min: 1, max: 1}
+  workload:
+    arrivalsPerHour: 1
+    pools: {sxm: 1}
+    eligiblePools: vendor
+    sizes: {4: 1}
+    duration: {distribution: fixed, value: 2h}
+"""
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "node", "devices", "links"),
+    [("first-fit", "pcie-0000", (0, 1, 2, 3), 1.25), ("placement", "sxm-0000", (0, 1, 2, 3), 1.0)],
+)
+def test_the_scorer_sends_a_multi_gpu_job_to_the_nvswitch_board(
+    tmp_path: Path, scheduler: str, node: str, devices: tuple[int, ...], links: float
+) -> None:
+    """The first job lands on an empty fleet. First-fit takes the first node by
+    name, the PCIe server, where it runs 2.73 (bf16 H100 / L40S) x 1.25 (four GPUs
+    under one host bridge) times as long; the scorer reads the pod's FLOPs and the
+    nodes' models and sends it to the NVSwitch board, at full speed."""
+    from autoscaler.simulate.fleet import Fleet
+    from autoscaler.simulate.scenario import load_scenario
+    from autoscaler.simulate.scheduler import SCHEDULERS
+
+    path = tmp_path / "two-models.yaml"
+    path.write_text(TWO_MODELS)
+    fleet = Fleet(load_scenario(path), SCHEDULERS[scheduler](), static_pools=True)
+    first: list[tuple[str, tuple[int, ...], float, float]] = []
+    finished: dict[str, float] = {}
+
+    def listen(what: str, job: Any) -> None:
+        if what == "pod_bound" and not first:
+            slot = fleet.slots[job.slot]
+            local = tuple(g - slot.base for g in job.devices)
+            first.append((str(slot.node), local, job.links, job.factor))
+        if what == "pod_unbound" and job.name == "train-000000":
+            finished[job.name] = fleet.now - job.bound_at
+
+    fleet.listeners.append(listen)
+    asyncio.run(fleet.run())
+    peaks = default_catalogue()
+    ratio = (peaks.peak(H100, "bf16") or 0) / (peaks.peak("NVIDIA L40S", "bf16") or 1)
+    speed = 1.0 if node.startswith("sxm") else ratio
+    assert [f[:3] for f in first] == [(node, devices, links)]
+    assert first[0][3] == pytest.approx(speed * links)
+    assert finished["train-000000"] == pytest.approx(2 * 3600.0 * speed * links)
+
+
 async def test_the_fleet_through_a_real_prometheus(tmp_path: Path) -> None:
     """The production source: Prometheus scrapes a sim exporter with the node label
     relabeling would add; the fleet read through it matches the scrape source's."""
@@ -638,8 +700,9 @@ async def test_the_fleet_through_a_real_prometheus(tmp_path: Path) -> None:
 
 def test_simcompare_runs_both_schedulers_on_the_same_jobs() -> None:
     """The measurement behind the README's figures, on a 12-hour cut of the
-    scenario: the same jobs arrive in both runs, and the scorer's multi-device
-    jobs run with less topology slowdown than first-fit's."""
+    scenario: the same jobs arrive in both runs, NVIDIA jobs run on both models
+    (an H100 at their nominal speed, an L40S at least 2.7 times as long), and the
+    scorer's multi-device jobs run with less topology slowdown than first-fit's."""
     import dataclasses
 
     from autoscaler.placement.simcompare import SCHEDULER_NAMES, compare, table
@@ -651,6 +714,8 @@ def test_simcompare_runs_both_schedulers_on_the_same_jobs() -> None:
     assert first.submitted == scored.submitted > 100
     assert first.slowdown and scored.slowdown
     assert statistics.fmean(scored.slowdown) < statistics.fmean(first.slowdown)
+    for run in (first, scored):
+        assert 1.0 in run.factor and max(run.factor) > 2.7 and min(run.factor) >= 1.0
     text = table(first, scored)
     assert text.splitlines()[0].split() == ["first-fit", "placement", "placement/first-fit"]
     assert "mean job completion time (h)" in text

@@ -343,3 +343,172 @@ def test_cluster_state_series_equal_what_collect_reads(tmp_path: Path) -> None:
         expected[("accel_job_timeout_seconds", labels)] = job.timeout
     assert jobs == expected
     assert len(jobs) > 10
+
+
+# Two one-device nodes, an H100 and an L40S; one-hour jobs drawn for the H100
+# pool that may run on either (they ask for nvidia.com/gpu and nothing else).
+FLEXIBLE = """\
+apiVersion: accel-fleet/v1
+kind: Scenario
+spec:
+  duration: 12h
+  evaluationInterval: 60s
+  seed: 5
+  pools:
+    - {name: h100, vendor: nvidia, devicesPerNode: 1, initial: 1, min: 1, max: 1}
+    - {name: l40s, vendor: nvidia, model: NVIDIA L40S, topology: pcie, devicesPerNode: 1,
+       initial: 1, min: 1, max: 1}
+  workload:
+    arrivalsPerHour: 3
+    pools: {h100: 1}
+    eligiblePools: vendor
+    sizes: {1: 1}
+    duration: {distribution: fixed, value: 1h}
+    timeoutFactor: 20
+    deadlineFactor: 40
+"""
+
+
+def _runs(fleet: Fleet) -> list[tuple[str, str, float]]:
+    """(job, node, seconds) of every run that ended, recorded as the fleet goes."""
+    bound: dict[str, tuple[str, float]] = {}
+    out: list[tuple[str, str, float]] = []
+
+    def listen(what: str, job: Any) -> None:
+        if what == "pod_bound":
+            bound[job.name] = (str(fleet.slots[job.slot].node), fleet.now)
+        elif what == "pod_unbound":
+            node, since = bound.pop(job.name)
+            out.append((job.name, node, fleet.now - since))
+
+    fleet.listeners.append(listen)
+    return out
+
+
+def test_a_flexible_job_runs_slower_on_a_slower_model_by_the_catalogue_ratio(
+    tmp_path: Path,
+) -> None:
+    """The same one-hour (on an H100) jobs: an hour on the H100, and peak(H100) /
+    peak(L40S) hours, from devices.yaml at bf16, on the L40S. Their pods ask for
+    nvidia.com/gpu with no pool selector and carry their work in FLOPs."""
+    from autoscaler.placement.catalogue import default_catalogue
+
+    path = tmp_path / "flexible.yaml"
+    path.write_text(FLEXIBLE)
+    scenario = load_scenario(path)
+    fleet = Fleet(scenario, FirstFit(), static_pools=True)
+    runs = _runs(fleet)
+    pods: list[Any] = []
+    fleet.listeners.append(
+        lambda what, job: (
+            pods.append(fleet.kube.pods[(job.namespace, job.pod)]) if what == "pod_bound" else None
+        )
+    )
+    asyncio.run(fleet.run())
+    catalogue = default_catalogue()
+    h100 = catalogue.peak("NVIDIA H100 80GB HBM3", "bf16")
+    l40s = catalogue.peak("NVIDIA L40S", "bf16")
+    assert h100 and l40s and h100 / l40s > 2.5
+    on = {node: [t for _, n, t in runs if n == node] for node in ("h100-0000", "l40s-0000")}
+    assert len(on["h100-0000"]) >= 3 and len(on["l40s-0000"]) >= 2, runs
+    assert all(t == pytest.approx(3600.0) for t in on["h100-0000"])
+    assert all(t == pytest.approx(3600.0 * h100 / l40s) for t in on["l40s-0000"])
+    spec = pods[0]["spec"]
+    assert "nodeSelector" not in spec and "affinity" not in spec
+    assert spec["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "1"}
+    flops = float(pods[0]["metadata"]["annotations"]["accel-fleet.io/flops"])
+    assert flops == pytest.approx(3600.0 * h100, rel=1e-5)
+
+
+def test_bound_jobs_keep_their_pool_and_a_list_uses_node_affinity(tmp_path: Path) -> None:
+    """The default binds a job to its pool by nodeSelector at its own model's speed;
+    ``eligiblePools: [..]`` lets the listed pools' jobs use each other's nodes
+    through a required node affinity on the pool label."""
+    path = tmp_path / "bound.yaml"
+    path.write_text(FLEXIBLE.replace("    eligiblePools: vendor\n", ""))
+    fleet = Fleet(load_scenario(path), FirstFit(), static_pools=True)
+    runs = _runs(fleet)
+    asyncio.run(fleet.run())
+    assert {n for _, n, _ in runs} == {"h100-0000"}
+    assert all(t == pytest.approx(3600.0) for _, _, t in runs)
+    kjob = next(iter(fleet.kube.jobs.values()))  # one still waiting at the end
+    assert kjob["spec"]["template"]["spec"]["nodeSelector"] == {"accel-fleet.io/pool": "h100"}
+
+    path.write_text(FLEXIBLE.replace("eligiblePools: vendor", "eligiblePools: [l40s, h100]"))
+    fleet = Fleet(load_scenario(path), FirstFit(), static_pools=True)
+    runs = _runs(fleet)
+    asyncio.run(fleet.run())
+    assert {n for _, n, _ in runs} == {"h100-0000", "l40s-0000"}
+    spec = next(iter(fleet.kube.jobs.values()))["spec"]["template"]["spec"]
+    assert "nodeSelector" not in spec
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "accel-fleet.io/pool", "operator": "In", "values": ["h100", "l40s"]}
+    ]
+
+
+def test_eligible_pools_models_and_precision_are_validated(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        FLEXIBLE.replace("model: NVIDIA L40S", "model: NVIDIA B300")
+        .replace("eligiblePools: vendor", "eligiblePools: [h100, l40z, mi300x, h100]")
+        .replace("    sizes:", "    precision: fp4\n    sizes:")
+        .replace(
+            "       initial: 1, min: 1, max: 1}\n",
+            "       initial: 1, min: 1, max: 1}\n"
+            "    - {name: mi300x, vendor: amd, devicesPerNode: 1, initial: 1, max: 1}\n",
+        )
+    )
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    text = str(err.value)
+    expected = [
+        f"{path}:9:43: pool 'l40s': model 'NVIDIA B300' is not in the device catalogue "
+        "(devices.yaml); use a model whose name contains one of 'H100 80GB HBM3', ",
+        f"{path}:15:20: eligiblePools mixes vendors (h100 is nvidia, mi300x is amd)",
+        f"{path}:15:27: no pool named 'l40z'; did you mean 'l40s'?",
+        f"{path}:15:41: pool 'h100' is listed twice",
+        f"{path}:16:16: must be one of fp64, fp32, tf32, bf16, fp16, fp8, got 'fp4'",
+    ]
+    for message in expected:
+        assert message in text, (message, text)
+    path.write_text(
+        FLEXIBLE.replace("eligiblePools: vendor", "eligiblePools: any").replace(
+            "    sizes:", "    precision: fp64\n    sizes:"
+        )
+    )
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    text = str(err.value)
+    assert f"{path}:14:20: eligiblePools must be pool, vendor or a list of pool names" in text
+    assert (
+        f"{path}:9:43: pool 'l40s': the device catalogue has no fp64 peak for NVIDIA L40S" in text
+    )
+
+
+def test_pending_flexible_pods_count_where_clusterstate_counts_them() -> None:
+    """A pod that several pools can satisfy waits, in ``accel_pool_pending_device_requests``,
+    on the pool ``clusterstate.pool_rows`` picks for it, as the controller would read it."""
+    scenario = load_scenario(ROOT / "scenarios" / "placement.yaml")
+    assert scenario.workload.eligible == "vendor"
+    scenario = dataclasses.replace(scenario, duration=6 * 3600.0)
+    fleet = Fleet(scenario, FirstFit(), static_pools=True)
+    telemetry = Telemetry(fleet, SeriesStore(), [], seed=1)
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        await fleet.run()
+        ours = telemetry.pool_rows()
+        theirs = await clusterstate.collect(fleet.kube, sim.pool_provider(fleet), fleet.now)
+        return ours, theirs
+
+    ours, theirs = asyncio.run(go())
+
+    def keyed(rows: list[Any]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {(m.name, tuple(sorted(labels.items()))): v for m, labels, v in rows}
+
+    pools = {k: v for k, v in keyed(theirs).items() if not k[0].startswith("accel_job")}
+    assert keyed(ours) == pools
+    name = clusterstate.POOL_PENDING.name
+    pending = {dict(k[1])["pool"]: v for k, v in pools.items() if k[0] == name}
+    assert pending["hgx"] > 0 and pending["pvc"] > 0  # both queues are long by then
+    assert fleet.pending[("hgx", "l40s")]

@@ -7,10 +7,13 @@ simulator slows jobs down by (``link_type``) on the exporter's distance scale, a
 asks ``score`` — the same function the extender and ``place`` use, so the
 simulation measures the production code, not a copy of it.
 
-The simulator's views carry no utilization, model or labels, so load, run time and
-locality are equal everywhere and only topology and fragmentation decide; nodes the
-simulator marks ``avoid`` (``PreferNoSchedule``) are used only when nothing else
-fits, as first-fit does.
+Each view carries its pool's device model, and the request the job's work in
+FLOPs (the pod's ``accel-fleet.io/flops``) and precision, so the run-time term
+weighs an H100 against an L40S from the same catalogue (``devices.yaml``) that the
+simulator runs the job at. Free devices read as idle (utilization and memory 0,
+what the exporter shows for a device no pod holds); the simulator's nodes have no
+labels, so locality is equal everywhere. Nodes the simulator marks ``avoid``
+(``PreferNoSchedule``) are used only when nothing else fits, as first-fit does.
 """
 
 from __future__ import annotations
@@ -39,13 +42,17 @@ DISTANCE: dict[str, float] = {
 }
 
 
+def _device(view: NodeView, i: int, free: set[int]) -> Device:
+    vendor, model = view.vendor or "sim", view.model or "sim"
+    if i in free:
+        return Device(f"d{i}", vendor, model, utilization=0.0, memory_used_ratio=0.0)
+    return Device(f"d{i}", vendor, model, holders=("sim/job",))
+
+
 def _node(view: NodeView) -> NodeDevices:
     free = set(view.free)
     n = view.devices_per_node
-    devices = {
-        f"d{i}": Device(f"d{i}", "sim", view.topology, holders=() if i in free else ("sim/job",))
-        for i in range(n)
-    }
+    devices = {f"d{i}": _device(view, i, free) for i in range(n)}
     distance = {
         (f"d{a}", f"d{b}"): DISTANCE[link_type(view.topology, a, b)]
         for a in range(n)
@@ -68,7 +75,13 @@ class PlacementScheduler:
             if not group:
                 continue
             state = FleetState({v.name: _node(v) for v in group})
-            req = PodRequest("sim", request.job, request.devices)
+            req = PodRequest(
+                "sim",
+                request.job,
+                request.devices,
+                flops=request.flops,
+                precision=request.precision,
+            )
             ranking = score(req, [v.name for v in group], state, self.weights)
             if ranking.candidates:
                 best = ranking.candidates[0]

@@ -4,8 +4,15 @@
 runs the scenario twice through the fleet simulator with static pools and no rules, once
 per scheduler and with the same seed (the simulator draws arrivals, jobs and faults
 from their own random streams, so both runs see the same jobs), and prints job
-throughput, mean job completion time, queue wait and the mean topology slowdown
-side by side. Remediation is left out on purpose: this measures placement alone.
+throughput, mean job completion time, queue wait, the mean topology slowdown of
+multi-device jobs and the mean run-time factor (how long a job's first run takes
+per unit of its nominal run time: the device model's speed against its reference,
+times the topology slowdown) side by side. Remediation is left out on purpose:
+this measures placement alone.
+
+With several seeds the outcomes are pooled (counts add up, times are pooled), and
+the per-seed throughput ratios are summarised too (median, range, how many seeds
+the scorer came out ahead), because a pooled figure can hide a split.
 
 Completion times are read by watching the jobs every ``--watch`` seconds of
 simulated time (30 s), the same in both runs, so a job's completion time is known
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -38,6 +46,7 @@ class Outcome:
     completion: list[float] = field(default_factory=list)  # seconds, completed jobs
     queue_wait: list[float] = field(default_factory=list)
     slowdown: list[float] = field(default_factory=list)  # multi-device jobs, first run
+    factor: list[float] = field(default_factory=list)  # every job, first run
 
     @property
     def throughput(self) -> float:
@@ -59,8 +68,9 @@ async def run_one(scenario: Scenario, scheduler: str, seed: int, watch: float) -
         for job in fleet.jobs.values():
             if job.state == "running" and job.name not in seen_running:
                 seen_running.add(job.name)
+                out.factor.append(job.factor)
                 if job.size > 1:
-                    out.slowdown.append(job.factor)
+                    out.slowdown.append(job.links)
             if job.state == "done" and job.name not in seen_done:
                 seen_done.add(job.name)
                 out.completion.append(fleet.now - job.submitted)
@@ -94,6 +104,7 @@ def rows(a: Outcome, b: Outcome) -> list[tuple[str, float, float]]:
         ("mean queue wait (min)", _mean(a.queue_wait) / 60, _mean(b.queue_wait) / 60),
         ("p95 queue wait (min)", _p(a.queue_wait, 0.95) / 60, _p(b.queue_wait, 0.95) / 60),
         ("mean slowdown, multi-device jobs", _mean(a.slowdown), _mean(b.slowdown)),
+        ("mean run-time factor, all jobs", _mean(a.factor), _mean(b.factor)),
     ]
 
 
@@ -120,24 +131,53 @@ def table(a: Outcome, b: Outcome) -> str:
     )
 
 
+def compare_seeds(
+    scenario: Scenario, seeds: Sequence[int], watch: float = 30.0
+) -> list[tuple[Outcome, Outcome]]:
+    """Both schedulers on each seed: (first-fit, placement) per seed."""
+    return [
+        (
+            asyncio.run(run_one(scenario, SCHEDULER_NAMES[0], seed, watch)),
+            asyncio.run(run_one(scenario, SCHEDULER_NAMES[1], seed, watch)),
+        )
+        for seed in seeds
+    ]
+
+
+def pooled(outcomes: Sequence[Outcome]) -> Outcome:
+    """One outcome from several runs of one scheduler: counts add up, times are
+    pooled before averaging."""
+    total = Outcome(outcomes[0].scheduler, 0.0)
+    for one in outcomes:
+        total.hours += one.hours
+        total.submitted += one.submitted
+        total.completed += one.completed
+        total.completion += one.completion
+        total.queue_wait += one.queue_wait
+        total.slowdown += one.slowdown
+        total.factor += one.factor
+    return total
+
+
 def compare(
     scenario: Scenario, seeds: Sequence[int], watch: float = 30.0
 ) -> tuple[Outcome, Outcome]:
-    """Both schedulers over the same seeds; several seeds are pooled into one
-    outcome per scheduler (counts add up, times are pooled before averaging)."""
-    pooled = []
-    for name in SCHEDULER_NAMES:
-        total = Outcome(name, 0.0)
-        for seed in seeds:
-            one = asyncio.run(run_one(scenario, name, seed, watch))
-            total.hours += one.hours
-            total.submitted += one.submitted
-            total.completed += one.completed
-            total.completion += one.completion
-            total.queue_wait += one.queue_wait
-            total.slowdown += one.slowdown
-        pooled.append(total)
-    return pooled[0], pooled[1]
+    """Both schedulers over the same seeds, pooled into one outcome each."""
+    runs = compare_seeds(scenario, seeds, watch)
+    return pooled([a for a, _ in runs]), pooled([b for _, b in runs])
+
+
+def per_seed(runs: Sequence[tuple[Outcome, Outcome]], seeds: Sequence[int]) -> str:
+    """The throughput ratio (placement / first-fit) of each seed, and their median."""
+    ratios = [b.completed / a.completed if a.completed else math.nan for a, b in runs]
+    each = ", ".join(f"{s}: {r:.3f}" for s, r in zip(seeds, ratios, strict=True))
+    ahead = sum(1 for a, b in runs if b.completed > a.completed)
+    behind = sum(1 for a, b in runs if b.completed < a.completed)
+    return (
+        f"throughput ratio per seed ({each}); median {statistics.median(ratios):.3f}, "
+        f"range {min(ratios):.3f}-{max(ratios):.3f}; "
+        f"{SCHEDULER_NAMES[1]} ahead on {ahead}, behind on {behind} of {len(runs)} seeds"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -162,11 +202,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     seed = scenario.seed if args.seed is None else args.seed
     seeds = list(range(seed, seed + args.seeds))
-    a, b = compare(scenario, seeds, args.watch)
+    runs = compare_seeds(scenario, seeds, args.watch)
+    a, b = pooled([x for x, _ in runs]), pooled([y for _, y in runs])
     hours = scenario.duration / 3600
     which = f"seed {seed}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]} pooled"
     print(f"{scenario.name}: {hours:g} h simulated per run, {which}, static pools, no rules")
     print(table(a, b))
+    if len(seeds) > 1:
+        print(per_seed(runs, seeds))
     return 0
 
 

@@ -11,11 +11,14 @@ controllers are modelled here, as reactions to writes through ``SimKube``:
   do not, as with a ``podFailurePolicy`` that ignores disruptions). A suspended
   Job has no pod. ``activeDeadlineSeconds`` runs from the job's start, reset when
   it is resumed (Kueue's admission semantics); a job past it fails for good.
-- **Scheduler**: pending pods, oldest first, go to the nodes of their pool
-  (``nodeSelector``) that are Ready, not cordoned and carry no ``NoSchedule`` or
-  ``NoExecute`` taint, through a pluggable ``Scheduler`` (``scheduler.py``). A
-  device that is lost, or resetting after a fatal fault, is not offered (the
-  device plugin reports it unhealthy).
+- **Scheduler**: pending pods, oldest first, go to the nodes of the pools they
+  may use (their pool's ``nodeSelector``; or, for a job that may use several,
+  every pool of its vendor or those its node affinity lists) that are Ready, not
+  cordoned and carry no ``NoSchedule`` or ``NoExecute`` taint, through a pluggable
+  ``Scheduler`` (``scheduler.py``). A device that is lost, or resetting after a
+  fatal fault, is not offered (the device plugin reports it unhealthy). Jobs that
+  may use the same pools share one queue; the queues are served in the order of
+  their pool lists.
 - **MachineSet controller**: a MachineDeployment's replicas become Machines;
   a new Machine is a Node after the pool's ``provisionTime``; on scale-down the
   Machines annotated ``cluster.x-k8s.io/delete-machine`` go first, then those
@@ -24,8 +27,11 @@ controllers are modelled here, as reactions to writes through ``SimKube``:
   five minutes later (the default ``tolerationSeconds`` for unreachable nodes).
   A ``NoExecute`` taint evicts the pods at once.
 
-Jobs: a job needs ``total`` seconds of work at full speed; on devices linked
-worse than ideally it runs ``slowdown`` times slower (``scheduler.slowdown``).
+Jobs: a job needs ``total`` seconds of work at full speed on its reference
+device (the model of the pool it was drawn for); on another model it runs
+``peak(reference) / peak(model)`` times as long (the placement catalogue's peaks,
+at the workload's precision), and on devices linked worse than ideally
+``slowdown`` times longer again (``scheduler.slowdown``).
 Progress is saved every ``checkpointInterval`` of work; a job that stops (a
 fault kills it, it is evicted or requeued) resumes from its last checkpoint
 after ``restartOverhead``. A fault on a device kills the job on it (a lost
@@ -45,7 +51,7 @@ import asyncio
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, overload
@@ -53,6 +59,8 @@ from typing import Any, overload
 import numpy as np
 
 from autoscaler.kube.protocol import Obj
+from autoscaler.placement.catalogue import default_catalogue
+from autoscaler.placement.score import ANN_FLOPS, ANN_PRECISION
 from autoscaler.simulate.kube import (
     CAPI_API_VERSION,
     CLUSTER_LABEL,
@@ -64,7 +72,14 @@ from autoscaler.simulate.kube import (
     SimKube,
     timestamp,
 )
-from autoscaler.simulate.scenario import RESOURCE, PoolSpec, Scenario, device_name, node_name
+from autoscaler.simulate.scenario import (
+    RESOURCE,
+    PoolSpec,
+    Scenario,
+    WorkloadSpec,
+    device_name,
+    node_name,
+)
 from autoscaler.simulate.scheduler import NodeView, Request, Scheduler, slowdown
 
 # Simulated time starts at 2026-01-01T00:00:00Z, so that every timestamp the
@@ -72,6 +87,7 @@ from autoscaler.simulate.scheduler import NodeView, Request, Scheduler, slowdown
 EPOCH = 1_767_225_600.0
 CAPI_NAMESPACE = "default"
 TIMEOUT_ANNOTATION = "accel-fleet.io/timeout"
+VENDOR_LABEL = "accel-fleet.io/vendor"
 JOB_LABEL = "job-name"
 # Pods on an unreachable node are deleted after the default tolerationSeconds.
 UNREACHABLE_GRACE = 300.0
@@ -85,21 +101,25 @@ RESTORE_UTILIZATION = 0.05
 class Job:
     name: str
     namespace: str
-    pool: str
+    pool: str  # drawn for: its reference device is this pool's model
     size: int
-    total: float  # seconds of work at full speed
+    total: float  # seconds of work at full speed on the reference device
     utilization: float
     timeout: float  # the accel-fleet.io/timeout annotation
     deadline: float  # activeDeadlineSeconds
     submitted: float
     stall_at: float | None  # work at which the job deadlocks by itself
     index: int
+    pools: tuple[str, ...] = ()  # where it may run (its queue), sorted
+    flops: float = 0.0  # total x reference peak x size
+    bound: bool = True  # to ``pool`` by nodeSelector, or free to use ``pools``
     state: str = "pending"  # pending | running | done | lost
     work: float = 0.0  # progress at ``mark``
     mark: float = 0.0
     run_start_work: float = 0.0
-    speed: float = 1.0  # 1 / slowdown
-    factor: float = 1.0  # slowdown of the current run
+    speed: float = 1.0  # work per second of the current run: 1 / factor
+    factor: float = 1.0  # run time per unit of work: model ratio x links
+    links: float = 1.0  # topology slowdown of the current run
     overhead_until: float = 0.0
     stalled: bool = False
     suspended: bool = False
@@ -175,15 +195,22 @@ class Timeline:
 
 
 class _Views(Sequence[NodeView]):
-    """The schedulable nodes of a pool that have a free device, in name order, each
-    built only when the scheduler looks at it."""
+    """The schedulable nodes of some pools that have a free device, in name order,
+    each built only when the scheduler looks at it. ``lists`` are the pools' live
+    name lists (``Fleet.schedulable``), so a node that fills up during a pass
+    drops out of the next request's view."""
 
-    def __init__(self, fleet: Fleet, names: list[str]) -> None:
+    def __init__(self, fleet: Fleet, lists: list[list[str]]) -> None:
         self.fleet = fleet
-        self.names = names
+        self.lists = lists
+
+    def _names(self) -> list[str]:
+        if len(self.lists) == 1:
+            return list(self.lists[0])
+        return list(heapq.merge(*self.lists))
 
     def __len__(self) -> int:
-        return len(self.names)
+        return sum(len(names) for names in self.lists)
 
     @overload
     def __getitem__(self, i: int) -> NodeView: ...
@@ -191,11 +218,11 @@ class _Views(Sequence[NodeView]):
     def __getitem__(self, i: slice) -> Sequence[NodeView]: ...
     def __getitem__(self, i: int | slice) -> NodeView | Sequence[NodeView]:
         if isinstance(i, slice):
-            return [self.fleet.view(n) for n in self.names[i]]
-        return self.fleet.view(self.names[i])
+            return [self.fleet.view(n) for n in self._names()[i]]
+        return self.fleet.view(self._names()[i])
 
     def __iter__(self) -> Iterator[NodeView]:
-        for n in list(self.names):
+        for n in self._names():
             yield self.fleet.view(n)
 
 
@@ -233,11 +260,27 @@ class Fleet:
         self.rng_fault = np.random.default_rng(s_fault)
         self.listeners: list[Listener] = []
         self.pools = {p.name: p for p in scenario.pools}
+        # Peak FLOP/s of one device of each pool at the workload's precision (the
+        # loader checked that the catalogue has them).
+        catalogue = default_catalogue()
+        self.peak: dict[str, float] = {}
+        for p in scenario.pools:
+            peak = catalogue.peak(p.model, scenario.workload.precision)
+            if peak is None:
+                raise ValueError(
+                    f"pool {p.name}: no {scenario.workload.precision} peak for {p.model!r} "
+                    "in the device catalogue (load the scenario with load_scenario)"
+                )
+            self.peak[p.name] = peak
         self._build_slots()
         self.jobs: dict[str, Job] = {}
-        self.pending: dict[str, dict[str, None]] = {p: {} for p in self.pools}  # FIFO
+        # One FIFO queue per set of pools that jobs may use.
+        self.pending: dict[tuple[str, ...], dict[str, None]] = {(p,): {} for p in self.pools}
+        self._eligible: dict[tuple[str, int], tuple[str, ...]] = {}
         self.running: set[str] = set()
+        # Pools whose nodes changed, queues that gained a job: what to schedule next.
         self._schedule_dirty: set[str] = set()
+        self._queues_dirty: set[tuple[str, ...]] = set()
         self.machines: dict[str, Machine] = {}
         self._machine_counter = dict.fromkeys(self.pools, 0)
         self._alloc = 0  # devices held by running pods
@@ -323,7 +366,7 @@ class Fleet:
             if self._wake:
                 self._wake = False
                 await self.settle()
-            if self._schedule_dirty:
+            if self._schedule_dirty or self._queues_dirty:
                 self._schedule()
         self._integrate(self.end)
         self.now = self.end
@@ -479,7 +522,7 @@ class Fleet:
                         POOL_LABEL: pool.name,
                         DEPLOYMENT_LABEL: pool.name,
                         "kubernetes.io/hostname": name,
-                        "accel-fleet.io/vendor": pool.vendor,
+                        VENDOR_LABEL: pool.vendor,
                     },
                     "annotations": {"cluster.x-k8s.io/machine": name},
                 },
@@ -578,7 +621,14 @@ class Fleet:
             slot = self.slots[self.node_slot[name]]
             pool = slot.pool
             v = NodeView(
-                name, pool.name, pool.topology, pool.devices_per_node, tuple(slot.free), slot.avoid
+                name,
+                pool.name,
+                pool.topology,
+                pool.devices_per_node,
+                tuple(slot.free),
+                slot.avoid,
+                pool.model,
+                pool.vendor,
             )
             self._views[name] = v
         return v
@@ -604,25 +654,35 @@ class Fleet:
 
     def _schedule(self) -> None:
         pools, self._schedule_dirty = self._schedule_dirty, set()
-        for pool in sorted(pools):
-            queue = self.pending[pool]
-            names = self.schedulable[pool]
-            if not queue or not names:
+        queues, self._queues_dirty = self._queues_dirty, set()
+        for group in sorted(self.pending):
+            queue = self.pending[group]
+            if not queue or (group not in queues and pools.isdisjoint(group)):
                 continue
-            views = _Views(self, names)
+            views = _Views(self, [self.schedulable[p] for p in group])
+            if not views:
+                continue
             smallest_failed = math.inf
             for job_name in list(queue):
                 job = self.jobs[job_name]
                 if job.size >= smallest_failed:
                     continue
-                placement = self.scheduler.place(Request(job.name, pool, job.size), views)
+                request = Request(
+                    job.name,
+                    job.pool,
+                    job.size,
+                    () if job.bound else group,
+                    job.flops,
+                    self.scenario.workload.precision,
+                )
+                placement = self.scheduler.place(request, views)
                 if placement is None:
                     smallest_failed = job.size
-                    if not names:
+                    if not views:
                         break
                     continue
                 self._bind(job, placement.node, placement.devices)
-                if not names:
+                if not views:
                     break
 
     def _bind(self, job: Job, node: str, devices: Sequence[int]) -> None:
@@ -633,7 +693,12 @@ class Fleet:
                 f"scheduler {self.scheduler.name} placed {job.name} on devices {list(devices)} "
                 f"of {node}, which has {slot.free} free and the job needs {job.size}"
             )
-        del self.pending[job.pool][job.name]
+        if pool.name not in job.pools:
+            raise RuntimeError(
+                f"scheduler {self.scheduler.name} placed {job.name} on {node} of pool "
+                f"{pool.name}; the job may only use {', '.join(job.pools)}"
+            )
+        del self.pending[job.pools][job.name]
         for d in devices:
             slot.free.remove(d)
         self._update_schedulable(slot)
@@ -643,7 +708,8 @@ class Fleet:
         job.slot, job.devices = slot.index, g
         job.state = "running"
         job.bound_at = self.now
-        job.factor = slowdown(pool.topology, list(devices))
+        job.links = slowdown(pool.topology, list(devices))
+        job.factor = self.peak[job.pool] / self.peak[pool.name] * job.links
         job.speed = 1.0 / job.factor
         job.work = job.run_start_work
         job.mark = self.now
@@ -665,7 +731,7 @@ class Fleet:
             RESTORE_UTILIZATION if job.overhead_until > self.now else job.utilization
         )
         self._alloc += job.size
-        self.pool_alloc[job.pool] += job.size
+        self.pool_alloc[pool.name] += job.size
         self.running.add(job.name)
         if job.overhead_until > self.now:
             version = job.version
@@ -720,6 +786,7 @@ class Fleet:
         fits = np.array([self.pools[n].devices_per_node >= size for n in names])
         pw = np.where(fits, pw, 0.0)
         pool = names[int(rng.choice(len(names), p=pw / pw.sum()))] if pw.sum() > 0 else names[0]
+        pools = self.eligible(pool, size)
         total = max(60.0, self._draw_duration())
         lo, hi = w.utilization
         util = float(lo + (hi - lo) * rng.random())
@@ -739,6 +806,9 @@ class Fleet:
             submitted=self.now,
             stall_at=stall_at,
             index=index,
+            pools=pools,
+            flops=total * self.peak[pool] * size,
+            bound=w.eligible == "pool" or (w.eligible == "list" and pool not in w.eligible_pools),
         )
         self.jobs[job.name] = job
         self.job_by_index.append(job)
@@ -750,14 +820,17 @@ class Fleet:
                 "metadata": {
                     "name": job.name,
                     "namespace": job.namespace,
-                    "labels": {POOL_LABEL: pool},
+                    "labels": self._labels(job),
                     "annotations": {TIMEOUT_ANNOTATION: f"{int(job.timeout)}s"},
                 },
                 "spec": {
                     "suspend": False,
                     "backoffLimit": w.backoff_limit,
                     "activeDeadlineSeconds": int(job.deadline),
-                    "template": {"spec": self._pod_spec(job)},
+                    "template": {
+                        "metadata": {"annotations": self._annotations(job)},
+                        "spec": self._pod_spec(job),
+                    },
                 },
                 "status": {"active": 0},
             }
@@ -765,20 +838,62 @@ class Fleet:
         self._new_pod(job)
         self._schedule_arrival(self.now)
 
+    def eligible(self, pool: str, size: int) -> tuple[str, ...]:
+        """The pools a job of ``size`` devices drawn for ``pool`` may run on, sorted:
+        its own; with ``eligiblePools: vendor`` every pool of the vendor whose nodes
+        are big enough; with a list, the listed ones that are, if ``pool`` is one."""
+        key = (pool, size)
+        got = self._eligible.get(key)
+        if got is None:
+            w: WorkloadSpec = self.scenario.workload
+            vendor = self.pools[pool].vendor
+            if w.eligible == "vendor":
+                names = [p.name for p in self.scenario.pools if p.vendor == vendor]
+            elif w.eligible == "list" and pool in w.eligible_pools:
+                names = list(w.eligible_pools)
+            else:
+                names = [pool]
+            got = tuple(sorted(n for n in names if self.pools[n].devices_per_node >= size))
+            self._eligible[key] = got
+        return got
+
+    def _labels(self, job: Job) -> dict[str, str]:
+        return {POOL_LABEL: job.pool} if job.bound else {}
+
+    def _annotations(self, job: Job) -> dict[str, str]:
+        """The timeout the rules read, and the work the placement scorer reads."""
+        return {
+            TIMEOUT_ANNOTATION: f"{int(job.timeout)}s",
+            ANN_FLOPS: f"{job.flops:.6g}",
+            ANN_PRECISION: self.scenario.workload.precision,
+        }
+
     def _pod_spec(self, job: Job) -> Obj:
+        """A bound job's pod selects its pool; one that may use every pool of its
+        vendor asks only for the vendor's resource, which is all it takes on a real
+        cluster; one that may use a list of pools requires them by node affinity."""
         resource = RESOURCE[self.pools[job.pool].vendor]
         n = str(job.size)
-        return {
-            "restartPolicy": "Never",
-            "nodeSelector": {POOL_LABEL: job.pool},
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.example/train:latest",
-                    "resources": {"requests": {resource: n}, "limits": {resource: n}},
+        spec: Obj = {"restartPolicy": "Never"}
+        if job.bound:
+            spec["nodeSelector"] = {POOL_LABEL: job.pool}
+        elif self.scenario.workload.eligible == "list":
+            term = {"matchExpressions": [
+                {"key": POOL_LABEL, "operator": "In", "values": list(job.pools)}
+            ]}  # fmt: skip
+            spec["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
                 }
-            ],
-        }
+            }
+        spec["containers"] = [
+            {
+                "name": "main",
+                "image": "registry.example/train:latest",
+                "resources": {"requests": {resource: n}, "limits": {resource: n}},
+            }
+        ]
+        return spec
 
     def _new_pod(self, job: Job) -> None:
         job.attempts += 1
@@ -796,9 +911,9 @@ class Fleet:
                     "labels": {
                         JOB_LABEL: job.name,
                         "batch.kubernetes.io/job-name": job.name,
-                        POOL_LABEL: job.pool,
+                        **self._labels(job),
                     },
-                    "annotations": {TIMEOUT_ANNOTATION: f"{int(job.timeout)}s"},
+                    "annotations": self._annotations(job),
                     "ownerReferences": [
                         {
                             "apiVersion": "batch/v1",
@@ -816,8 +931,29 @@ class Fleet:
         )
         kjob["status"]["active"] = 1
         self.kube.touch(kjob)
-        self.pending[job.pool][job.name] = None
-        self._schedule_dirty.add(job.pool)
+        self._enqueue(job)
+
+    def _enqueue(self, job: Job) -> None:
+        self.pending.setdefault(job.pools, {})[job.name] = None
+        self._queues_dirty.add(job.pools)
+
+    def waiting_devices(self, registered: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Devices asked for by pending pods, by pool, as ``clusterstate.pool_rows``
+        counts them from the API: a pod that several pools can satisfy (nodes
+        registered, big enough) counts towards the one with the most room to grow,
+        then the first by name; a pod that none can satisfy counts nowhere.
+        ``registered``: nodes per pool, when the caller has counted them."""
+        if registered is None:
+            registered = {p: self.pool_nodes(p) for p in self.pools}
+        room = {p.name: p.max - self.pool_machines[p.name] for p in self.scenario.pools}
+        out = dict.fromkeys(self.pools, 0)
+        for group, queue in self.pending.items():
+            fitting = [p for p in group if registered[p]]
+            if not fitting or not queue:
+                continue
+            chosen = min(fitting, key=lambda p: (-room[p], p))
+            out[chosen] += sum(self.jobs[j].size for j in queue if self.jobs[j].pod is not None)
+        return out
 
     def _progress(self, job: Job) -> float:
         if job.state != "running" or job.stalled:
@@ -883,9 +1019,9 @@ class Fleet:
             elif state == OK and slot.node is not None:
                 bisect.insort(slot.free, d)
         self._update_schedulable(slot)
-        self._schedule_dirty.add(job.pool)
+        self._schedule_dirty.add(slot.pool.name)
         self._alloc -= job.size
-        self.pool_alloc[job.pool] -= job.size
+        self.pool_alloc[slot.pool.name] -= job.size
         self.running.discard(job.name)
         self._emit("pod_unbound", job)
         job.slot, job.devices = -1, ()
@@ -916,7 +1052,7 @@ class Fleet:
         if job.state == "running":
             self._release(job, kept=self._checkpoint(job))
         else:
-            self.pending[job.pool].pop(job.name, None)
+            self.pending[job.pools].pop(job.name, None)
         self._end_stuck(job)
         job.pod = None
         job.state = "pending"
@@ -940,8 +1076,7 @@ class Fleet:
         job.pod = pod["metadata"]["name"]
         job.pod_created = self.now
         job.attempts += 1
-        self.pending[job.pool][job.name] = None
-        self._schedule_dirty.add(job.pool)
+        self._enqueue(job)
 
     def job_changed(self, kjob: Obj) -> None:
         job = self.jobs.get(kjob["metadata"]["name"])
@@ -973,8 +1108,8 @@ class Fleet:
     def _lose(self, job: Job, reason: str) -> None:
         if job.state == "running":
             self._release(job, kept=self._checkpoint(job))
-        elif job.name in self.pending[job.pool]:
-            del self.pending[job.pool][job.name]
+        elif job.name in self.pending[job.pools]:
+            del self.pending[job.pools][job.name]
         if job.pod is not None:
             self.kube.remove_pod(job.namespace, job.pod)
             job.pod = None

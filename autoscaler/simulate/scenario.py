@@ -21,10 +21,27 @@ scenario can be run against any rule set and the baseline::
         timeoutFactor: 3             # accel-fleet.io/timeout = 3 x the job's nominal run
         deadlineFactor: 6            # activeDeadlineSeconds: Kubernetes fails the job
         stallProbability: 0.02
+        eligiblePools: pool          # pool | vendor | [h100, l40s]: where a job may run
+        precision: bf16              # what its FLOPs are counted in
       faults:
         ratesPerDeviceHour: {fatal: 0.0005, hang: 0.0002}
         events:
           - {at: 2h, kind: fatal, node: h100-0001, device: nvidia3}
+
+**Where a job may run, and how fast.** Each job is drawn for one pool (``workload.pools``:
+pool -> weight; by default in proportion to each pool's devices), and its drawn
+duration is its run time on that pool's device model: its *reference*. With
+``eligiblePools: pool`` (the default) it runs there and nowhere else, its pod
+bound by ``nodeSelector``. With ``eligiblePools: vendor`` it may run on every pool
+of the same vendor whose nodes are big enough, its pod asking only for the
+vendor's resource (``nvidia.com/gpu``), as most real jobs do; with a list of pool
+names (one vendor's), a job drawn for one of them may run on any of them (a
+required node affinity on the pool label) and the other pools' jobs stay bound.
+On another model a job runs ``peak(reference) / peak(model)`` times as long, the
+peaks at ``precision`` from the placement scorer's catalogue
+(``autoscaler/placement/devices.yaml``), so every pool's ``model`` must be in it.
+The pod carries the job's work in FLOPs (``accel-fleet.io/flops``: duration x
+reference peak x devices), as the scorer reads it on a real cluster.
 
 Like the rule loader, the reader never stops at the first mistake: every problem
 is reported at once as ``file:line:col: message`` (``ScenarioError``), with what
@@ -43,6 +60,12 @@ import yaml
 
 from accel_common.durations import parse_duration
 from autoscaler.actions.base import did_you_mean
+from autoscaler.placement.catalogue import (
+    CATALOGUE_PATH,
+    DEFAULT_PRECISION,
+    PRECISIONS,
+    default_catalogue,
+)
 from autoscaler.ruleset.errors import Problem, sorted_problems, whole_file
 from autoscaler.ruleset.model import Position
 
@@ -62,6 +85,9 @@ DEFAULT_MODEL = {
 }
 # The extended resource each vendor's device plugin advertises.
 RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "oneapi": "gpu.intel.com/i915"}
+
+# ``eligiblePools``: the job's own pool only, or every pool of its vendor.
+ELIGIBILITY = ("pool", "vendor")
 
 FAULT_KINDS = ("fatal", "ecc_uncorrected", "device_lost", "hang", "stall", "node_down")
 DISTRIBUTIONS = ("lognormal", "exponential", "fixed")
@@ -130,6 +156,11 @@ class WorkloadSpec:
     pdb_max_unavailable: int | None = None
     backoff_limit: int = 6
     swing: SwingSpec | None = None
+    # Where a job may run: "pool" (the pool it is drawn for), "vendor" (any pool of
+    # that pool's vendor), or "list" (any of ``eligible_pools`` when drawn for one).
+    eligible: str = "pool"
+    eligible_pools: tuple[str, ...] = ()
+    precision: str = DEFAULT_PRECISION
 
 
 @dataclass(frozen=True)
@@ -341,6 +372,8 @@ _WORKLOAD = (
     "pdbMaxUnavailable",
     "backoffLimit",
     "swing",
+    "eligiblePools",
+    "precision",
 )
 _FAULTS = (
     "ratesPerDeviceHour",
@@ -411,12 +444,12 @@ def _spec(r: _Reader, node: yaml.Node, name: str, schedulers: tuple[str, ...]) -
     scheduler = r.get(m, "scheduler", lambda n: r.choice(n, schedulers), "first-fit")
     samples = r.get(m, "samples", lambda n: r.integer(n, 10), 400)
     pools = _pools(r, m["pools"]) if "pools" in m else ()
-    names = {p.name for p in pools}
-    workload = _workload(r, m["workload"], names) if "workload" in m else None
+    workload = _workload(r, m["workload"], pools) if "workload" in m else None
     initial = {p.name: tuple(node_name(p.name, i) for i in range(p.initial)) for p in pools}
     faults = _faults(r, m["faults"], pools, initial) if "faults" in m else FaultSpec()
     if workload is None:
         return None
+    _check_models(r, m["pools"], pools, workload.precision)
     if pools and workload is not None:
         for p in pools:
             too_big = [s for s, _ in workload.sizes if s > p.devices_per_node]
@@ -478,10 +511,11 @@ def _pools(r: _Reader, node: yaml.Node) -> tuple[PoolSpec, ...]:
     return tuple(out)
 
 
-def _workload(r: _Reader, node: yaml.Node, pools: set[str]) -> WorkloadSpec | None:
+def _workload(r: _Reader, node: yaml.Node, specs: tuple[PoolSpec, ...]) -> WorkloadSpec | None:
     m = r.mapping(node, "workload", _WORKLOAD, required=("arrivalsPerHour", "sizes", "duration"))
     if m is None:
         return None
+    pools = {p.name for p in specs}
     rate = r.get(m, "arrivalsPerHour", r.number, 1.0)
     sizes: list[tuple[int, float]] = []
     if "sizes" in m:
@@ -528,6 +562,11 @@ def _workload(r: _Reader, node: yaml.Node, pools: set[str]) -> WorkloadSpec | No
                 r.get(wm, "amplitude", lambda n: r.number(n, 0.0, 1.0), 0.5),
             )
     pdb = r.get(m, "pdbMaxUnavailable", lambda n: r.integer(n, 1), None)
+    listed: tuple[str, ...]
+    eligible, listed = "pool", ()
+    if "eligiblePools" in m:
+        eligible, listed = _eligible(r, m["eligiblePools"], specs)
+    precision = r.get(m, "precision", lambda n: r.choice(n, PRECISIONS), DEFAULT_PRECISION)
     if duration is None:
         return None
     return WorkloadSpec(
@@ -549,7 +588,86 @@ def _workload(r: _Reader, node: yaml.Node, pools: set[str]) -> WorkloadSpec | No
         pdb_max_unavailable=pdb,
         backoff_limit=r.get(m, "backoffLimit", r.integer, 6),
         swing=swing,
+        eligible=eligible,
+        eligible_pools=listed,
+        precision=precision,
     )
+
+
+def _eligible(
+    r: _Reader, node: yaml.Node, specs: tuple[PoolSpec, ...]
+) -> tuple[str, tuple[str, ...]]:
+    """``eligiblePools``: ``pool``, ``vendor``, or a list of one vendor's pools (a pod
+    asks for one vendor's extended resource, so it can only be offered one's)."""
+    if isinstance(node, yaml.ScalarNode):
+        value = r.scalar(node)
+        if value in ELIGIBILITY:
+            return str(value), ()
+        r.problem(
+            node,
+            f"eligiblePools must be pool, vendor or a list of pool names (e.g. [h100, l40s]), "
+            f"got {value!r}{did_you_mean(str(value), ELIGIBILITY)}",
+        )
+        return "pool", ()
+    if not isinstance(node, yaml.SequenceNode) or not node.value:
+        r.problem(
+            node, "eligiblePools must be pool, vendor or a list of pool names (e.g. [h100, l40s])"
+        )
+        return "pool", ()
+    by_name = {p.name: p for p in specs}
+    names: list[str] = []
+    vendors: dict[str, str] = {}
+    for item in node.value:
+        name = r.scalar(item)
+        if name not in by_name:
+            r.problem(
+                item,
+                f"no pool named {name!r}{did_you_mean(str(name), sorted(by_name))}",
+            )
+            continue
+        if name in names:
+            r.problem(item, f"pool {name!r} is listed twice")
+            continue
+        names.append(str(name))
+        vendors.setdefault(by_name[name].vendor, str(name))
+    if len(vendors) > 1:
+        shown = ", ".join(f"{p} is {v}" for v, p in vendors.items())
+        r.problem(
+            node,
+            f"eligiblePools mixes vendors ({shown}): a pod asks for one vendor's "
+            "devices (nvidia.com/gpu, amd.com/gpu, ...), so list one vendor's pools",
+        )
+    return "list", tuple(sorted(names))
+
+
+def _check_models(r: _Reader, node: yaml.Node, pools: tuple[PoolSpec, ...], precision: str) -> None:
+    """Every pool's model must have a peak at ``precision`` in the scorer's device
+    catalogue: a job's speed on it comes from there."""
+    catalogue = default_catalogue()
+    where: dict[str, yaml.Node] = {}
+    for item in node.value if isinstance(node, yaml.SequenceNode) else ():
+        if isinstance(item, yaml.MappingNode):
+            keys = {str(k.value): v for k, v in item.value}
+            if "name" in keys:
+                where[str(r.scalar(keys["name"]))] = keys.get("model", item)
+    known = ", ".join(repr(e.match[0]) for e in catalogue.models)
+    for p in pools:
+        at = where.get(p.name, node)
+        entry = catalogue.lookup(p.model)
+        if entry is None:
+            r.problem(
+                at,
+                f"pool {p.name!r}: model {p.model!r} is not in the device catalogue "
+                f"({CATALOGUE_PATH.name}); use a model whose name contains one of {known}, "
+                "or add the model there with its datasheet figures",
+            )
+        elif precision not in entry.peak_flops:
+            r.problem(
+                at,
+                f"pool {p.name!r}: the device catalogue has no {precision} peak for "
+                f"{entry.name} (it has {', '.join(entry.peak_flops)}); set workload "
+                "precision to one every pool's model has",
+            )
 
 
 def _duration_spec(r: _Reader, node: yaml.Node) -> DurationSpec | None:

@@ -8,9 +8,12 @@ package's scorer, through an adapter) plug in without knowing the simulation::
         name: str
         def place(self, request: Request, nodes: Sequence[NodeView]) -> Placement | None
 
-``nodes`` are the nodes the job may use (its pool, ready, not cordoned, no taint
-it does not tolerate), in name order, each with its free devices; nodes whose
-taints say "prefer not" (``PreferNoSchedule``) are marked ``avoid``. ``place``
+``nodes`` are the nodes the job may use (those of its eligible pools,
+``Request.eligible``: ready, not cordoned, no taint it does not tolerate), in name
+order across the pools, each with its free devices and its device model; nodes
+whose taints say "prefer not" (``PreferNoSchedule``) are marked ``avoid``. The
+request carries the job's work in FLOPs (what its pod's ``accel-fleet.io/flops``
+says) for a scheduler that weighs device speed. ``place``
 returns the node and the device indices to bind, or None to leave the job
 pending. A scheduler must not keep references to the views past the call.
 Register one in ``SCHEDULERS`` (a scenario picks it with ``scheduler:``);
@@ -31,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from autoscaler.placement.catalogue import DEFAULT_PRECISION
 
 LINK_FACTOR: dict[str, float] = {
     "nvlink": 1.0,
@@ -63,11 +68,20 @@ def slowdown(topology: str, devices: Sequence[int]) -> float:
 
 @dataclass(frozen=True)
 class Request:
-    """A pending job: how many devices of which pool."""
+    """A pending job: how many devices, of which pools. ``pool`` is the pool it was
+    drawn for (whose model its nominal run time is measured on); ``pools`` the pools
+    it may run on, when more than that one."""
 
     job: str
     pool: str
     devices: int
+    pools: tuple[str, ...] = ()
+    flops: float | None = None
+    precision: str = DEFAULT_PRECISION
+
+    @property
+    def eligible(self) -> tuple[str, ...]:
+        return self.pools or (self.pool,)
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,8 @@ class NodeView:
     devices_per_node: int
     free: tuple[int, ...]
     avoid: bool = False
+    model: str = ""
+    vendor: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,10 +109,13 @@ class Scheduler(Protocol):
 
 
 class FirstFit:
-    """The first node (in name order, preferred nodes before ``avoid`` ones) with
-    enough free devices, and its lowest-numbered free devices. It knows nothing of
-    topology, which is the point of having it: it is what a scheduler without a
-    topology-aware device plugin does."""
+    """The first node (in name order across the eligible pools, preferred nodes
+    before ``avoid`` ones) with enough free devices, and its lowest-numbered free
+    devices. It knows nothing of topology or of device models, which is the point of
+    having it: it is what kube-scheduler does with a device plugin that is not
+    topology-aware. Its scoring weighs CPU and memory, not which GPU a node has, so
+    among nodes that fit, the model a job gets is an accident of the order it looks
+    in; name order is that accident made repeatable."""
 
     name = "first-fit"
 

@@ -268,9 +268,14 @@ class Telemetry:
         values."""
         fleet = self.fleet
         rows: list[tuple[cs.ClusterMetric, dict[str, str], float]] = []
+        nodes = {
+            pool.name: [s for s in (fleet.slots[i] for i in ids) if s.node is not None]
+            for pool in fleet.scenario.pools
+            for ids in (fleet.pool_slots[pool.name],)
+        }
+        pending = fleet.waiting_devices({p: len(slots) for p, slots in nodes.items()})
         for pool in fleet.scenario.pools:
-            slots = (fleet.slots[i] for i in fleet.pool_slots[pool.name])
-            registered = [s for s in slots if s.node is not None]
+            registered = nodes[pool.name]
             ready = sum(1 for s in registered if s.ready)
             provisioning = fleet.pool_machines[pool.name] - len(registered)
             for state, count in (
@@ -283,14 +288,8 @@ class Telemetry:
             rows.append((cs.POOL_NODES_MAX, {"pool": pool.name}, float(pool.max)))
             resource = RESOURCE[pool.vendor]
             if registered:
-                waiting = sum(
-                    fleet.jobs[j].size
-                    for j in fleet.pending[pool.name]
-                    if fleet.jobs[j].pod is not None
-                )
-                rows.append(
-                    (cs.POOL_PENDING, {"pool": pool.name, "resource": resource}, float(waiting))
-                )
+                waiting = float(pending[pool.name])
+                rows.append((cs.POOL_PENDING, {"pool": pool.name, "resource": resource}, waiting))
                 allocated = fleet.pool_alloc[pool.name]
                 rows.append(
                     (
