@@ -22,7 +22,9 @@ Parameters:
 
 Execution: the load of every node is the average of its devices' utilization
 over the last 10 minutes, from the controller's source; the free devices of a
-node are its allocatable device resources less what its pods request. Unknown load
+node are its allocatable device resources less what its pods request, read for
+the hot node and the 16 coolest nodes that are cool enough (a node and its pods
+each, not every pod of the cluster). Unknown load
 means no move. A pod is movable when it uses devices, has an owner that recreates
 it (not a bare pod, not a DaemonSet's), is not terminating, and does not carry
 ``accel-fleet.io/no-rebalance``. The youngest movable pods go first (they lose the
@@ -98,6 +100,8 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
 
 
 REBALANCED = "accel-fleet.io/rebalanced"
+# How many of the coolest nodes are weighed as destinations per execution.
+MAX_DESTINATIONS = 16
 LOAD_QUERY = 'avg by (node) (avg_over_time(accel_utilization_ratio{vendor!="cpu"}[10m]))'
 
 
@@ -179,40 +183,43 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     if hot_name not in load:
         return Outcome("skipped", f"node {hot_name} has no load data; not moving anything")
     now = ctx.clock()
+    gap = params.min_utilization_gap
+
+    async def weigh(name: str) -> tuple[_Node, list[Obj]]:
+        obj = await ctx.kube.get_node(name)
+        pods = await ctx.kube.list_pods(node=name)
+        used: dict[str, int] = {}
+        for p in pods:
+            if not is_finished(p) and not is_terminating(p):
+                for r, k in device_requests(p).items():
+                    used[r] = used.get(r, 0) + k
+        cooling = _cooling(obj, now, params.node_cooldown)
+        return _Node(name, load[name], _capacity(obj), used, _schedulable(obj), cooling, obj), pods
+
     try:
-        node_objs = await ctx.kube.list_nodes()
-        pods = await ctx.kube.list_pods()
+        hot, on_hot = await weigh(hot_name)
+    except NotFound:
+        return Outcome("skipped", f"node {hot_name} is gone")
     except KubeError as e:
         return Outcome("failed", str(e))
-    nodes: dict[str, _Node] = {}
-    for n in node_objs:
-        name = n["metadata"]["name"]
-        if name in load:
-            nodes[name] = _Node(
-                name,
-                load[name],
-                _capacity(n),
-                {},
-                _schedulable(n),
-                _cooling(n, now, params.node_cooldown),
-                n,
-            )
-    on_hot: list[Obj] = []
-    for p in pods:
-        where = (p.get("spec") or {}).get("nodeName")
-        if where in nodes and not is_finished(p) and not is_terminating(p):
-            for r, k in device_requests(p).items():
-                nodes[where].used[r] = nodes[where].used.get(r, 0) + k
-        if where == hot_name:
-            on_hot.append(p)
-    hot = nodes.get(hot_name)
-    if hot is None:
-        return Outcome("skipped", f"node {hot_name} is gone")
     if hot.cooling:
         return Outcome(
             "skipped", f"node {hot_name} gave or received a pod within nodeCooldown; waiting"
         )
-    gap = params.min_utilization_gap
+    # The coolest nodes that are cool enough, a bounded number of them: a few small
+    # reads instead of every node and pod of a large cluster.
+    cool = sorted(
+        (n for n, v in load.items() if n != hot_name and v <= hot.load - gap),
+        key=lambda n: (load[n], n),
+    )[:MAX_DESTINATIONS]
+    nodes: dict[str, _Node] = {hot_name: hot}
+    for name in cool:
+        try:
+            nodes[name], _ = await weigh(name)
+        except NotFound:
+            continue
+        except KubeError as e:
+            return Outcome("failed", str(e))
     candidates = sorted(
         (p for p in on_hot if movable(p)),
         key=lambda p: str((p.get("status") or {}).get("startTime") or ""),
