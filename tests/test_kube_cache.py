@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,15 +10,9 @@ import pytest
 from autoscaler.kube.cache import CachedKube
 from tests.fakes.apiserver import running_apiserver
 from tests.kubeobjs import client, node, pod
+from tests.procs import until
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    end = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < end, "not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_lists_once_then_follows_changes_through_the_watch(tmp_path: Path) -> None:
@@ -41,6 +34,8 @@ async def test_lists_once_then_follows_changes_through_the_watch(tmp_path: Path)
                 return sorted(n["metadata"]["name"] for n in await cached.list_nodes())
 
             await until(lambda: len(cached.informers["nodes"].snapshot()) == 2)
+            # Nodes and pods are watched on separate streams: wait for the pod too.
+            await until(lambda: len(cached.informers["pods"].snapshot()) == 2)
             names = await seen()
             assert names == ["n1", "n2"]
             on_n2 = await cached.list_pods(node="n2")
