@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -41,6 +42,24 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["err"] = self.formatException(record.exc_info)
         return json.dumps(out)
+
+
+def add_arguments(group: argparse._ActionsContainer) -> None:
+    """``--log.level`` and ``--log.format``, the same in every command."""
+    group.add_argument(
+        "--log.level",
+        dest="log_level",
+        choices=LEVELS,
+        default="info",
+        help="minimum log level (default %(default)s)",
+    )
+    group.add_argument(
+        "--log.format",
+        dest="log_format",
+        choices=("logfmt", "json"),
+        default="logfmt",
+        help="log line format (default %(default)s)",
+    )
 
 
 def setup(level: str, fmt: str) -> None:

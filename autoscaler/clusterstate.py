@@ -48,13 +48,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from accel_common.durations import parse_duration
+from accel_common.exposition import escape, format_value
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Kube, Obj
 
@@ -417,20 +417,6 @@ async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> lis
     return rows
 
 
-def _escape_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _format(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value)
-
-
 def render(rows: Sequence[Row]) -> str:
     """The rows in the Prometheus text format (0.0.4), families in catalogue order,
     each with its HELP and TYPE; a family without rows is left out."""
@@ -446,8 +432,8 @@ def render(rows: Sequence[Row]) -> str:
         lines.append(f"# HELP {metric.name} {help_text}")
         lines.append(f"# TYPE {metric.name} gauge")
         for _, labels, value in family:
-            pairs = ",".join(f'{k}="{_escape_value(labels.get(k, ""))}"' for k in metric.labels)
-            lines.append(f"{metric.name}{{{pairs}}} {_format(value)}")
+            pairs = ",".join(f'{k}="{escape(labels.get(k, ""))}"' for k in metric.labels)
+            lines.append(f"{metric.name}{{{pairs}}} {format_value(value)}")
     return "\n".join(lines) + "\n" if lines else ""
 
 

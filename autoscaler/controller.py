@@ -383,11 +383,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="this replica's name in the Lease (default $POD_NAME, else host-pid)",
     )
-    out = p.add_argument_group("output")
-    out.add_argument("--log.level", dest="log_level", choices=logs.LEVELS, default="info")
-    out.add_argument(
-        "--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt"
-    )
+    logs.add_arguments(p.add_argument_group("output"))
 
 
 def _fail(message: str) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from accel_common.exposition import escape
 from autoscaler import __version__
 from autoscaler.controller import Controller
 from autoscaler.engine.state import reset_breaker
@@ -39,12 +40,8 @@ def split_listen_address(address: str) -> tuple[str | None, int]:
     return (host.strip("[]") or None), int(port)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def _labels(**pairs: str) -> str:
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs.items()) + "}"
+    return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in pairs.items()) + "}"
 
 
 def render_metrics(c: Controller) -> str:

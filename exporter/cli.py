@@ -201,20 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default %(default)s)",
     )
     o = p.add_argument_group("output")
-    o.add_argument(
-        "--log.level",
-        dest="log_level",
-        choices=logs.LEVELS,
-        default="info",
-        help="minimum log level (default %(default)s)",
-    )
-    o.add_argument(
-        "--log.format",
-        dest="log_format",
-        choices=("logfmt", "json"),
-        default="logfmt",
-        help="log line format (default %(default)s)",
-    )
+    logs.add_arguments(o)
     o.add_argument(
         "--once",
         action="store_true",

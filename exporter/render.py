@@ -8,11 +8,11 @@ is produced from data we already hold, once, and then cached with its gzip form.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from accel_common.exposition import escape, format_value
 from exporter import schema, topology
 from exporter.model import DeviceInfo, Link, PodAssignment, Reading
 from exporter.schema import MetricSpec
@@ -40,22 +40,6 @@ class BackendStatus:
     up: bool
     duration_seconds: float | None
     last_success: float | None
-
-
-def escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def format_value(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value)
 
 
 def sample(spec: MetricSpec, labels: str, value: float) -> str:

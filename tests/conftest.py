@@ -1,4 +1,5 @@
-"""Shared test harness: golden exposition files and promtool.
+"""Shared test harness: golden exposition files, promtool, and the fake API server
+with a client of it (``api``, ``kube``).
 
 ``pytest --update-golden`` rewrites ``tests/golden/*.prom`` from the current output
 (node_exporter's ``-u`` habit); review the diff before committing it.
@@ -8,11 +9,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from autoscaler.kube.client import ClientKube
+from tests.fakes.apiserver import FakeApiServer
+from tests.kubeobjs import client
 from tests.pki import Pki, make_pki
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -74,3 +78,28 @@ def promtool_check() -> Callable[[str], None]:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """Server, CA, client and rogue certificates in one directory."""
     return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "unvalidated_api: the api fixture skips schema checks (thousands of objects "
+        "would take minutes to validate)",
+    )
+
+
+@pytest.fixture
+async def api(request: pytest.FixtureRequest) -> AsyncIterator[FakeApiServer]:
+    """The fake API server, checking every object it stores against the schemas
+    unless the test is marked ``unvalidated_api``."""
+    validate = request.node.get_closest_marker("unvalidated_api") is None
+    async with FakeApiServer(validate=validate) as server:
+        yield server
+
+
+@pytest.fixture
+def kube(api: FakeApiServer, tmp_path: Path) -> Iterator[ClientKube]:
+    """The real client of ``api``, with millisecond retry backoff."""
+    c = client(api, tmp_path)
+    yield c
+    c.close()

@@ -101,10 +101,11 @@ def job(name: str, namespace: str = "ml") -> Obj:
     }
 
 
-def client(api: FakeApiServer, tmp: Path) -> ClientKube:
-    return ClientKube.from_config(
-        str(api.write_kubeconfig(tmp / "kubeconfig")), backoff_min=0.01, backoff_max=0.05
-    )
+def client(api: FakeApiServer, tmp: Path, **kw: Any) -> ClientKube:
+    """A client of ``api`` whose retries wait milliseconds, not seconds."""
+    kw.setdefault("backoff_min", 0.01)
+    kw.setdefault("backoff_max", 0.05)
+    return ClientKube.from_config(str(api.write_kubeconfig(tmp / "kubeconfig")), **kw)
 
 
 def evictions(api: FakeApiServer, name: str) -> int:

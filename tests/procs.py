@@ -3,6 +3,7 @@ with its own port and data directory, always stopped when the test ends."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -11,8 +12,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -45,6 +48,15 @@ def wait_http(url: str, timeout: float = 15.0) -> None:
     raise AssertionError(f"{url} did not answer within {timeout}s: {last}")
 
 
+async def until(cond: Callable[[], object], timeout: float = 20.0) -> None:
+    """Wait, without blocking the event loop, until ``cond()`` is true."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, f"condition not reached within {timeout:g}s"
+        await asyncio.sleep(0.02)
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -55,25 +67,70 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
+@dataclass(frozen=True)
+class Running:
+    url: str
+    proc: subprocess.Popen[bytes]
+
+
 @contextlib.contextmanager
-def exporter(args: Sequence[str], port: int | None = None) -> Iterator[str]:
-    """Runs accel-exporter on 127.0.0.1 and yields its base URL."""
+def _serve(
+    what: str,
+    cmd: Sequence[str],
+    port: int | None,
+    output: IO[bytes] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> Iterator[Running]:
+    """Runs ``cmd --web.listen-address 127.0.0.1:PORT`` until its /healthz answers,
+    failing at once (with its stderr) if it exits first; stopped on exit."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "exporter.cli", "--web.listen-address", f"127.0.0.1:{port}"]
-    proc = subprocess.Popen([*cmd, *args], cwd=REPO, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *cmd, "--web.listen-address", f"127.0.0.1:{port}"],
+        cwd=REPO,
+        stderr=output if output is not None else subprocess.PIPE,
+        stdout=output,
+        env={**os.environ, **env} if env else None,
+    )
+    url = f"http://127.0.0.1:{port}"
     try:
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_http(url + "/healthz")
-        except AssertionError:
-            _stop(proc)
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            raise AssertionError(f"exporter did not start: {err}") from None
-        yield url
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                http_get(url + "/healthz", timeout=1.0)
+                break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > end:
+                _stop(proc)
+                err = proc.stderr.read().decode() if proc.stderr else "(its output went to a file)"
+                raise AssertionError(f"{what} did not start: {err}")
+            time.sleep(0.05)
+        yield Running(url, proc)
     finally:
         _stop(proc)
         if proc.stderr:
             proc.stderr.close()
+
+
+@contextlib.contextmanager
+def exporter(args: Sequence[str], port: int | None = None) -> Iterator[str]:
+    """Runs accel-exporter on 127.0.0.1 and yields its base URL."""
+    with _serve("accel-exporter", ["exporter.cli", *args], port) as running:
+        yield running.url
+
+
+@contextlib.contextmanager
+def autoscaler(
+    args: Sequence[str],
+    port: int | None = None,
+    output: IO[bytes] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Running]:
+    """Runs ``accel-autoscaler run ARGS`` on 127.0.0.1; ``output`` takes its stdout
+    and stderr (a log file), ``env`` is added to the environment."""
+    with _serve("accel-autoscaler", ["autoscaler.cli", "run", *args], port, output, env) as r:
+        yield r
 
 
 def require(binary: str) -> str:

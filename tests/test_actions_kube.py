@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,20 +16,10 @@ from autoscaler.engine.decision import Decision
 from autoscaler.kube.client import ClientKube
 from autoscaler.types import QueryResult, Sample, Unknown, Vector, labels_of
 from tests.fakes.apiserver import FakeApiServer
-from tests.kubeobjs import client, events, evictions, job, node, pdb, pod
+from tests.kubeobjs import events, evictions, job, node, pdb, pod
+from tests.procs import until
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeApiServer]:
-    async with FakeApiServer(validate=True) as server:
-        yield server
-
-
-@pytest.fixture
-def kube(api: FakeApiServer, tmp_path: Path) -> ClientKube:
-    return client(api, tmp_path)
 
 
 def decide(
@@ -78,14 +66,6 @@ def taints(api: FakeApiServer, name: str) -> list[tuple[str, str]]:
     n = api.get("nodes", None, name)
     assert n is not None
     return [(t["key"], t["effect"]) for t in n["spec"].get("taints") or []]
-
-
-async def until(cond: Any, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 # -- acceptance 1: a fatal fault on a node with four kinds of pods -------------------

@@ -22,7 +22,7 @@ from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.prometheus import PrometheusConfig, PrometheusSource
 from autoscaler.types import QueryResult, Unknown
 from tests.exposition import value
-from tests.procs import alertmanager, exporter, free_port, prometheus
+from tests.procs import alertmanager, exporter, free_port, prometheus, until
 
 RULES = """\
 apiVersion: accel-fleet/v1
@@ -52,13 +52,6 @@ def write_rules(tmp: Path) -> Path:
     path = tmp / "rules.yaml"
     path.write_text(RULES)
     return path
-
-
-async def until(cond: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.1)
 
 
 def controller(tmp: Path, url: str) -> Controller:
@@ -318,14 +311,11 @@ def test_run_refuses_a_source_without_its_flags(tmp_path: Path, missing: str) ->
 def test_run_with_scrape_source_end_to_end(tmp_path: Path) -> None:
     """`accel-autoscaler run --source scrape`: no Prometheus at all; the controller
     scrapes the exporter, the built-in evaluator sees the Xid 79, one decision."""
-    import subprocess
-    import sys
-
-    from tests.procs import REPO, http_get, wait_http
+    from tests.procs import autoscaler, http_get
 
     script = tmp_path / "faults.yaml"
     script.write_text("- {at: 3s, device: nvidia0, fault: 79, lost: true}\n")
-    exp_port, api_port = free_port(), free_port()
+    exp_port = free_port()
     args = [
         "--backends",
         "sim",
@@ -336,56 +326,39 @@ def test_run_with_scrape_source_end_to_end(tmp_path: Path) -> None:
         "--poll-interval",
         "500ms",
     ]
-    with exporter(args, port=exp_port):
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "autoscaler.cli",
-                "run",
-                "--rules",
-                str(write_rules(tmp_path)),
-                "--source",
-                "scrape",
-                "--targets",
-                f"node-a=http://127.0.0.1:{exp_port}/metrics",
-                "--web.listen-address",
-                f"127.0.0.1:{api_port}",
-                "--dry-run",
-            ],
-            cwd=REPO,
-            stderr=subprocess.PIPE,
-        )
-        try:
-            api = f"http://127.0.0.1:{api_port}"
-            wait_http(api + "/healthz")
-            deadline = time.monotonic() + 30
-            while True:
-                decisions = json.loads(http_get(api + "/api/v1/decisions"))["decisions"]
-                rules = {d["rule"] for d in decisions}
-                if {"fatal-device-fault", "device-lost"} <= rules:
-                    break
-                assert time.monotonic() < deadline, f"decisions so far: {decisions}"
-                time.sleep(0.3)
-            fatal = [d for d in decisions if d["rule"] == "fatal-device-fault"]
-            assert len(fatal) == 1
-            assert fatal[0]["target"] == {"node": "node-a", "device": "nvidia0"}
-            assert fatal[0]["dryRun"] is True
-            text = http_get(api + "/metrics").decode()
-            assert value(text, "accel_autoscaler_source_up", source="scrape") == 1
-            assert (
-                value(
-                    text,
-                    "accel_autoscaler_decisions_total",
-                    rule="fatal-device-fault",
-                    action="migrate_jobs",
-                    kind="act",
-                    dry_run="true",
-                )
-                == 1
+    run_args = [
+        "--rules",
+        str(write_rules(tmp_path)),
+        "--source",
+        "scrape",
+        "--targets",
+        f"node-a=http://127.0.0.1:{exp_port}/metrics",
+        "--dry-run",
+    ]
+    with exporter(args, port=exp_port), autoscaler(run_args) as running:
+        api = running.url
+        deadline = time.monotonic() + 30
+        while True:
+            decisions = json.loads(http_get(api + "/api/v1/decisions"))["decisions"]
+            rules = {d["rule"] for d in decisions}
+            if {"fatal-device-fault", "device-lost"} <= rules:
+                break
+            assert time.monotonic() < deadline, f"decisions so far: {decisions}"
+            time.sleep(0.3)
+        fatal = [d for d in decisions if d["rule"] == "fatal-device-fault"]
+        assert len(fatal) == 1
+        assert fatal[0]["target"] == {"node": "node-a", "device": "nvidia0"}
+        assert fatal[0]["dryRun"] is True
+        text = http_get(api + "/metrics").decode()
+        assert value(text, "accel_autoscaler_source_up", source="scrape") == 1
+        assert (
+            value(
+                text,
+                "accel_autoscaler_decisions_total",
+                rule="fatal-device-fault",
+                action="migrate_jobs",
+                kind="act",
+                dry_run="true",
             )
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-            if proc.stderr:
-                proc.stderr.close()
+            == 1
+        )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.store import SeriesStore
 from autoscaler.types import Vector
-from tests.fakes.apiserver import FakeApiServer, started_apiserver
+from tests.fakes.apiserver import FakeApiServer
 from tests.test_pools import NS, add_pool, machine, machine_deployment, node, pod
 
 T0 = 1_800_000_000.0
@@ -53,19 +52,6 @@ def job(name: str, deadline: int | None) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "ml"},
         "spec": spec,
     }
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeApiServer]:
-    async with started_apiserver() as server:
-        yield server
-
-
-@pytest.fixture
-def kube(api: FakeApiServer, tmp_path: Path) -> Iterator[ClientKube]:
-    client = ClientKube.from_config(str(api.write_kubeconfig(tmp_path / "kubeconfig")))
-    yield client
-    client.close()
 
 
 def as_dict(rows: list[cs.Row]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -392,6 +378,7 @@ def test_pool_and_job_rows_for_a_thousand_nodes_take_well_under_a_cycle() -> Non
     assert best < 1.0, f"pool_rows took {best:.2f}s for 1,000 nodes"
 
 
+@pytest.mark.unvalidated_api
 async def test_collect_against_the_api_for_a_thousand_nodes(
     api: FakeApiServer, kube: ClientKube
 ) -> None:

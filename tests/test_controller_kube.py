@@ -5,10 +5,8 @@ and of two replicas exactly one acts, the other taking over when it stops."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +19,7 @@ from autoscaler.actions.ownership import ANNOTATION
 from autoscaler.controller import LEADER_LABEL
 from tests.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.kubeobjs import evictions, node, pdb, pod
-from tests.procs import REPO, free_port, http_get, wait_http
+from tests.procs import autoscaler, free_port, http_get
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,49 +59,26 @@ def controller(
     rules = tmp / "rules.yaml"
     rules.write_text(RULES)
     kubeconfig = api.write_kubeconfig(tmp / "kubeconfig")
-    out = (tmp / log).open("ab")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "autoscaler.cli",
-            "run",
-            "--rules",
-            str(rules),
-            "--source",
-            "scrape",
-            "--targets",
-            f"n1=http://127.0.0.1:{free_port()}/metrics",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--eviction.retry-interval",
-            "200ms",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            *extra,
-        ],
-        cwd=REPO,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env={
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "POD_NAMESPACE": "accel-fleet" if pod_name else "",
-            "POD_NAME": pod_name,
-        },
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz")
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        out.close()
+    args = [
+        "--rules",
+        str(rules),
+        "--source",
+        "scrape",
+        "--targets",
+        f"n1=http://127.0.0.1:{free_port()}/metrics",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--eviction.retry-interval",
+        "200ms",
+        *extra,
+    ]
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "POD_NAMESPACE": "accel-fleet" if pod_name else "",
+        "POD_NAME": pod_name,
+    }
+    with (tmp / log).open("ab") as out, autoscaler(args, port, out, env) as running:
+        yield running.proc
 
 
 def fire(port: int, node_name: str) -> int:

@@ -15,8 +15,6 @@ import contextlib
 import importlib.util
 import json
 import re
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -30,7 +28,7 @@ import pytest
 
 from autoscaler.actions.ownership import ANNOTATION, Entry, iso
 from tests.fakes.apiserver import running_apiserver
-from tests.procs import REPO, _run_prometheus, _stop, exporter, free_port, http_get
+from tests.procs import REPO, _run_prometheus, autoscaler, exporter, free_port, http_get
 
 DASHBOARDS = REPO / "dashboards"
 REQUIRED_VARIABLES = ("cluster", "node", "vendor", "namespace")
@@ -197,53 +195,25 @@ def node_object(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec}
 
 
-@contextlib.contextmanager
-def autoscaler(tmp: Path, targets: dict[str, str], port: int, kubeconfig: Path) -> Iterator[str]:
-    """``accel-autoscaler run --dry-run --source scrape`` on 127.0.0.1:port, against
-    the fake API server (dry-run: it reads the cluster, plans, and writes nothing)."""
+def autoscaler_args(tmp: Path, targets: dict[str, str], kubeconfig: Path) -> list[str]:
+    """``accel-autoscaler run --dry-run --source scrape`` against the fake API server
+    (dry-run: it reads the cluster, plans, and writes nothing)."""
     rules = tmp / "rules.yaml"
     rules.write_text(RULES)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "autoscaler.cli",
-            "run",
-            "--rules",
-            str(rules),
-            "--source",
-            "scrape",
-            "--dry-run",
-            "--targets",
-            ",".join(f"{node}={url}" for node, url in targets.items()),
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--no-leader-elect",
-            "--log.level",
-            "warn",
-        ],
-        cwd=REPO,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                _stop(proc)
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise AssertionError(f"accel-autoscaler did not start: {err}")
-            with contextlib.suppress(OSError):
-                http_get(url + "/healthz", timeout=1)
-                break
-            time.sleep(0.1)
-        yield url
-    finally:
-        _stop(proc)
-        if proc.stderr:
-            proc.stderr.close()
+    return [
+        "--rules",
+        str(rules),
+        "--source",
+        "scrape",
+        "--dry-run",
+        "--targets",
+        ",".join(f"{node}={url}" for node, url in targets.items()),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--no-leader-elect",
+        "--log.level",
+        "warn",
+    ]
 
 
 def prometheus_config(exporters: dict[str, int], autoscaler_port: int) -> str:
@@ -289,7 +259,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for node in NODES:
             kube.add(node_object(node))
         kubeconfig = kube.write_kubeconfig(tmp / "kubeconfig")
-        stack.enter_context(autoscaler(tmp, targets, api_port, kubeconfig))
+        stack.enter_context(autoscaler(autoscaler_args(tmp, targets, kubeconfig), api_port))
         for node, args in NODES.items():
             extra = ["--sim-script", str(script)] if node == "node-a" else []
             common = ["--backends", "sim", "--poll-interval", "500ms", "--log.level", "warn"]

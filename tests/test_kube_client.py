@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from autoscaler.kube.client import ClientKube, DryRunKube, KubeConfigError
 from autoscaler.kube.errors import Conflict, Invalid, NotFound, TooManyRequests, Transient
 from autoscaler.kube.protocol import CAPI_GROUP, CAPI_VERSION, MACHINE_DEPLOYMENTS, Kube
 from tests.fakes.apiserver import FakeApiServer
+from tests.kubeobjs import client
 
 JSON = dict[str, Any]
 
@@ -38,24 +38,7 @@ def pod(name: str, node_name: str = "n1", namespace: str = "default", **labels: 
     }
 
 
-@pytest.fixture
-async def api() -> AsyncIterator[FakeApiServer]:
-    server = FakeApiServer(validate=True)
-    await server.start()
-    yield server
-    await server.stop()
-
-
-def make_kube(api: FakeApiServer, tmp_path: Path, **kw: Any) -> ClientKube:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    kw.setdefault("backoff_min", 0.01)
-    kw.setdefault("backoff_max", 0.05)
-    return ClientKube.from_config(str(kubeconfig), **kw)
-
-
-@pytest.fixture
-def kube(api: FakeApiServer, tmp_path: Path) -> ClientKube:
-    return make_kube(api, tmp_path)
+make_kube = client
 
 
 def statuses(api: FakeApiServer, method: str, path_regex: str) -> list[int]:

@@ -28,14 +28,6 @@ RETRY = 0.2
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 
-@pytest.fixture
-async def api() -> AsyncIterator[FakeApiServer]:
-    server = FakeApiServer(validate=True)
-    await server.start()
-    yield server
-    await server.stop()
-
-
 class Partitionable:
     """A ``Kube`` whose lease calls can be cut off, as a network partition cuts one
     replica off the API server while the other still reaches it."""

@@ -12,7 +12,6 @@ PodDisruptionBudget holds runs to its deadline without the test waiting for it.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from autoscaler.pools.clusterapi import (
     PoolRefused,
     count_machines,
 )
-from tests.fakes.apiserver import FakeApiServer, RecordedRequest, started_apiserver
+from tests.fakes.apiserver import FakeApiServer, RecordedRequest
 
 NS = "capi"
 T0 = 1_800_000_000.0
@@ -175,19 +174,6 @@ class Clock:
 
     async def sleep(self, seconds: float) -> None:
         self.t += max(seconds, 0.001)
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeApiServer]:
-    async with started_apiserver() as server:
-        yield server
-
-
-@pytest.fixture
-def kube(api: FakeApiServer, tmp_path: Path) -> Iterator[ClientKube]:
-    client = ClientKube.from_config(str(api.write_kubeconfig(tmp_path / "kubeconfig")))
-    yield client
-    client.close()
 
 
 def context(kube: Kube, *, dry_run: bool = False) -> ActionContext:

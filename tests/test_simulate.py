@@ -23,10 +23,11 @@ from autoscaler.actions import ACTIONS
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.engine.decision import Decision
 from autoscaler.kube.errors import Conflict, NotFound
+from autoscaler.kube.jsonmerge import merge_patch
 from autoscaler.promql.store import SeriesStore
 from autoscaler.simulate import run as sim
 from autoscaler.simulate.fleet import EPOCH, Fleet
-from autoscaler.simulate.kube import SimKube, merge_patch, selector_matches
+from autoscaler.simulate.kube import SimKube, selector_matches
 from autoscaler.simulate.scenario import ScenarioError, load_scenario
 from autoscaler.simulate.scheduler import FirstFit, NodeView, Request, slowdown
 from autoscaler.simulate.telemetry import Telemetry

@@ -72,6 +72,7 @@ from autoscaler.actions.taint import DEFAULT_TAINT, read_taint
 from autoscaler.engine.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import Obj
+from autoscaler.promql.matchers import quote
 from autoscaler.types import Vector
 
 log = logging.getLogger("accel_autoscaler.actions")
@@ -139,15 +140,11 @@ def replacement(pod: Obj, node: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
 async def _device_pods(ctx: ActionContext, node: str, device: str) -> set[str] | None:
     """``namespace/pod`` of the pods holding ``device``, or None when unknown."""
     if ctx.query is None:
         return None
-    expr = f'accel_device_pod_info{{node="{_escape(node)}",device="{_escape(device)}"}}'
+    expr = f"accel_device_pod_info{{node={quote(node)},device={quote(device)}}}"
     result = await ctx.query(expr, ctx.clock())
     if not isinstance(result, Vector):
         return None

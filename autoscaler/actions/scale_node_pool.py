@@ -33,9 +33,8 @@ Execution (``execute``), through ``ctx.pools`` (a ``NodePoolProvider``):
   devices, ties by name), cordon and drain it (``drain_node``, which records
   ownership in ``accel-fleet.io/remediation`` and evicts through the Eviction API,
   for at most the drain action's default ``drainTimeout``), and only when the drain
-  is done and no pod that a drain moves is left on the node (checked again here,
-  whatever the drain reported), mark its Machine for deletion and *then* lower
-  replicas by one. In that
+  is done (nothing it moves is left on the node), mark its Machine for deletion and
+  *then* lower replicas by one. In that
   order the provider can never remove a node other than the drained one. A drain
   that is not done (a PodDisruptionBudget holding a pod) stops the scale-down with
   ``partial``: replicas stay, the node stays cordoned, and the next decision picks
@@ -75,7 +74,6 @@ from autoscaler.actions.base import (
 from autoscaler.actions.context import ActionContext, Outcome, Status
 from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT, drain_node
 from autoscaler.actions.ownership import event
-from autoscaler.actions.pods import evictable, pod_key
 from autoscaler.clusterstate import device_requests
 from autoscaler.engine.decision import Decision
 from autoscaler.kube.errors import KubeError
@@ -220,12 +218,6 @@ async def least_loaded(ctx: ActionContext, nodes: Sequence[str]) -> str:
     return min(zip(loads, nodes, strict=True))[1]
 
 
-async def _remaining(ctx: ActionContext, node: str) -> list[str]:
-    """The pods a drain would still have to move off ``node``. Checked before its
-    Machine is marked, whatever the drain reported: a node is removed only empty."""
-    return [pod_key(p) for p in await ctx.kube.list_pods(node=node) if evictable(p) is None]
-
-
 async def _scale_down(
     ctx: ActionContext,
     provider: NodePoolProvider,
@@ -255,17 +247,14 @@ async def _scale_down(
             timeout=DEFAULT_DRAIN_TIMEOUT,
             reason=why,
         )
-        left = [] if ctx.dry_run else await _remaining(ctx, node)
-        if left or (drained.status != "done" and not (ctx.dry_run and drained.status == "partial")):
-            still = f"; {len(left)} pod(s) still on it: {', '.join(left[:5])}" if left else ""
+        # A drain is "done" only when nothing it would move is left on the node.
+        if drained.status != "done" and not (ctx.dry_run and drained.status == "partial"):
             message = (
-                f"pool {pool.name}: drain of node {node} not finished ({drained.message}{still}); "
+                f"pool {pool.name}: drain of node {node} not finished ({drained.message}); "
                 f"replicas stay at {replicas}; {_done(removed)}"
             )
             await report("ScaleRefused", f"{message} ({_why(decision)})", warning=True)
-            status: Status = (
-                "partial" if removed or left or drained.status == "partial" else drained.status
-            )
+            status: Status = "partial" if removed or drained.status == "partial" else drained.status
             return Outcome(status, message, {**details, "drain": drained.as_json()})
         try:
             await provider.mark_for_deletion(pool.name, node)

@@ -29,7 +29,6 @@ logged, and answered with what they would have produced.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 import os
@@ -54,6 +53,7 @@ from tenacity import (
 )
 
 from autoscaler.kube.errors import KubeError, TooManyRequests, Transient, from_status
+from autoscaler.kube.jsonmerge import copy_obj, merge_patch
 from autoscaler.kube.protocol import Kube, Obj
 
 log = logging.getLogger(__name__)
@@ -476,19 +476,6 @@ def _load_file(path: str, configuration: k8s.Configuration, label: str) -> None:
 # --- dry run -------------------------------------------------------------------------
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, to answer a dry-run patch with its result."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
 class DryRunKube:
     """Reads pass through to ``inner``; writes are recorded in ``writes`` as
     (method, arguments), logged, and answered with a plausible result (a patch: the
@@ -719,7 +706,7 @@ class DryRunKube:
 
 
 def _as_created(namespace: str, body: Obj) -> Obj:
-    obj = copy.deepcopy(body)
+    obj: Obj = copy_obj(body)
     meta = obj.setdefault("metadata", {})
     meta.setdefault("namespace", namespace)
     if not meta.get("name") and meta.get("generateName"):
@@ -727,4 +714,4 @@ def _as_created(namespace: str, body: Obj) -> Obj:
     return obj
 
 
-__all__ = ["ClientKube", "DryRunKube", "KubeConfigError", "load_configuration", "merge_patch"]
+__all__ = ["ClientKube", "DryRunKube", "KubeConfigError", "load_configuration"]

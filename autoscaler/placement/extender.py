@@ -411,8 +411,7 @@ def add_extender_arguments(p: argparse.ArgumentParser) -> None:
         help=f"write the chosen devices into the pod annotation {ANN_PREFERRED} "
         "(needs --kubeconfig)",
     )
-    p.add_argument("--log.level", dest="log_level", choices=logs.LEVELS, default="info")
-    p.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
+    logs.add_arguments(p)
     add_source_arguments(p)
 
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from autoscaler.kube.errors import Conflict, NotFound, TooManyRequests
+from autoscaler.kube.jsonmerge import copy_obj, merge_patch
 from autoscaler.kube.protocol import Obj
 
 # Cluster API's names, as the provider reads them.
@@ -68,28 +69,6 @@ class Reactor(Protocol):
 def timestamp(t: float) -> str:
     """RFC 3339, as the API server writes times."""
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def copy_obj(value: Any) -> Any:
-    """A deep copy of JSON-shaped data (several times faster than ``copy.deepcopy``)."""
-    if isinstance(value, dict):
-        return {k: copy_obj(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [copy_obj(v) for v in value]
-    return value
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: mappings merge key by key, ``null`` deletes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy_obj(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 def label_matcher(selector: str | None) -> Callable[[dict[str, str]], bool]:
