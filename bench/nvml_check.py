@@ -33,7 +33,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from exporter.backends.base import BackendOptions  # noqa: E402 - after the sys.path line
-from exporter.backends.nvidia import FIELDS, NvidiaBackend  # noqa: E402
+from exporter.backends.nvidia import NvidiaBackend  # noqa: E402
+from exporter.backends.nvidia.device import FIELDS  # noqa: E402
 from exporter.model import (  # noqa: E402
     BackendUnavailableError,
     DeviceInfo,
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fake",
         choices=("h100", "v100"),
-        help="dry run against the test fake (tests/fakes/nvml.py) instead of real NVML",
+        help="dry run against the test fake (tests/support/fakes/nvml.py) instead of real NVML",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     nvml: Any = None
     sleep: Callable[[float], None] = time.sleep
     if args.fake:
-        from tests.fakes.nvml import FakeNVML
+        from tests.support.fakes.nvml import FakeNVML
 
         fake = FakeNVML.h100_node() if args.fake == "h100" else FakeNVML.v100_pair()
 

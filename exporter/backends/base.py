@@ -6,11 +6,18 @@ only code that spells metric names. The poller calls a backend from one dedicate
 thread with a timeout, so a backend may block in its vendor library; it must not
 assume it runs on the event loop, and it must import its vendor library lazily
 (inside ``discover``) so that a missing library disables only that backend.
+
+What the vendor backends share beyond the contract lives here too, so that it is
+written once: ``MissingFields``, the "this field is absent, here is why, and a
+failure is logged once" bookkeeping, and ``FIRST_SAMPLE``, the reason every rate
+gives on its first poll.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
+from collections.abc import Container, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -70,3 +77,77 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release the vendor library (shutdown, close handles)."""
+
+
+# The reason a rate (between two polls of a cumulative counter) gives on the first poll.
+FIRST_SAMPLE = "first sample taken; a rate needs two polls"
+
+
+class MissingFields(dict[str, dict[str, str]]):
+    """device -> field key -> why the last read of that device has no value for it;
+    and the warnings about such failures, each said once.
+
+    Every vendor backend keeps the same habit, and this is its one home:
+
+    * A field a device cannot give is left out of the ``Reading`` (never reported as
+      0) and its reason is kept here, so that ``bench/nvml_check.py``, the tests and an
+      operator can ask why a metric is absent. Field keys are the backend's ``FIELDS``
+      (``utilization``, ``clocks_hz.graphics``...).
+    * Reasons that stay true while the driver is loaded (unsupported, no permission)
+      are the device's *static* reasons: the backend keeps them with the device, does
+      not ask for those fields again, and ``begin`` starts every read from them.
+    * A transient or unexpected failure is logged at WARNING once per mark (a device,
+      what failed, and why) for the backend's life, not once per poll; an answer that
+      is normal (unsupported, no data yet) is not logged at all.
+
+    It is a plain dict to its readers (``backend.missing["nvidia0"]["power_watts"]``);
+    ``clear()`` forgets the reasons at rediscovery but not what was already logged.
+    """
+
+    def __init__(self, log: logging.Logger) -> None:
+        super().__init__()
+        self._log = log
+        self._said: set[tuple[str, ...]] = set()
+
+    def begin(self, device: str, static: Mapping[str, str]) -> dict[str, str]:
+        """Starts a read of ``device``: its reasons are its static ones, copied; the
+        returned dict is the one the read fills."""
+        reasons = dict(static)
+        self[device] = reasons
+        return reasons
+
+    def note(
+        self,
+        device: str,
+        keys: Iterable[str],
+        reason: str,
+        static: MutableMapping[str, str] | None = None,
+    ) -> None:
+        """Records why ``keys`` have no value in this read of ``device``; with
+        ``static`` (the device's static reasons), also for every later read."""
+        reasons = self[device]
+        for key in keys:
+            reasons[key] = reason
+            if static is not None:
+                static[key] = reason
+
+    def warn_once(self, mark: tuple[str, ...], message: str, *args: object) -> None:
+        """Logs ``message`` (a logging format with ``args``) at WARNING the first time
+        ``mark`` is seen, and never again for that mark."""
+        if mark in self._said:
+            return
+        self._said.add(mark)
+        self._log.warning(message, *args)
+
+    def settle(
+        self, device: str, fields: Iterable[str], found: Container[str], default: str
+    ) -> None:
+        """Ends a read of ``device``: each key of ``fields`` is then either ``found``
+        (its reason, if any, dropped) or has a reason (``default`` where the read
+        recorded none)."""
+        reasons = self[device]
+        for key in fields:
+            if key in found:
+                reasons.pop(key, None)
+            else:
+                reasons.setdefault(key, default)

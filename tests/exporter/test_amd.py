@@ -1,8 +1,8 @@
 """The AMD backend: amdgpu sysfs (fixture tree tests/fixtures/sys, cards 0 and 1) and AMD
-SMI (tests/fakes/amdsmi.py), through the real Poller and renderer.
+SMI (tests/support/fakes/amdsmi.py), through the real Poller and renderer.
 
 card0 is an MI300X whose gpu_metrics is v1.6, card1 an MI210 whose gpu_metrics is v1.3;
-both tables are built by tests/amd_gpu_metrics.py from the kernel's struct layouts. The
+both tables are built by tests/support/amd_gpu_metrics.py from the kernel's struct layouts. The
 expected figures are computed here from the fixture files and the builder's values, in
 base units, never copied from the output.
 """
@@ -27,22 +27,20 @@ from typing import Any
 import pytest
 
 from exporter import faults
-from exporter.backends.amd import (
-    AMDSMI_UMC_SOURCE,
+from exporter.backends.amd import AmdBackend
+from exporter.backends.amd.device import FIELDS, amdsmi_uuid
+from exporter.backends.amd.gpu_metrics import (
     ENERGY_UNIT_JOULES,
-    FIELDS,
     LAYOUTS,
-    MEM_BUSY_SOURCE,
-    UMC_SOURCE,
-    AmdBackend,
     GpuMetricsError,
-    amdsmi_uuid,
     parse_gpu_metrics,
 )
+from exporter.backends.amd.smi import AMDSMI_UMC_SOURCE
+from exporter.backends.amd.sysfs import MEM_BUSY_SOURCE, UMC_SOURCE
 from exporter.backends.base import BackendOptions
 from exporter.model import BackendUnavailableError, DeviceLostError
 from exporter.poller import Poller
-from tests.amd_gpu_metrics import (
+from tests.support.amd_gpu_metrics import (
     GPU_METRICS_PATHS,
     MI210,
     MI300X,
@@ -55,10 +53,9 @@ from tests.amd_gpu_metrics import (
     fixture_tables,
     offsets,
 )
-from tests.conftest import FIXTURES
-from tests.exposition import names, parse, value
-from tests.fakes.amdsmi import STATUS, FakeAmdGpu, FakeAmdSmi
-from tests.procs import REPO
+from tests.support.exposition import names, parse, value
+from tests.support.fakes.amdsmi import STATUS, FakeAmdGpu, FakeAmdSmi
+from tests.support.paths import FIXTURES, REPO
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -269,7 +266,7 @@ def test_unusable_tables_say_why(data: bytes, reason: str) -> None:
 
 
 def test_fixture_tables_are_what_the_builder_writes() -> None:
-    """The committed binaries are reproducible: python -m tests.amd_gpu_metrics."""
+    """The committed binaries are reproducible: python -m tests.support.amd_gpu_metrics."""
     for relative, data in fixture_tables().items():
         assert (SYS / relative).read_bytes() == data, relative
     assert REVISIONS == {"card0": (1, 6), "card1": (1, 3)}
@@ -281,7 +278,7 @@ def test_uuid_is_amd_smis() -> None:
     assert amdsmi_uuid(0x5A3C9E7F01D2B846, 0x740F) == MI210_UUID
 
 
-# -- acceptance 1: the command line over the fixture tree --------------------------------
+# -- the command line over the fixture tree ----------------------------------------------
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -387,7 +384,7 @@ async def test_golden_sysfs_two_polls(
     golden("amd_sysfs.prom", stable(text))
 
 
-# -- acceptance 2: a gpu_metrics the backend cannot use ----------------------------------
+# -- a gpu_metrics the backend cannot use ------------------------------------------------
 
 
 BAD_TABLES = {
@@ -964,7 +961,7 @@ def no_rocm() -> Iterator[None]:
 def test_the_import_guard_keeps_stdout_clean(no_rocm: None) -> None:
     code = (
         "import sys\n"
-        "from exporter.backends.amd import load_amdsmi\n"
+        "from exporter.backends.amd.smi import load_amdsmi\n"
         "module, reason = load_amdsmi()\n"
         "sys.stderr.write(f'{module is None}|{reason}')\n"
     )
@@ -982,7 +979,7 @@ def test_the_import_guard_keeps_stdout_clean(no_rocm: None) -> None:
 def test_quiet_stdout_catches_python_and_c_writes() -> None:
     code = (
         "import os\n"
-        "from exporter.backends.amd import quiet_stdout\n"
+        "from exporter.backends.amd.smi import quiet_stdout\n"
         "with quiet_stdout() as printed:\n"
         "    print('from Python')\n"
         "    os.write(1, b'from C\\n')\n"

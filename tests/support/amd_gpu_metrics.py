@@ -11,7 +11,7 @@ Why it is built this way:
   with 0xFF, set the header (``structure_size = sizeof``), then write the values the
   firmware gave. A field that is not given stays all-ones, the kernel's "not reported".
 * The fixture cards' tables are described here once (``MI300X`` at v1.6, ``MI210`` at
-  v1.3) and written into ``tests/fixtures/sys`` by ``python -m tests.amd_gpu_metrics``;
+  v1.3) and written into ``tests/fixtures/sys`` by ``python -m tests.support.amd_gpu_metrics``;
   a test checks that the committed files are exactly what this module builds.
 """
 
@@ -21,6 +21,8 @@ import ctypes
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from tests.support.paths import FIXTURES
 
 u8, u16, u32, u64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
 
@@ -424,4 +426,4 @@ def write_fixture_tables(sysfs: Path) -> None:
 
 
 if __name__ == "__main__":
-    write_fixture_tables(Path(__file__).parent / "fixtures" / "sys")
+    write_fixture_tables(FIXTURES / "sys")

@@ -1,6 +1,6 @@
-"""The oneapi backend: the real dpctl on this machine's CPU (acceptance 3), i915/xe
-sysfs fixtures (acceptance 4), and Level Zero Sysman through its ctypes code against
-the fake loader (tests/fakes/level_zero.py), all through the real Poller and renderer.
+"""The oneapi backend: the real dpctl on this machine's CPU, i915/xe sysfs fixtures,
+and Level Zero Sysman through its ctypes code against the fake loader
+(tests/support/fakes/level_zero.py), all through the real Poller and renderer.
 
 The Level Zero node is a two-tile Max 1550 (listed by dpctl as two FLAT-mode tiles of
 one composite device) and a Flex 170 that both Level Zero and OpenCL list, beside the
@@ -26,24 +26,18 @@ import pytest
 
 from exporter import faults
 from exporter.backends import default_backends
-from exporter.backends import oneapi as oneapi_module
-from exporter.backends.base import BackendOptions
-from exporter.backends.oneapi import (
-    BANDWIDTH_SOURCE,
-    FIELDS,
-    FIRST_SAMPLE,
-    PROTOTYPES,
-    OneapiBackend,
-    found_fields,
-)
+from exporter.backends.base import FIRST_SAMPLE, BackendOptions
+from exporter.backends.oneapi import OneapiBackend, sycl, sysman, zes
+from exporter.backends.oneapi.device import FIELDS, found_fields
+from exporter.backends.oneapi.sysman import BANDWIDTH_SOURCE
+from exporter.backends.oneapi.zes import PROTOTYPES
 from exporter.model import BackendUnavailableError, DeviceInfo, DeviceLostError, Reading
 from exporter.poller import Poller
-from tests.conftest import FIXTURES
-from tests.exposition import names, parse, stable, value
-from tests.fakes import level_zero as lz
-from tests.fakes.dpctl import FakeDpctl, SyclDevice
-from tests.fakes.level_zero import GIB, FakeLevelZero, flex_170, max_1550
-from tests.procs import REPO
+from tests.support.exposition import names, parse, stable, value
+from tests.support.fakes import level_zero as lz
+from tests.support.fakes.dpctl import FakeDpctl, SyclDevice
+from tests.support.fakes.level_zero import GIB, FakeLevelZero, flex_170, max_1550
+from tests.support.paths import FIXTURES, REPO
 
 NOW = 1_700_000_000.0
 MAX = "Intel(R) Data Center GPU Max 1550"
@@ -189,7 +183,7 @@ def assert_every_field_found_or_explained(backend: OneapiBackend, devices: list[
         assert not found & set(missing), (d, found & set(missing))
 
 
-# -- acceptance 3: the real dpctl and this machine's CPU ------------------------------
+# -- the real dpctl and this machine's CPU --------------------------------------------
 
 _REAL_DPCTL = r"""
 import dataclasses, inspect, json, sys
@@ -290,7 +284,7 @@ def test_oneapi_is_a_default_backend() -> None:
     assert "oneapi" in default_backends()
 
 
-# -- acceptance 4: i915 and xe cards in sysfs ------------------------------------------
+# -- i915 and xe cards in sysfs --------------------------------------------------------
 
 
 async def test_sysfs_cards_power_energy_frequency(
@@ -563,9 +557,7 @@ async def test_ras_errors_are_ecc_and_fault_events(
 
 def test_every_code_the_backend_emits_is_in_the_catalogue() -> None:
     emitted = {
-        oneapi_module._ras_code(cat, correctable)
-        for cat in range(7)
-        for correctable in (True, False)
+        sysman.ras_code(cat, correctable) for cat in range(7) for correctable in (True, False)
     } | {"lost", "reset_required"}
     for c in emitted:
         assert faults.lookup("oneapi", c) is not None, c
@@ -752,23 +744,23 @@ def _flat_offsets(structure: type[ctypes.Structure], base: int = 0) -> dict[str,
 @pytest.mark.parametrize(
     ("layout", "structure"),
     [
-        ("zes_device_properties_t", oneapi_module.ZesDeviceProperties),
-        ("zes_device_ext_properties_t", oneapi_module.ZesDeviceExtProperties),
-        ("zes_device_state_t", oneapi_module.ZesDeviceState),
-        ("zes_pci_properties_t", oneapi_module.ZesPciProperties),
-        ("zes_engine_properties_t", oneapi_module.ZesEngineProperties),
-        ("zes_engine_stats_t", oneapi_module.ZesEngineStats),
-        ("zes_mem_properties_t", oneapi_module.ZesMemProperties),
-        ("zes_mem_state_t", oneapi_module.ZesMemState),
-        ("zes_mem_bandwidth_t", oneapi_module.ZesMemBandwidth),
-        ("zes_power_properties_t", oneapi_module.ZesPowerProperties),
-        ("zes_power_energy_counter_t", oneapi_module.ZesPowerEnergyCounter),
-        ("zes_power_sustained_limit_t", oneapi_module.ZesPowerSustainedLimit),
-        ("zes_freq_properties_t", oneapi_module.ZesFreqProperties),
-        ("zes_freq_state_t", oneapi_module.ZesFreqState),
-        ("zes_temp_properties_t", oneapi_module.ZesTempProperties),
-        ("zes_ras_properties_t", oneapi_module.ZesRasProperties),
-        ("zes_ras_state_t", oneapi_module.ZesRasState),
+        ("zes_device_properties_t", zes.ZesDeviceProperties),
+        ("zes_device_ext_properties_t", zes.ZesDeviceExtProperties),
+        ("zes_device_state_t", zes.ZesDeviceState),
+        ("zes_pci_properties_t", zes.ZesPciProperties),
+        ("zes_engine_properties_t", zes.ZesEngineProperties),
+        ("zes_engine_stats_t", zes.ZesEngineStats),
+        ("zes_mem_properties_t", zes.ZesMemProperties),
+        ("zes_mem_state_t", zes.ZesMemState),
+        ("zes_mem_bandwidth_t", zes.ZesMemBandwidth),
+        ("zes_power_properties_t", zes.ZesPowerProperties),
+        ("zes_power_energy_counter_t", zes.ZesPowerEnergyCounter),
+        ("zes_power_sustained_limit_t", zes.ZesPowerSustainedLimit),
+        ("zes_freq_properties_t", zes.ZesFreqProperties),
+        ("zes_freq_state_t", zes.ZesFreqState),
+        ("zes_temp_properties_t", zes.ZesTempProperties),
+        ("zes_ras_properties_t", zes.ZesRasProperties),
+        ("zes_ras_state_t", zes.ZesRasState),
     ],
 )
 def test_backend_structures_match_the_fakes_transcription(
@@ -781,16 +773,16 @@ def test_backend_structures_match_the_fakes_transcription(
 
 def test_known_offsets_on_this_abi() -> None:
     """A few offsets worked out by hand from the header for LP64."""
-    offs = _flat_offsets(oneapi_module.ZesDeviceProperties)
+    offs = _flat_offsets(zes.ZesDeviceProperties)
     assert offs["core.stype"] == 16
     assert offs["core.uuid"] == 16 + 96
     assert offs["core.name"] == 16 + 112
     assert offs["numSubdevices"] == 16 + 368
     assert offs["driverVersion"] == 388 + 5 * 64
-    assert ctypes.sizeof(oneapi_module.ZesDeviceProperties) == 776
-    assert ctypes.sizeof(oneapi_module.ZesRasState) == 16 + 7 * 8
-    assert _flat_offsets(oneapi_module.ZesPciProperties)["maxSpeed.maxBandwidth"] == 40
-    assert _flat_offsets(oneapi_module.ZesFreqState)["actual"] == 48
+    assert ctypes.sizeof(zes.ZesDeviceProperties) == 776
+    assert ctypes.sizeof(zes.ZesRasState) == 16 + 7 * 8
+    assert _flat_offsets(zes.ZesPciProperties)["maxSpeed.maxBandwidth"] == 40
+    assert _flat_offsets(zes.ZesFreqState)["actual"] == 48
 
 
 def test_fake_implements_every_function_the_backend_binds() -> None:
@@ -815,7 +807,7 @@ def test_fake_fails_like_the_loader() -> None:
     count.value = 4  # more room than devices: the count is corrected
     assert ze.zesDeviceGet(ctypes.c_void_p(drivers[0]), ctypes.pointer(count), devices) == 0
     assert count.value == 1
-    state = oneapi_module.ZesMemState()  # stype left 0: the driver refuses it
+    state = zes.ZesMemState()  # stype left 0: the driver refuses it
     memory = (ctypes.c_void_p * 1)()
     count.value = 1
     ze.zesDeviceEnumMemoryModules(ctypes.c_void_p(devices[0]), ctypes.pointer(count), memory)
@@ -859,7 +851,7 @@ def test_dpctl_missing_crashing_or_hung(
     (tmp_path / "dpctl").mkdir()
     (tmp_path / "dpctl" / "__init__.py").write_text(body + "\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the child imports this dpctl
-    monkeypatch.setattr(oneapi_module, "DISCOVERY_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(sycl, "DISCOVERY_TIMEOUT_SECONDS", 1.0)
     with pytest.raises(BackendUnavailableError, match=reason):
         OneapiBackend(BackendOptions(sysfs=tmp_path)).discover()
 
@@ -1027,5 +1019,5 @@ def test_loader_without_sysman_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
     libc = ctypes.util.find_library("c")
     assert libc is not None
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: libc)
-    with pytest.raises(oneapi_module.LevelZeroUnavailable, match="has no zesInit"):
-        oneapi_module.load_level_zero()
+    with pytest.raises(zes.LevelZeroUnavailable, match="has no zesInit"):
+        zes.load_level_zero()

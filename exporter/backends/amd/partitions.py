@@ -24,15 +24,21 @@ Why it is built this way:
 * sysfs has no per-partition utilization or used memory (those are in the binary
   ``gpu_metrics`` table per XCP, or in AMD SMI); what the KFD node does say per
   partition is the size of the memory it allocates from, its memory partition's,
-  which in CPX/NPS4 two compute partitions share. GPU-wide figures stay on the parent.
+  which in CPX/NPS4 two compute partitions share. GPU-wide figures stay on the parent,
+  and each of a partition's other fields carries why it has none.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.kfd import node_pci_address, nodes_dir
+from exporter.backends.amd.device import FIELDS, VENDOR, Gpu
+from exporter.backends.amd.kfd import node_pci_address, nodes_dir, properties
+from exporter.model import DeviceInfo, DeviceLostError, Reading
+
+log = logging.getLogger("accel_exporter.amd")
 
 
 @dataclass(frozen=True)
@@ -62,23 +68,6 @@ def profile(device_dir: Path) -> str:
     return f"{compute}/{memory}" if compute and memory else compute
 
 
-def _properties(path: Path) -> dict[str, int]:
-    """A KFD ``name value`` file; lines that are not ``name int`` are skipped."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return {}
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            try:
-                out[parts[0]] = int(parts[1], 0)
-            except ValueError:
-                continue
-    return out
-
-
 def partitions(sysfs: Path, pci_bus_id: str) -> list[Partition]:
     """The compute partitions of the GPU at ``pci_bus_id``, in the driver's order;
     empty when the GPU is whole (one KFD node) or the KFD topology is absent."""
@@ -88,10 +77,10 @@ def partitions(sysfs: Path, pci_bus_id: str) -> list[Partition]:
         return []
     found: list[tuple[int, float | None]] = []
     for node in node_dirs:
-        props = _properties(node / "properties")
+        props = properties(node / "properties")
         if not props.get("gpu_id") or node_pci_address(props) != pci_bus_id:
             continue
-        bank = _properties(node / "mem_banks" / "0" / "properties").get("size_in_bytes")
+        bank = properties(node / "mem_banks" / "0" / "properties").get("size_in_bytes")
         found.append((props.get("drm_render_minor", 0), float(bank) if bank else None))
     if len(found) < 2:
         return []
@@ -99,3 +88,47 @@ def partitions(sysfs: Path, pci_bus_id: str) -> list[Partition]:
         Partition(index, minor, memory)
         for index, (minor, memory) in enumerate(sorted(found, key=lambda f: f[0]))
     ]
+
+
+def children(sysfs: Path, parent: DeviceInfo, device_dir: Path) -> list[Gpu]:
+    """The compute partitions of a GPU in DPX/QPX/CPX mode as child devices
+    ``amdN_pK``; none for a whole GPU."""
+    if not parent.pci_bus_id or not read_mode(device_dir, "compute"):
+        return []
+    parts = partitions(sysfs, parent.pci_bus_id)
+    mode = profile(device_dir)
+    out: list[Gpu] = []
+    for part in parts:
+        info = DeviceInfo(
+            device=f"{parent.device}_p{part.index}",
+            vendor=VENDOR,
+            # The partitions share the ASIC serial; the index tells them apart.
+            uuid=f"{parent.uuid}-p{part.index}",
+            model=parent.model,
+            pci_bus_id=parent.pci_bus_id,
+            driver_version=parent.driver_version,
+            numa_node=parent.numa_node,
+            cpu_affinity=parent.cpu_affinity,
+            parent=parent.device,
+            profile=mode,
+        )
+        child = Gpu(info, device_dir=device_dir, card=f"renderD{part.render_minor}")
+        child.partition_memory = part.memory_bytes
+        for key in FIELDS:
+            child.static[key] = f"GPU-wide: reported on {parent.device}"
+        for key in ("utilization", "memory_used_bytes", "memory_bandwidth_utilization"):
+            child.static[key] = "amdgpu sysfs has no per-partition figure"
+        if part.memory_bytes is not None:
+            del child.static["memory_total_bytes"]
+        out.append(child)
+    if parts:
+        log.info("%s: %s, %d partitions", parent.device, mode, len(parts))
+    return out
+
+
+def read(gpu: Gpu) -> Reading:
+    """A partition has no telemetry of its own in sysfs: it is up while its GPU is,
+    and reports its memory partition's size."""
+    if gpu.device_dir is None or not gpu.device_dir.is_dir():
+        raise DeviceLostError(f"{gpu.info.parent} ({gpu.info.pci_bus_id}) left sysfs")
+    return Reading(memory_total_bytes=gpu.partition_memory, telemetry_source="none")

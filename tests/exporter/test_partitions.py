@@ -10,15 +10,16 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from exporter import amdpart
-from exporter.backends.amd import AmdBackend
-from exporter.backends.base import BackendOptions
-from exporter.backends.nvidia import FIELDS, FIRST_SAMPLE, NvidiaBackend
+from exporter.backends.amd import AmdBackend, partitions
+from exporter.backends.base import FIRST_SAMPLE, BackendOptions
+from exporter.backends.nvidia import NvidiaBackend
+from exporter.backends.nvidia.device import FIELDS
 from exporter.model import DeviceLostError
 from exporter.poller import Poller
 from exporter.topology import distances
-from tests.exposition import parse, stable, value
-from tests.fakes.nvml import GIB, MIB, FakeMig, FakeNVML, fake_uuid, h100
+from tests.support.exposition import parse, stable, value
+from tests.support.fakes.nvml import GIB, MIB, FakeMig, FakeNVML, fake_uuid, h100
+from tests.support.paths import FIXTURES
 
 NOW = 1_700_000_000.0
 
@@ -41,8 +42,8 @@ def backend_for(fake: FakeNVML, tmp_path: Path) -> NvidiaBackend:
 async def test_mig_gpu_exports_parent_and_instances_with_their_own_utilization(
     tmp_path: Path,
 ) -> None:
-    """Acceptance: a MIG GPU with 2 instances exports 3 devices, and each instance has
-    its own accel_utilization_ratio from the second poll on."""
+    """A MIG GPU with 2 instances exports 3 devices, and each instance has its own
+    accel_utilization_ratio from the second poll on."""
     fake = mig_gpu()
     poller = Poller([backend_for(fake, tmp_path)], 1, 5, clock=lambda: NOW)
     try:
@@ -183,8 +184,8 @@ def test_fake_mig_sample_checks_the_gpu_instance() -> None:
 
 # -- AMD compute partitions ----------------------------------------------------------
 
-AMD_CPX = Path(__file__).parent / "fixtures" / "amd_cpx" / "sys"
-AMD_TWO_CARDS = Path(__file__).parent / "fixtures" / "sys"
+AMD_CPX = FIXTURES / "amd_cpx" / "sys"
+AMD_TWO_CARDS = FIXTURES / "sys"
 
 
 @pytest.fixture
@@ -250,11 +251,11 @@ def test_two_card_fixture_is_unpartitioned() -> None:
 
 def test_partition_modes_are_read_as_the_driver_writes_them(cpx_tree: Path) -> None:
     gpu_dir = cpx_tree / "devices/pci0000:00/0000:00:01.1/0000:0c:00.0"
-    assert amdpart.read_mode(gpu_dir, "compute") == "CPX"
-    assert amdpart.read_mode(gpu_dir, "memory") == "NPS4"
+    assert partitions.read_mode(gpu_dir, "compute") == "CPX"
+    assert partitions.read_mode(gpu_dir, "memory") == "NPS4"
     (gpu_dir / "current_memory_partition").unlink()
-    assert amdpart.profile(gpu_dir) == "CPX"
-    assert amdpart.read_mode(cpx_tree, "compute") == ""
+    assert partitions.profile(gpu_dir) == "CPX"
+    assert partitions.read_mode(cpx_tree, "compute") == ""
 
 
 async def test_amd_cpx_golden_and_promtool(

@@ -9,7 +9,8 @@ Why it is built this way:
   ``gpu_id`` and names its PCI function by ``domain`` and ``location_id``
   (``bus << 8 | device << 3 | function``); CPU nodes have ``gpu_id`` 0. That PCI
   address is how a node is matched to our ``amdN`` devices, which are named in PCI
-  order by the backend, whatever order the driver numbered its nodes in.
+  order by the backend, whatever order the driver numbered its nodes in; the
+  partitions module matches its compute partitions the same way.
 * ``io_links/<m>/properties`` has ``type`` (``IOLINK_TYPE_XGMI`` = 11,
   ``IOLINK_TYPE_PCIEXPRESS`` = 2), ``node_from``, ``node_to`` and ``weight``. Only
   xGMI links between two GPUs are device links; a PCIe link in KFD joins a GPU to its
@@ -33,7 +34,7 @@ IOLINK_TYPE_PCIEXPRESS = 2
 IOLINK_TYPE_XGMI = 11
 
 
-def _properties(path: Path) -> dict[str, int]:
+def properties(path: Path) -> dict[str, int]:
     """A KFD ``properties`` file as name -> integer; lines that are not ``name int``
     (a newer kernel's additions) are skipped rather than failing the whole file."""
     try:
@@ -85,13 +86,13 @@ def xgmi_links(sysfs: Path, devices: Sequence[DeviceInfo]) -> list[Link]:
             continue
         if gpu_id == 0:
             continue  # a CPU node
-        name = by_pci.get(node_pci_address(_properties(node / "properties")))
+        name = by_pci.get(node_pci_address(properties(node / "properties")))
         if name is not None:
             device_of[int(node.name)] = name
     pairs: set[tuple[str, str]] = set()
     for node in node_dirs:
         for link in sorted((node / "io_links").glob("*/properties")):
-            props = _properties(link)
+            props = properties(link)
             if props.get("type") != IOLINK_TYPE_XGMI:
                 continue
             a = device_of.get(props.get("node_from", int(node.name)))

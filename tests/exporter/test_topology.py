@@ -20,18 +20,19 @@ import pytest
 
 from exporter import topology
 from exporter.backends.amd import AmdBackend
+from exporter.backends.amd.kfd import node_pci_address, xgmi_links
 from exporter.backends.base import Backend, BackendOptions
-from exporter.backends.nvidia import NvidiaBackend, normalize_bus_id
+from exporter.backends.nvidia import NvidiaBackend
+from exporter.backends.nvidia.device import normalize_bus_id
 from exporter.backends.oneapi import OneapiBackend
-from exporter.kfd import node_pci_address, xgmi_links
 from exporter.model import DeviceInfo, Link
 from exporter.pcitopo import cpu_affinity, pci_path, pcie_link_type, pcie_links
 from exporter.poller import Poller
-from tests.conftest import FIXTURES
-from tests.exposition import parse, value
-from tests.fakes.level_zero import FakeLevelZero
-from tests.fakes.nvml import PCIE_PATHS, FakeNVML
-from tests.test_oneapi import sysfs_node
+from tests.exporter.test_oneapi import sysfs_node
+from tests.support.exposition import parse, value
+from tests.support.fakes.level_zero import FakeLevelZero
+from tests.support.fakes.nvml import PCIE_PATHS, FakeNVML
+from tests.support.paths import FIXTURES
 
 NOW = 1_700_000_000.0
 KFD_XGMI = FIXTURES / "kfd_xgmi" / "sys"

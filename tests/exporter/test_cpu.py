@@ -15,8 +15,8 @@ import pytest
 from exporter.backends.base import BackendOptions
 from exporter.backends.cpu import CpuBackend, parse_cpu_list
 from exporter.poller import Poller
-from tests.conftest import FIXTURES
-from tests.exposition import names, value
+from tests.support.exposition import names, value
+from tests.support.paths import FIXTURES
 
 NOW = 1700000000.0
 KIB = 1024

@@ -1,4 +1,4 @@
-"""The NVIDIA backend against the fake NVML (tests/fakes/nvml.py), through the real
+"""The NVIDIA backend against the fake NVML (tests/support/fakes/nvml.py), through the real
 Poller and renderer, so that what is checked is the exposition Prometheus would scrape.
 
 The main table is an 8-GPU HGX H100 node with 2 MIG instances on GPU 3; a V100 pair
@@ -22,17 +22,18 @@ import pynvml
 import pytest
 
 from exporter.backends.base import Backend, BackendOptions
-from exporter.backends.nvidia import (
+from exporter.backends.nvidia import NvidiaBackend
+from exporter.backends.nvidia.device import (
     FIELDS,
     GPM_SOURCE,
     UTILIZATION_SOURCE,
-    NvidiaBackend,
     normalize_bus_id,
 )
 from exporter.model import BackendUnavailableError, DeviceInfo, DeviceLostError, Reading
 from exporter.poller import Poller
-from tests.exposition import names, parse, value
-from tests.fakes.nvml import GIB, MIB, FakeNVML
+from tests.support.exposition import names, parse, value
+from tests.support.fakes.nvml import GIB, MIB, FakeNVML
+from tests.support.paths import REPO
 
 NOW = 1_700_000_000.0
 H100_DEVICES = [f"nvidia{i}" for i in range(8)] + ["nvidia3_mig1", "nvidia3_mig9"]
@@ -155,7 +156,7 @@ def test_fake_fails_like_nvml() -> None:
         FakeNVML([], library_missing=True).nvmlInit()
 
 
-# -- acceptance: the H100 node through the poller ----------------------------------
+# -- the H100 node through the poller ----------------------------------------------
 
 
 async def test_h100_node_values_and_units(
@@ -636,8 +637,6 @@ def test_normalize_bus_id(nvml: str | bytes, kernel: str) -> None:
 
 
 # -- bench/nvml_check.py ------------------------------------------------------------
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_nvml_check_runs_from_the_repo_root() -> None:

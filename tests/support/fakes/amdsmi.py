@@ -9,7 +9,7 @@ Why it is built this way:
   ``AmdSmiMemoryType``: ``AmdSmiParameterException``) and returns the real dict shapes,
   with the library's ``"N/A"`` where a value is not available.
 * The real package cannot even be imported on a host without ROCm (its wrapper loads
-  ``libamd_smi.so`` at import), so ``tests/test_amd.py`` checks this fake against the
+  ``libamd_smi.so`` at import), so ``tests/exporter/test_amd.py`` checks this fake against the
   installed package's *source*: function names and parameters, enum members and values,
   ``AMDSMI_STATUS_*`` numbers, and that every dict key returned here is one the real
   function builds.

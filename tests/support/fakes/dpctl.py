@@ -6,7 +6,7 @@ hosts this machine is not (Intel GPUs on Level Zero and OpenCL, FLAT-mode tiles,
 FPGA emulator, other vendors' OpenCL ICDs). The attribute names and their types are
 dpctl 0.22's (``SyclDevice.name``, ``.vendor``, ``.driver_version``,
 ``.global_mem_size``, ``.device_type`` and ``.backend`` as enums with ``.name``,
-``.has_aspect_emulated``, ``.composite_device``); ``tests/test_oneapi.py`` checks them
+``.has_aspect_emulated``, ``.composite_device``); ``tests/exporter/test_oneapi.py`` checks them
 against the real module in a subprocess.
 """
 
