@@ -11,22 +11,20 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from aiohttp import web
-
 from accel_common import logs
 from accel_common.durations import parse_duration
+from accel_common.listen import Listener, ListenError, split_listen_address
 from exporter import __version__, backends
 from exporter.backends.base import Backend, BackendOptions
 from exporter.backends.sim import SimScriptError, parse_sim_devices
 from exporter.poller import Poller
-from exporter.server import make_app, split_listen_address
+from exporter.server import make_app
 from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger("accel_exporter")
@@ -163,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pod-labels",
         action="store_true",
         help="also put namespace and pod labels on each device's gauges (series churn "
-        "as pods come and go; see README)",
+        "as pods come and go; see docs/exporter/pods.md)",
     )
     s = p.add_argument_group("simulation")
     s.add_argument(
@@ -177,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim-script",
         type=Path,
         metavar="FILE",
-        help="YAML timeline of simulated faults (Xid, lost device, ECC, hang); see README",
+        help="YAML timeline of simulated faults (Xid, lost device, ECC, hang); see docs/exporter",
     )
     s.add_argument(
         "--sim-seed",
@@ -269,39 +267,31 @@ async def _once(poller: Poller) -> bytes:
 async def _serve(poller: Poller, args: argparse.Namespace, web_config: WebConfig | None) -> int:
     host, port = split_listen_address(args.listen_address)
     app = make_app(poller, args.telemetry_path, web_config)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
     ssl_context = web_config.ssl_context if web_config is not None else None
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
     try:
-        await site.start()
-    except OSError as e:
-        await runner.cleanup()
-        log.error("cannot listen on %s: %s", args.listen_address, e.strerror or e)
+        listener = await Listener.start(app, host, port, ssl_context=ssl_context)
+    except ListenError as e:
+        log.error("%s", e)
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    scheme = "https" if ssl_context is not None else "http"
-    log.info(
-        "listening on %s://%s:%d%s, backends %s, poll every %gs",
-        scheme,
-        host or "0.0.0.0",
-        port,
-        args.telemetry_path,
-        ",".join(args.backends),
-        args.poll_interval,
-    )
-    # The first poll runs in the background too: the server answers at once, with
-    # the backends' metrics from the moment each first poll completes.
-    poll_task = asyncio.create_task(poller.start())
-    await stop.wait()
-    log.info("shutting down")
-    poll_task.cancel()
-    await asyncio.gather(poll_task, return_exceptions=True)
-    await poller.stop()
-    await runner.cleanup()
+    async with listener:
+        scheme = "https" if ssl_context is not None else "http"
+        log.info(
+            "listening on %s://%s:%d%s, backends %s, poll every %gs",
+            scheme,
+            host or "0.0.0.0",
+            port,
+            args.telemetry_path,
+            ",".join(args.backends),
+            args.poll_interval,
+        )
+        # The first poll runs in the background too: the server answers at once, with
+        # the backends' metrics from the moment each first poll completes.
+        poll_task = asyncio.create_task(poller.start())
+        await listener.wait()
+        log.info("shutting down")
+        poll_task.cancel()
+        await asyncio.gather(poll_task, return_exceptions=True)
+        await poller.stop()
     return 0
 
 

@@ -146,7 +146,11 @@ class Poller:
         fut = st.executor.submit(self._poll_sync, st)
         st.in_flight = fut
         try:
-            result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), self.timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result
+            # and drops a cancel that lands as the poll completes, and the poller's
+            # stop() then waits forever (the exporter hung on SIGTERM).
+            async with asyncio.timeout(self.timeout):
+                result = await asyncio.shield(asyncio.wrap_future(fut))
         except TimeoutError:
             self._set_down(st, f"poll timed out after {self.timeout:g}s")
             return

@@ -2,8 +2,9 @@
 
 Rendering happens once per poll, in the poller, and the HTTP handler serves the
 resulting bytes: no vendor call and no formatting ever happens on a scrape. The
-text is written by hand rather than through prometheus_client's registry because it
-is produced from data we already hold, once, and then cached with its gzip form.
+text goes through the project's one writer (``accel_common.exposition``) rather
+than prometheus_client's registry because it is produced from data we already
+hold, once, and then cached with its gzip form.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from accel_common.exposition import escape, format_value
+from accel_common import exposition
+from accel_common.exposition import Exposition
 from exporter import schema, topology
 from exporter.model import DeviceInfo, Link, PodAssignment, Reading
 from exporter.schema import MetricSpec
@@ -42,39 +44,22 @@ class BackendStatus:
     last_success: float | None
 
 
-def sample(spec: MetricSpec, labels: str, value: float) -> str:
-    return f"{spec.name}{{{labels}}} {format_value(value)}"
-
-
 def _labels(pairs: Iterable[tuple[str, str]]) -> str:
-    return ",".join(f'{k}="{escape(v)}"' for k, v in pairs)
+    return exposition.label_text(pairs)
 
 
-class _Families:
-    """Samples grouped by metric family, written out in catalogue order."""
-
-    def __init__(self) -> None:
-        self.samples: dict[str, list[str]] = defaultdict(list)
-        self.help_override: dict[str, str] = {}
-
-    def add(self, spec: MetricSpec, labels: str, value: float) -> None:
-        self.samples[spec.name].append(sample(spec, labels, value))
-
-    def text(self) -> str:
-        out: list[str] = []
-        for spec in schema.CATALOGUE:
-            lines = self.samples.get(spec.name)
-            if not lines:
-                continue
-            help_text = self.help_override.get(spec.name, spec.help)
-            out.append(f"# HELP {spec.name} {escape_help(help_text)}")
-            out.append(f"# TYPE {spec.name} {spec.type}")
-            out.extend(lines)
-        return "\n".join(out) + "\n" if out else ""
-
-
-def escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+def _families(devices: Sequence[DeviceState]) -> Exposition:
+    """An exposition with every family of the catalogue declared, so that families
+    come out in catalogue order whatever order their samples arrive in; two HELP
+    texts say where the devices' figures came from."""
+    helps = {
+        schema.MEMORY_BANDWIDTH.name: _bandwidth_help(devices),
+        schema.DEVICE_INFO.name: _info_help(devices),
+    }
+    out = Exposition()
+    for spec in schema.CATALOGUE:
+        out.family(spec.name, spec.type, helps.get(spec.name, spec.help))
+    return out
 
 
 def _bandwidth_help(devices: Sequence[DeviceState]) -> str:
@@ -121,7 +106,7 @@ def reading_lines(info: DeviceInfo, r: Reading) -> dict[str, list[str]]:
     base = device_labels(info)
 
     def add(spec: MetricSpec, labels: str, value: float) -> None:
-        out[spec.name].append(sample(spec, labels, value))
+        out[spec.name].append(exposition.sample(spec.name, labels, value))
 
     def with_(*pairs: tuple[str, str]) -> str:
         return base + "," + _labels(pairs)
@@ -177,15 +162,15 @@ def reading_lines(info: DeviceInfo, r: Reading) -> dict[str, list[str]]:
     return out
 
 
-def _faults(fam: _Families, d: DeviceState) -> None:
+def _faults(fam: Exposition, d: DeviceState) -> None:
     # The exporter's own fault counters exist for every device, up or not, from the
     # first scrape, so that increase() sees the first fault.
     base = device_labels(d.info)
     for sev in schema.SEVERITIES:
-        fam.add(schema.FAULT_EVENTS, f'{base},severity="{sev}"', d.faults.get(sev, 0))
+        fam.add(schema.FAULT_EVENTS.name, f'{base},severity="{sev}"', d.faults.get(sev, 0))
     for (code, sev), n in sorted(d.fault_codes.items()):
         labels = base + "," + _labels((("code", code), ("severity", sev)))
-        fam.add(schema.FAULT_CODE_EVENTS, labels, n)
+        fam.add(schema.FAULT_CODE_EVENTS.name, labels, n)
 
 
 def normalise_device_id(value: str) -> str:
@@ -230,7 +215,7 @@ def match_pods(
     return out
 
 
-def _pods(fam: _Families, matched: Sequence[tuple[DeviceInfo, PodAssignment]]) -> None:
+def _pods(fam: Exposition, matched: Sequence[tuple[DeviceInfo, PodAssignment]]) -> None:
     """accel_device_pod_info. A device shared by several pods (time-slicing, MPS)
     gets one series per pod and container."""
     for info, p in matched:
@@ -239,7 +224,7 @@ def _pods(fam: _Families, matched: Sequence[tuple[DeviceInfo, PodAssignment]]) -
             + ","
             + _labels((("namespace", p.namespace), ("pod", p.pod), ("container", p.container)))
         )
-        fam.add(schema.DEVICE_POD, labels, 1)
+        fam.add(schema.DEVICE_POD.name, labels, 1)
 
 
 def pod_label_suffix(assignments: Sequence[PodAssignment]) -> str:
@@ -277,7 +262,7 @@ def render(
 ) -> bytes:
     """The whole exposition for one snapshot. With ``pod_labels``, a device's gauges
     also carry the namespace and pod of the pods that hold it (--pod-labels)."""
-    fam = _Families()
+    fam = _families(devices)
     by_name = {d.info.device: d.info for d in devices}
     matched = match_pods(devices, pods)
     by_device: dict[str, list[PodAssignment]] = defaultdict(list)
@@ -287,14 +272,14 @@ def render(
         lines = d.lines if d.lines is not None else reading_lines(d.info, d.reading)
         suffix = pod_label_suffix(by_device.get(d.info.device, ())) if pod_labels else ""
         for name, rows in lines.items():
-            fam.samples[name].extend(_with_pod_labels(d.info, name, rows, suffix))
+            fam.extend(name, _with_pod_labels(d.info, name, rows, suffix))
         _faults(fam, d)
     for link in links:
         own = by_name.get(link.device)
         if own is None:
             continue
         fam.add(
-            schema.TOPOLOGY_LINK,
+            schema.TOPOLOGY_LINK.name,
             _labels(
                 (
                     ("device", own.device),
@@ -309,15 +294,13 @@ def render(
         )
     for name, peer, distance in topology.distances([d.info for d in devices], links):
         labels = device_labels(by_name[name]) + "," + _labels((("peer_device", peer),))
-        fam.add(schema.TOPOLOGY_DISTANCE, labels, distance)
+        fam.add(schema.TOPOLOGY_DISTANCE.name, labels, distance)
     _pods(fam, matched)
     for b in backends:
         lbl = _labels((("backend", b.name),))
-        fam.add(schema.BACKEND_UP, lbl, 1 if b.up else 0)
+        fam.add(schema.BACKEND_UP.name, lbl, 1 if b.up else 0)
         if b.duration_seconds is not None:
-            fam.add(schema.POLL_DURATION, lbl, round(b.duration_seconds, 6))
+            fam.add(schema.POLL_DURATION.name, lbl, round(b.duration_seconds, 6))
         if b.last_success is not None:
-            fam.add(schema.LAST_SUCCESS, lbl, round(b.last_success, 3))
-    fam.help_override[schema.MEMORY_BANDWIDTH.name] = _bandwidth_help(devices)
-    fam.help_override[schema.DEVICE_INFO.name] = _info_help(devices)
+            fam.add(schema.LAST_SUCCESS.name, lbl, round(b.last_success, 3))
     return fam.text().encode()

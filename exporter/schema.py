@@ -1,6 +1,6 @@
 """The metric catalogue: the one place metric names, types, units and labels live.
 
-The renderer, the README's metric table and the autoscaler's rule checker all read
+The renderer, the docs' metric table and the autoscaler's rule checker all read
 this module, so a name spelled here is spelled the same everywhere. Names follow
 Prometheus conventions: base units, ratios 0–1, ``_total`` on counters, ``_info``
 for identity series that are always 1.
@@ -210,7 +210,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOGUE}
 
-# Which vendor gives each device metric, and from where (README table). A metric a
+# Which vendor gives each device metric, and from where (docs table). A metric a
 # vendor cannot give is simply absent for its devices, never 0.
 SOURCES: dict[str, dict[str, str]] = {
     "accel_utilization_ratio": {
@@ -303,7 +303,7 @@ SOURCES: dict[str, dict[str, str]] = {
 
 
 def markdown_table() -> str:
-    """The README's metric table, generated so that it cannot drift from the code."""
+    """docs/exporter/metrics.md's metric table, generated so that it cannot drift from the code."""
     rows = [
         "| metric | type | labels | help | sources by vendor |",
         "|---|---|---|---|---|",

@@ -88,12 +88,3 @@ def make_app(poller: Poller, telemetry_path: str, web_config: WebConfig | None) 
     if telemetry_path != "/":
         app.router.add_get("/", landing)
     return app
-
-
-def split_listen_address(address: str) -> tuple[str | None, int]:
-    """``:9835`` (all interfaces), ``127.0.0.1:9835``, ``[::1]:9835``."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"invalid listen address {address!r} (use HOST:PORT or :PORT)")
-    host = host.strip("[]")
-    return (host or None), int(port)

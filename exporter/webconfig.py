@@ -7,8 +7,11 @@ Why it is built this way:
   certificate, key and CA loaded into the ``ssl.SSLContext`` here, in the loader, so
   a typo or an unreadable key stops the exporter with one line that names the file,
   the line and column, the key, what is wrong and what to do; it never surfaces as
-  a failed handshake on the first scrape. Positions come from ``yaml.compose``,
-  which keeps every node's place in the file.
+  a failed handshake on the first scrape. The file is read by
+  ``accel_common.yamlread``, as every YAML file of this project is (the same size
+  limit, the same YAML error messages, the same positions); unlike the rule
+  loaders, this one stops at the first problem, because each check builds on the
+  ``SSLContext`` the previous ones made, and exporter-toolkit stops there too.
 * **Same meaning as exporter-toolkit**: the same keys, defaults (TLS 1.2 to 1.3,
   server cipher preference), header whitelist, relative paths resolved against the
   config file's directory, bcrypt hashes for ``basic_auth_users``, a cache of
@@ -33,7 +36,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import difflib
 import hashlib
 import os
 import re
@@ -47,19 +49,10 @@ from pathlib import Path
 from typing import NoReturn
 
 import bcrypt
-import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-_NULL = "tag:yaml.org,2002:null"
-_BOOL = "tag:yaml.org,2002:bool"
-_BOOLS = {
-    "true": True,
-    "yes": True,
-    "on": True,
-    "false": False,
-    "no": False,
-    "off": False,
-}
+from accel_common.suggest import did_you_mean
+from accel_common.yamlread import Entries, Position, Reader, is_null, kind
 
 TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
 TLS_KEYS = (
@@ -145,11 +138,14 @@ class WebConfigError(Exception):
     """A web config file that cannot be used. ``str()`` is one line:
     ``FILE[:LINE:COL]: KEY: what is wrong; what to do``."""
 
-    def __init__(self, path: Path, where: str, problem: str, mark: yaml.Mark | None = None) -> None:
+    def __init__(
+        self, path: Path, where: str, problem: str, position: Position | None = None
+    ) -> None:
         self.path = path
-        self.line = mark.line + 1 if mark is not None else None
-        self.column = mark.column + 1 if mark is not None else None
-        location = f"{path}:{self.line}:{self.column}" if mark is not None else str(path)
+        at = position if position is not None and position.line > 0 else None
+        self.line = at.line if at is not None else None
+        self.column = at.col if at is not None else None
+        location = f"{path}:{self.line}:{self.column}" if at is not None else str(path)
         message = f"{location}: {where}: {problem}" if where else f"{location}: {problem}"
         # One line, whatever a library's message brought with it.
         super().__init__(" ".join(message.split()))
@@ -243,21 +239,15 @@ def load_web_config(path: Path) -> WebConfig:
         raise WebConfigError(
             path, "", f"cannot read: {e.strerror}; make it readable by the exporter's user"
         ) from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as e:
-        raise WebConfigError(
-            path,
-            "",
-            f"invalid YAML: {e.problem or e.context or 'cannot parse'}; fix the syntax",
-            e.problem_mark,
-        ) from None
-    except yaml.YAMLError as e:
-        raise WebConfigError(path, "", f"invalid YAML: {e}; fix the syntax") from None
+    reader = Reader(path)
+    root = reader.load(text)
+    if reader.problems:
+        first = reader.problems[0]
+        hint = "; fix the syntax" if first.message.startswith("invalid YAML") else ""
+        raise WebConfigError(path, "", first.message + hint, first.position)
     return _Loader(path).config(root)
 
 
-_Fields = dict[str, tuple[ScalarNode, Node]]
 _CA_KEYS = ("client_ca", "client_ca_file")
 
 
@@ -270,28 +260,35 @@ class _Loader:
         self.path = path
         # exporter-toolkit resolves relative paths against the config file's directory.
         self.base = path.parent
+        self.reader = Reader(path)
 
     def fail(self, node: Node | None, where: str, problem: str) -> NoReturn:
-        raise WebConfigError(self.path, where, problem, node.start_mark if node else None)
+        raise WebConfigError(self.path, where, problem, self.reader.pos(node) if node else None)
+
+    def unknown(
+        self, node: Node, where: str, what: str, word: str, known: Iterable[str]
+    ) -> NoReturn:
+        """Fails with ``what`` and the closest of ``known`` (or all of them)."""
+        self.fail(node, where, what + did_you_mean(word, known, or_list=True))
 
     # -- YAML shapes -------------------------------------------------------------
 
-    def mapping(self, node: Node | None, where: str, allowed: Sequence[str] | None) -> _Fields:
+    def mapping(self, node: Node | None, where: str, allowed: Sequence[str] | None) -> Entries:
         """A mapping's entries by key; ``allowed`` None takes any key. Null or
         absent is an empty mapping, as in exporter-toolkit."""
-        if node is None or _is_null(node):
+        if node is None or is_null(node):
             return {}
         if not isinstance(node, MappingNode):
             expected = f"a mapping of {', '.join(allowed)}" if allowed else "a mapping"
-            self.fail(node, where, f"expected {expected}, got {_describe(node)}")
-        out: _Fields = {}
+            self.fail(node, where, f"expected {expected}, got {self.reader.describe(node)}")
+        out: Entries = {}
         for key, value in node.value:
             if not isinstance(key, ScalarNode):
-                self.fail(key, where, f"a key must be a plain string, got {_kind(key)}")
+                self.fail(key, where, f"a key must be a plain string, got {kind(key)}")
             name = key.value
             at = f"{where}.{name}" if where else name
             if allowed is not None and name not in allowed:
-                self.fail(key, at, f"unknown key; {_suggest(name, allowed)}")
+                self.unknown(key, at, "unknown key", name, allowed)
             if name in out:
                 first = out[name][0].start_mark.line + 1
                 self.fail(key, at, f"duplicate key (first set on line {first}); keep one")
@@ -300,39 +297,37 @@ class _Loader:
 
     def string(self, node: Node, where: str) -> str | None:
         """A scalar as written (``0`` stays "0"); None for null or an empty string."""
-        if _is_null(node):
+        if is_null(node):
             return None
         if not isinstance(node, ScalarNode):
-            self.fail(node, where, f"expected a string, got {_kind(node)}")
+            self.fail(node, where, f"expected a string, got {kind(node)}")
         return node.value or None
 
     def boolean(self, node: Node, where: str) -> bool | None:
-        if _is_null(node):
+        if is_null(node):
             return None
-        if not isinstance(node, ScalarNode) or node.tag != _BOOL:
-            self.fail(node, where, f"expected true or false, got {_describe(node)}")
-        return _BOOLS[node.value.lower()]
+        # YAML 1.1's booleans (true, yes, on, ...), as the shared reader constructs them.
+        value = self.reader.value(node) if isinstance(node, ScalarNode) else None
+        if not isinstance(value, bool):
+            self.fail(node, where, f"expected true or false, got {self.reader.describe(node)}")
+        return value
 
     def strings(self, node: Node, where: str) -> list[tuple[ScalarNode, str]]:
-        if _is_null(node):
+        if is_null(node):
             return []
         if not isinstance(node, SequenceNode):
-            self.fail(node, where, f"expected a list of strings, got {_kind(node)}")
+            self.fail(node, where, f"expected a list of strings, got {kind(node)}")
         out = []
         for item in node.value:
-            if not isinstance(item, ScalarNode) or _is_null(item):
-                self.fail(item, where, f"expected a string, got {_describe(item)}")
+            if not isinstance(item, ScalarNode) or is_null(item):
+                self.fail(item, where, f"expected a string, got {self.reader.describe(item)}")
             out.append((item, item.value))
         return out
 
     def choice(self, node: Node, where: str, choices: Sequence[str]) -> str | None:
         value = self.string(node, where)
         if value is not None and value not in choices:
-            self.fail(
-                node,
-                where,
-                f"unknown value '{value}'; {_suggest(value, choices)}",
-            )
+            self.unknown(node, where, f"unknown value '{value}'", value, choices)
         return value
 
     def pem(self, node: Node, where: str) -> tuple[bytes, str] | None:
@@ -367,7 +362,7 @@ class _Loader:
 
     def config(self, root: Node | None) -> WebConfig:
         top = self.mapping(root, "", TOP_KEYS)
-        if "rate_limit" in top and not _is_null(top["rate_limit"][1]):
+        if "rate_limit" in top and not is_null(top["rate_limit"][1]):
             self.fail(
                 top["rate_limit"][0],
                 "rate_limit",
@@ -388,8 +383,8 @@ class _Loader:
         for name, (_, value) in self.mapping(node, "basic_auth_users", None).items():
             where = f"basic_auth_users.{name}"
             # The value is never echoed: it may be a plaintext password.
-            if not isinstance(value, ScalarNode) or _is_null(value):
-                self.fail(value, where, f"expected a bcrypt hash, got {_kind(value)}; {_HASH_HINT}")
+            if not isinstance(value, ScalarNode) or is_null(value):
+                self.fail(value, where, f"expected a bcrypt hash, got {kind(value)}; {_HASH_HINT}")
             hashed = value.value.encode()
             if not _BCRYPT.match(hashed):
                 self.fail(
@@ -413,13 +408,9 @@ class _Loader:
         for name, (key, value) in entries.items():
             where = f"http_server_config.headers.{name}"
             if name not in HEADERS:
-                self.fail(
-                    key,
-                    where,
-                    f"this header cannot be set; {_suggest(name, HEADERS)}",
-                )
+                self.unknown(key, where, "this header cannot be set", name, HEADERS)
             if not isinstance(value, ScalarNode):
-                self.fail(value, where, f"expected a string, got {_kind(value)}")
+                self.fail(value, where, f"expected a string, got {kind(value)}")
             text = self.string(value, where)
             if text is None:
                 continue  # "Unset if blank", as exporter-toolkit documents
@@ -430,10 +421,10 @@ class _Loader:
         return out
 
     def tls(self, node: Node) -> ssl.SSLContext | None:
-        fields: _Fields = {
+        fields: Entries = {
             k: kv
             for k, kv in self.mapping(node, "tls_server_config", TLS_KEYS).items()
-            if not _is_null(kv[1])
+            if not is_null(kv[1])
         }
         if not fields:
             return None
@@ -521,7 +512,7 @@ class _Loader:
         self.client_ca(ctx, fields, auth_name, verify_mode)
         return ctx
 
-    def client_auth(self, fields: _Fields) -> tuple[str, ssl.VerifyMode]:
+    def client_auth(self, fields: Entries) -> tuple[str, ssl.VerifyMode]:
         if "client_auth_type" not in fields:
             return "NoClientCert", ssl.CERT_NONE
         node = fields["client_auth_type"][1]
@@ -540,7 +531,7 @@ class _Loader:
             )
         return name, mode
 
-    def versions(self, fields: _Fields) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
+    def versions(self, fields: Entries) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
         # exporter-toolkit's defaults: TLS 1.2 to TLS 1.3.
         chosen = {"min_version": "TLS12", "max_version": "TLS13"}
         for bound in chosen:
@@ -558,41 +549,35 @@ class _Loader:
             )
         return TLS_VERSIONS[minimum], TLS_VERSIONS[maximum]
 
-    def ciphers(self, fields: _Fields) -> list[str]:
+    def ciphers(self, fields: Entries) -> list[str]:
         """OpenSSL names of the TLS 1.2-and-below suites asked for."""
         if "cipher_suites" not in fields:
             return []
         out: list[str] = []
         for item, name in self.strings(fields["cipher_suites"][1], _tls("cipher_suites")):
             if name not in CIPHER_SUITES:
-                self.fail(
-                    item,
-                    _tls("cipher_suites"),
-                    f"unknown cipher suite '{name}'; {_suggest(name, CIPHER_SUITES)}",
-                )
+                what = f"unknown cipher suite '{name}'"
+                self.unknown(item, _tls("cipher_suites"), what, name, CIPHER_SUITES)
             openssl_name = CIPHER_SUITES[name]
             if openssl_name is not None:
                 out.append(openssl_name)
         return out
 
-    def curve(self, fields: _Fields) -> str | None:
+    def curve(self, fields: Entries) -> str | None:
         if "curve_preferences" not in fields:
             return None
         node = fields["curve_preferences"][1]
         curves = self.strings(node, _tls("curve_preferences"))
         for item, name in curves:
             if name not in CURVES:
-                self.fail(
-                    item,
-                    _tls("curve_preferences"),
-                    f"unknown curve '{name}'; {_suggest(name, CURVES)}",
-                )
+                what = f"unknown curve '{name}'"
+                self.unknown(item, _tls("curve_preferences"), what, name, CURVES)
         if len(curves) > 1:
             self.fail(node, _tls("curve_preferences"), "Python's ssl sets a single curve; list one")
         return CURVES[curves[0][1]] if curves else None
 
     def client_ca(
-        self, ctx: ssl.SSLContext, fields: _Fields, auth_name: str, verify_mode: ssl.VerifyMode
+        self, ctx: ssl.SSLContext, fields: Entries, auth_name: str, verify_mode: ssl.VerifyMode
     ) -> None:
         ca_key, ca = self.source(fields, *_CA_KEYS)
         if ca is not None and verify_mode == ssl.CERT_NONE:
@@ -622,7 +607,7 @@ class _Loader:
         ctx.verify_mode = verify_mode
 
     def source(
-        self, fields: _Fields, inline: str, file_key: str
+        self, fields: Entries, inline: str, file_key: str
     ) -> tuple[str, tuple[bytes, str] | None]:
         """Which key gives this PEM, and its (bytes, how to name it in a message)."""
         if file_key in fields:
@@ -709,28 +694,3 @@ def _pem_file(data: bytes) -> Iterator[str]:
         path.touch(mode=0o600)
         path.write_bytes(data)
         yield str(path)
-
-
-def _is_null(node: Node) -> bool:
-    return isinstance(node, ScalarNode) and node.tag == _NULL
-
-
-def _kind(node: Node) -> str:
-    if isinstance(node, MappingNode):
-        return "a mapping"
-    if isinstance(node, SequenceNode):
-        return "a list"
-    return "nothing" if _is_null(node) else "a scalar"
-
-
-def _describe(node: Node) -> str:
-    if isinstance(node, ScalarNode) and not _is_null(node):
-        return f"'{node.value}'"
-    return _kind(node)
-
-
-def _suggest(word: str, choices: Iterable[str]) -> str:
-    """What to write instead: the closest choice, or all of them."""
-    options = list(choices)
-    close = difflib.get_close_matches(word, options, n=1)
-    return f"did you mean '{close[0]}'?" if close else f"expected one of {', '.join(options)}"

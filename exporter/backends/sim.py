@@ -47,7 +47,6 @@ out.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import math
 import threading
@@ -55,11 +54,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import yaml
+from yaml.nodes import MappingNode, Node
 
-from accel_common.durations import parse_duration
+from accel_common import names
+from accel_common.suggest import did_you_mean
+from accel_common.yamlread import ProblemsError, Reader
 from exporter.backends.base import Backend, BackendOptions
 from exporter.model import DeviceInfo, DeviceLostError, FaultEvent, Link, PodAssignment, Reading
 
@@ -139,7 +139,7 @@ MODELS: dict[str, SimModel] = {
 }
 
 
-class SimScriptError(ValueError):
+class SimScriptError(ProblemsError):
     """Every problem found in a sim script, one per line."""
 
 
@@ -176,116 +176,73 @@ def parse_sim_devices(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _where(path: Path, node: yaml.Node) -> str:
-    return f"{path}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
-
-
 def load_script(path: Path, devices: set[str]) -> list[SimEvent]:
-    """Parses and validates a sim script; raises SimScriptError naming every problem."""
-    try:
-        root = yaml.compose(path.read_text())
-    except OSError as e:
-        raise SimScriptError(f"{path}: cannot read sim script: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise SimScriptError(f"{path}: not valid YAML: {e}") from e
-    problems: list[str] = []
-    events: list[SimEvent] = []
-    if root is None:
-        return []
-    items: list[yaml.Node] = []
-    if isinstance(root, yaml.MappingNode):
-        for k, v in root.value:
-            if k.value != "events":
-                problems.append(f"{_where(path, k)}: unknown key {k.value!r} (expected 'events')")
-            elif not isinstance(v, yaml.SequenceNode):
-                problems.append(f"{_where(path, v)}: 'events' must be a list")
-            else:
-                items = list(v.value)
-    elif isinstance(root, yaml.SequenceNode):
-        items = list(root.value)
-    else:
-        problems.append(f"{_where(path, root)}: a sim script is a list of events under 'events'")
-    for item in items:
-        ev = _event(path, item, devices, problems)
-        if ev is not None:
-            events.append(ev)
-    if problems:
-        raise SimScriptError("\n".join(problems))
+    """Parses and validates a sim script; raises SimScriptError naming every problem.
+    The script is a list of events, bare or under ``events``; an empty file is none."""
+    r = Reader(path)
+    root = r.load()
+    items: list[Node] = []
+    if isinstance(root, MappingNode):
+        top = r.mapping(root, "a sim script", ("events",))
+        if top is not None and "events" in top:
+            items = r.sequence(top["events"][1], "events") or []
+    elif root is not None:
+        items = r.sequence(root, "a sim script", "a list of events under 'events'") or []
+    events = [ev for item in items if (ev := _event(r, item, devices)) is not None]
+    if r.problems:
+        raise SimScriptError(r.problems)
     return sorted(events, key=lambda e: e.at)
 
 
-def _scalar(node: yaml.Node) -> Any:
-    return yaml.safe_load(yaml.serialize(node))
-
-
-def _event(path: Path, node: yaml.Node, devices: set[str], problems: list[str]) -> SimEvent | None:
-    if not isinstance(node, yaml.MappingNode):
-        problems.append(f"{_where(path, node)}: an event is a mapping with 'at' and 'device'")
+def _event(r: Reader, node: Node, devices: set[str]) -> SimEvent | None:
+    m = r.mapping(node, "an event", EVENT_KEYS, required=("at", "device"))
+    if m is None:
         return None
     ev = SimEvent(at=-1.0, device="")
-    seen: set[str] = set()
-    for k, v in node.value:
-        key = str(k.value)
-        where = _where(path, v)
-        seen.add(key)
-        if key not in EVENT_KEYS:
-            close = difflib.get_close_matches(key, EVENT_KEYS, 1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(f"{_where(path, k)}: unknown key {key!r}{hint}")
-            continue
-        value = _scalar(v)
-        if key == "at" or key == "hang":
-            if key == "hang" and value in (True, "forever"):
-                ev.hang = math.inf
-                continue
-            try:
-                seconds = parse_duration(str(value)) if isinstance(value, str) else float(value)
-            except (TypeError, ValueError):
-                problems.append(
-                    f"{where}: {key}: invalid duration {value!r} (use e.g. 30s"
-                    + (", or 'forever')" if key == "hang" else ")")
-                )
-                continue
-            if key == "at":
+    for key, (_, v) in m.items():
+        if key == "hang" and (r.value(v) is True or r.value(v) == "forever"):
+            ev.hang = math.inf
+        elif key in ("at", "hang"):
+            seconds = r.duration(v, key)
+            if seconds is not None and key == "at":
                 ev.at = seconds
-            else:
+            elif seconds is not None:
                 ev.hang = seconds
         elif key == "device":
-            if value not in devices:
-                close = difflib.get_close_matches(str(value), sorted(devices), 1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                problems.append(f"{where}: no simulated device {value!r}{hint}")
-            ev.device = str(value)
+            ev.device = r.text(v)
+            if ev.device not in devices:
+                hint = did_you_mean(ev.device, sorted(devices))
+                r.problem(v, f"no simulated device {ev.device!r}{hint}")
         elif key == "fault":
-            ev.fault = str(value)
+            ev.fault = r.text(v)
         elif key in ("lost", "recover"):
-            if not isinstance(value, bool):
-                problems.append(f"{where}: {key} must be true or false")
-            setattr(ev, key, bool(value))
+            setattr(ev, key, bool(r.boolean(v, key)))
         elif key == "ecc":
+            value = r.value(v)
             if not isinstance(value, dict) or not value.keys() <= {"corrected", "uncorrected"}:
-                problems.append(f"{where}: ecc is a mapping of corrected/uncorrected to counts")
+                r.problem(v, "ecc is a mapping of corrected/uncorrected to counts")
             elif not all(isinstance(n, int) and n >= 0 for n in value.values()):
-                problems.append(f"{where}: ecc counts must be whole numbers >= 0")
+                r.problem(v, "ecc counts must be whole numbers >= 0")
             else:
                 ev.ecc = {str(t): float(n) for t, n in value.items()}
         elif key == "set":
-            if not isinstance(value, dict):
-                problems.append(f"{where}: set is a mapping, e.g. {{utilization: 0.9}}")
-                continue
-            for name, num in value.items():
-                if name not in SETTABLE:
-                    problems.append(
-                        f"{where}: cannot set {name!r} (settable: {', '.join(SETTABLE)})"
-                    )
-                elif not isinstance(num, int | float) or isinstance(num, bool):
-                    problems.append(f"{where}: set.{name} must be a number")
-                else:
-                    ev.set[str(name)] = float(num)
-    for required in ("at", "device"):
-        if required not in seen:
-            problems.append(f"{_where(path, node)}: event has no {required!r}")
+            _settings(r, v, ev)
     return ev
+
+
+def _settings(r: Reader, node: Node, ev: SimEvent) -> None:
+    """``set: {utilization: 0.9}``: values the device holds from the event on."""
+    value = r.value(node)
+    if not isinstance(value, dict):
+        r.problem(node, "set is a mapping, e.g. {utilization: 0.9}")
+        return
+    for name, num in value.items():
+        if name not in SETTABLE:
+            r.problem(node, f"cannot set {name!r} (settable: {', '.join(SETTABLE)})")
+        elif not isinstance(num, int | float) or isinstance(num, bool):
+            r.problem(node, f"set.{name} must be a number")
+        else:
+            ev.set[str(name)] = float(num)
 
 
 def _noise(seed: int, device: str, t: int, what: str) -> float:
@@ -570,8 +527,8 @@ class SimBackend(Backend):
 
 def _resource(info: DeviceInfo) -> str:
     """The extended resource a device plugin would advertise the device as."""
-    if info.vendor == "nvidia":
-        return f"nvidia.com/mig-{info.profile}" if info.parent else "nvidia.com/gpu"
-    if info.vendor == "amd":
-        return "amd.com/gpu"
-    return "gpu.intel.com/i915"
+    if info.vendor == "nvidia" and info.parent:
+        # A MIG instance, under the device plugin's ``mixed`` strategy.
+        return names.nvidia_mig_resource(info.profile)
+    # An AMD partition is ``amd.com/gpu`` under the plugin's default ``single`` naming.
+    return names.VENDOR_RESOURCE[info.vendor]

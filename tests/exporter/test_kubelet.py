@@ -20,9 +20,9 @@ from exporter.backends.sim import SimBackend, parse_sim_devices
 from exporter.model import DeviceInfo, Reading
 from exporter.poller import Poller
 from exporter.render import normalise_device_id
-from tests.exposition import parse, value
-from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
-from tests.procs import REPO
+from tests.support.exposition import parse, value
+from tests.support.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
+from tests.support.paths import REPO
 
 FIXED = 1_700_000_000.0
 GPU = "nvidia.com/gpu"
@@ -107,8 +107,8 @@ async def test_time_slicing_and_multi_gpu_pods_then_a_pod_ends(
     golden: Callable[[str, str], None],
     promtool_check: Callable[[str], None],
 ) -> None:
-    """Acceptance 3: two pods sharing one GPU and one pod holding two GPUs are
-    exactly the pod series; a pod that ends is gone at the next poll."""
+    """Two pods sharing one GPU and one pod holding two GPUs are exactly the pod
+    series; a pod that ends is gone at the next poll."""
     sim = sim_backend("nvidia:4")
     uuids = [d.uuid for d in sim.discover()]
     # The NVIDIA plugin's time-slicing replicas are "<uuid>::<n>".
@@ -144,9 +144,9 @@ async def test_time_slicing_and_multi_gpu_pods_then_a_pod_ends(
 
 
 async def test_socket_going_away_and_coming_back(kubelet: FakeKubelet) -> None:
-    """Acceptance 4: without the socket the device metrics keep flowing and the
-    kubelet backend is down; it is up again at the next poll after the socket
-    comes back, on the same path."""
+    """Without the socket the device metrics keep flowing and the kubelet backend
+    is down; it is up again at the next poll after the socket comes back, on the
+    same path."""
     sim = sim_backend("nvidia:2")
     uuids = [d.uuid for d in sim.discover()]
     kubelet.add_pod("ml", "train", GPU, uuids[1])

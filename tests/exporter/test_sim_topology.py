@@ -13,7 +13,7 @@ from exporter.backends.sim import SimBackend, parse_sim_devices
 from exporter.cli import make_backends, parse_args
 from exporter.poller import Poller
 from exporter.topology import distances
-from tests.exposition import stable
+from tests.support.exposition import stable
 
 FIXED = 1_700_000_000.0
 

@@ -1,12 +1,14 @@
 """The exporter's HTTP face, end to end against the real process: cached gzip
 bodies, health and landing pages, and a device lost plus a backend hung forever
-while scrapes keep their latency (acceptance 3)."""
+while scrapes keep their latency, a busy port, and a clean stop on a signal."""
 
 from __future__ import annotations
 
 import base64
 import gzip
 import http.client
+import signal
+import socket
 import ssl
 import statistics
 import subprocess
@@ -17,10 +19,12 @@ import urllib.request
 from pathlib import Path
 
 import bcrypt
+import pytest
 
-from tests.exposition import value
-from tests.pki import Pki
-from tests.procs import REPO, exporter, free_port, http_get
+from tests.support.exposition import value
+from tests.support.paths import REPO
+from tests.support.pki import Pki
+from tests.support.procs import exporter, free_port, http_get
 
 SIM = ["--sim-devices", "nvidia:4,amd:2", "--poll-interval", "200ms"]
 
@@ -171,3 +175,53 @@ def test_tls_and_basic_auth_from_web_config(tmp_path: Path, pki: Pki) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def _serving_sim(port: int) -> list[str]:
+    return ["--backends", "sim", *SIM, "--web.listen-address", f"127.0.0.1:{port}"]
+
+
+def test_busy_port_exits_1_naming_the_address() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "exporter.cli", *_serving_sim(port)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_shuts_down_cleanly(sig: signal.Signals) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.cli", *_serving_sim(port)],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                http_get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "did not start"
+                time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "shutting down" in err
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0

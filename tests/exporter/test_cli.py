@@ -1,5 +1,5 @@
 """The command line: bad input exits 2 with one line naming the problem, and
-``--once`` prints exposition that promtool accepts (acceptance 2)."""
+``--once`` prints exposition that promtool accepts."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.exposition import ACCEPTANCE_METRICS, parse, value
-from tests.procs import REPO
+from tests.support.exposition import CORE_METRICS, parse, value
+from tests.support.paths import REPO
+
+# Slow (starts an exporter process per test): `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -106,7 +109,7 @@ def test_once_prints_checked_exposition(promtool_check: Callable[[str], None]) -
     devices = (
         [f"nvidia{i}" for i in range(8)] + [f"amd{i}" for i in range(4)] + ["oneapi0", "oneapi1"]
     )
-    for name in ACCEPTANCE_METRICS:
+    for name in CORE_METRICS:
         rows = [lb for n, lb, _ in samples if n == name]
         assert rows, name
         assert all({"device", "vendor", "uuid"} <= lb.keys() for lb in rows), name

@@ -19,7 +19,7 @@ import pytest
 
 from exporter import webconfig
 from exporter.webconfig import WebConfig, WebConfigError, load_web_config
-from tests.pki import Pki
+from tests.support.pki import Pki
 
 # -- helpers -------------------------------------------------------------------------
 

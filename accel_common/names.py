@@ -1,0 +1,181 @@
+"""Every Kubernetes name this project reads or writes: its own ``accel-fleet.io/``
+annotation, label and taint keys, the Cluster API and Kubernetes keys it relies on,
+and the extended resources that each vendor's device plugin advertises.
+
+Why one module: these strings are a wire format shared with things we do not ship
+(device plugins, Cluster API, the scheduler, people's pod specs and rule files). A
+key spelled twice drifts: the controller would write an annotation that placement
+no longer reads, and nothing fails until a node is remediated in production. So each
+name is written here once, the exporter, the controller, placement, the simulator
+and the generators import it, and ``tests/accel_common/test_names.py`` fails on
+any string literal elsewhere that spells one (docstrings and comments aside). This module sits in
+``accel_common`` because the exporter (which may not import the autoscaler) names
+extended resources too.
+
+Vendor resource names, and why these forms:
+
+- **NVIDIA** (``NVIDIA/k8s-device-plugin``): a whole GPU is ``nvidia.com/gpu``. With
+  MIG, the plugin's ``--mig-strategy`` decides. ``single`` advertises every MIG
+  instance as ``nvidia.com/gpu`` too; ``mixed`` advertises one resource per MIG
+  profile, ``nvidia.com/mig-<G>g.<M>gb`` (``"mig-" + profile``, e.g.
+  ``nvidia.com/mig-1g.10gb``, ``nvidia.com/mig-3g.40gb``), with a profile's
+  attributes after a dot (NVML's ``1g.10gb+me`` becomes ``mig-1g.10gb.me``: ``+`` is
+  not allowed in a resource name). ``mixed`` is the only form that names a MIG
+  instance as such, so it is the one this project writes (``nvidia_mig_resource``),
+  and it is the form the exporter's kubelet matching and ``accel_pool_pending_device_
+  requests{resource}`` carry. Time-slicing and MPS sharing may rename a GPU to
+  ``nvidia.com/gpu.shared``: still a device under ``nvidia.com/``.
+- **AMD** (``ROCm/k8s-device-plugin``): ``amd.com/gpu`` for a GPU, and for a compute
+  partition under the default ``single`` naming strategy; ``mixed`` names partitions
+  after their mode, ``amd.com/cpx_nps4``, ``amd.com/spx_nps1``. Every device
+  resource of that plugin lives under ``amd.com/``.
+- **Intel** (``intel/intel-device-plugins-for-kubernetes``, GPU plugin):
+  ``gpu.intel.com/i915`` for a GPU on the i915 kernel driver, ``gpu.intel.com/xe``
+  on the xe driver. Its other resources are not devices: ``millicores``,
+  ``memory.max`` and ``tiles`` are shares of one GPU (for GPU Aware Scheduling),
+  and ``*_monitoring`` grants read access to all of them.
+
+Placement and the fleet simulator hand out whole devices (``WHOLE_DEVICE_RESOURCES``,
+``VENDOR_RESOURCE``); a pod that asks only for MIG instances is left to the
+scheduler (placement counts it as asking for no device), while the controller's
+cluster state counts every device resource, MIG profiles included
+(``DEVICE_RESOURCE_DOMAINS``, ``INTEL_DEVICE_RESOURCES``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+# ---------------------------------------------------------------- accel-fleet.io
+
+DOMAIN: Final = "accel-fleet.io"
+# Every key this project owns starts with this. Placement refuses a node with any
+# taint under it: whatever this controller marked is not a place for new work.
+PREFIX: Final = f"{DOMAIN}/"
+
+# Node annotations, written by the controller.
+#
+# The controller's ownership record: JSON, one entry per rule acting on the node
+# (owner, phase, params, whether we cordoned it, the taint we set). Written with a
+# resourceVersion precondition, so a restart or a new leader resumes the work
+# instead of repeating it, and uncordon only undoes what this controller did.
+REMEDIATION_ANNOTATION: Final = f"{PREFIX}remediation"
+# When rebalance last moved a pod to or from the node (ISO time): its per-node
+# cooldown, kept on the node so that it survives a restart.
+REBALANCED_ANNOTATION: Final = f"{PREFIX}rebalanced"
+
+# Pod annotations, written by the people who submit jobs.
+#
+# The job's run-time limit, a duration ("2h"): accel_job_timeout_seconds, which the
+# requeue rules compare with the job's age. Else the Job's activeDeadlineSeconds.
+TIMEOUT_ANNOTATION: Final = f"{PREFIX}timeout"
+# Any value but "false": rebalance never moves this pod (a job that cannot restart).
+NO_REBALANCE_ANNOTATION: Final = f"{PREFIX}no-rebalance"
+# Placement hints (autoscaler/placement/score.py): the vendors the job accepts
+# ("nvidia,amd"), substrings of the model it wants, its work in FLOPs, the
+# precision it runs at, and node labels where its data lives ("zone=a,rack=3").
+VENDORS_ANNOTATION: Final = f"{PREFIX}vendors"
+MODELS_ANNOTATION: Final = f"{PREFIX}models"
+FLOPS_ANNOTATION: Final = f"{PREFIX}flops"
+PRECISION_ANNOTATION: Final = f"{PREFIX}precision"
+DATA_LOCATION_ANNOTATION: Final = f"{PREFIX}data-location"
+
+# Pod and Job annotations, written by the controller.
+#
+# The devices the extender chose for the pod ("nvidia0,nvidia1"), for a device
+# plugin or an admission hook that honours a preference.
+PREFERRED_DEVICES_ANNOTATION: Final = f"{PREFIX}preferred-devices"
+# On a pod that migrate_jobs recreated: where it came from ("ns/name@node").
+MIGRATED_FROM_ANNOTATION: Final = f"{PREFIX}migrated-from"
+# On a Job: how many times requeue_job restarted it, and when (JSON), so that a job
+# that always times out is not requeued forever.
+REQUEUES_ANNOTATION: Final = f"{PREFIX}requeues"
+
+# Labels.
+#
+# On the leading controller replica's pod: the webhook Service selects it, so
+# Alertmanager's notifications reach the replica that acts.
+LEADER_LABEL: Final = f"{PREFIX}leader"
+# On a node: the node pool it belongs to (the simulator's nodes carry it; real
+# clusters may name pools by Cluster API's deployment label instead).
+POOL_LABEL: Final = f"{PREFIX}pool"
+# On a node: the accelerator vendor it carries, as the exporter's ``vendor`` label.
+VENDOR_LABEL: Final = f"{PREFIX}vendor"
+
+# Taints. Rules may set any taint; this is the default of the taint and
+# migrate_jobs actions, so that a failed device keeps new work away.
+FAULTY_TAINT: Final = f"{PREFIX}faulty"
+DEFAULT_TAINT: Final = f"{FAULTY_TAINT}=true:NoSchedule"
+
+# ---------------------------------------------------------------- Cluster API
+
+# The keys Cluster API's own autoscaler reads, so that a MachineDeployment sized for
+# the cluster-autoscaler needs no second set of bounds for us.
+CAPI_MIN_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+CAPI_MAX_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+# On a Machine: delete this one first when the MachineDeployment shrinks.
+CAPI_DELETE_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/delete-machine"
+# On a Node: the Machine behind it.
+CAPI_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/machine"
+# On a Machine (and its Node): the MachineDeployment it belongs to; on both, the cluster.
+CAPI_DEPLOYMENT_LABEL: Final = "cluster.x-k8s.io/deployment-name"
+CAPI_CLUSTER_LABEL: Final = "cluster.x-k8s.io/cluster-name"
+
+# ---------------------------------------------------------------- Kubernetes
+
+# Set by the kubelet on every node.
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+# Set by the Job controller on its pods: the current key and the legacy one that
+# older clients still select on.
+JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+LEGACY_JOB_NAME_LABEL: Final = "job-name"
+# The kubelet's own pod annotations (config source, hash, mirror): they describe one
+# kubelet's copy of a pod and must not be copied onto a new pod.
+KUBELET_CONFIG_PREFIX: Final = "kubernetes.io/config."
+# A static pod's API mirror: it cannot be evicted or moved through the API.
+MIRROR_POD_ANNOTATION: Final = f"{KUBELET_CONFIG_PREFIX}mirror"
+
+# ---------------------------------------------------------------- vendor resources
+
+NVIDIA_DOMAIN: Final = "nvidia.com/"
+NVIDIA_GPU: Final = f"{NVIDIA_DOMAIN}gpu"
+AMD_DOMAIN: Final = "amd.com/"
+AMD_GPU: Final = f"{AMD_DOMAIN}gpu"
+INTEL_I915: Final = "gpu.intel.com/i915"
+INTEL_XE: Final = "gpu.intel.com/xe"
+
+# Where every NVIDIA and AMD device resource lives (whole GPUs, MIG profiles, shared
+# GPUs, AMD partitions), and Intel's two device resources (its others are shares).
+DEVICE_RESOURCE_DOMAINS: Final = (NVIDIA_DOMAIN, AMD_DOMAIN)
+INTEL_DEVICE_RESOURCES: Final = frozenset({INTEL_I915, INTEL_XE})
+
+# A whole device's resource -> the exporter's ``vendor`` label: what placement
+# places. Both Intel kernel drivers are the exporter's ``oneapi`` backend.
+WHOLE_DEVICE_RESOURCES: Final[Mapping[str, str]] = {
+    NVIDIA_GPU: "nvidia",
+    AMD_GPU: "amd",
+    INTEL_I915: "oneapi",
+    INTEL_XE: "oneapi",
+}
+# The exporter's ``vendor`` label -> the resource a whole device of it is requested
+# as: what the simulator's pods ask for and its nodes offer. Intel's is i915, the
+# driver of the Data Center GPU Max that the simulator models.
+VENDOR_RESOURCE: Final[Mapping[str, str]] = {
+    "nvidia": NVIDIA_GPU,
+    "amd": AMD_GPU,
+    "oneapi": INTEL_I915,
+}
+
+
+def nvidia_mig_resource(profile: str) -> str:
+    """The resource the NVIDIA device plugin's ``mixed`` MIG strategy advertises for
+    a MIG profile as NVML names it: ``1g.10gb`` -> ``nvidia.com/mig-1g.10gb``,
+    ``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``."""
+    return f"{NVIDIA_DOMAIN}mig-{profile.replace('+', '.')}"
+
+
+def is_device_resource(name: str) -> bool:
+    """Whether an extended resource counts accelerator devices (whole GPUs, MIG
+    instances, partitions), as opposed to shares of one (Intel's ``millicores``)."""
+    return name.startswith(DEVICE_RESOURCE_DOMAINS) or name in INTEL_DEVICE_RESOURCES
