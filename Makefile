@@ -1,5 +1,6 @@
 # The README's commands. `make test` is the one way to run the tests: it builds the
-# venv, installs the Debian peers it needs, then runs ruff, mypy --strict and pytest.
+# venv, installs the Debian peers it needs, then runs ruff, mypy --strict and pytest,
+# and builds the docs site with --strict.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # wheel's own .icd file points at a placeholder path, so name the library directly.
 export OCL_ICD_FILENAMES := $(abspath $(VENV))/lib/libintelocl.so
 
-.PHONY: setup test lint typecheck pytest demo bench peers clean proto
+.PHONY: setup test test-fast lint typecheck pytest demo bench peers clean proto docs
 
 setup: $(STAMP)
 
@@ -26,9 +27,11 @@ peers:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null; }
 
+# ruff, then the architecture's import contracts ([tool.importlinter] in pyproject.toml).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: setup
 	$(VENV)/bin/mypy
@@ -36,7 +39,17 @@ typecheck: setup
 pytest: setup peers
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: setup peers lint typecheck pytest
+# The inner loop: pytest without the modules marked slow (pyproject's `slow` marker:
+# real Prometheus, subprocess fleets, benchmarks). `make test` still runs everything.
+test-fast: setup peers
+	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
+
+test: setup peers lint typecheck pytest docs
+
+# The documentation site (mkdocs.yml, docs/): --strict turns every warning, a dead
+# link or anchor among them, into a failure. Built into site/ (ignored by git).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
 
 # The fleet simulator on the small scenario (rules against the baseline, a table
 # and plots in demo-out/), then the exporter on this host with a simulated node.

@@ -1,15 +1,38 @@
-"""``accel-autoscaler``: check, test, query and run.
+"""``accel-autoscaler``: one command line over the subcommands in
+``autoscaler/commands/``.
 
-Each subcommand lives with the code it exercises; this module only parses the
-command line and dispatches, so ``--help`` is the one map of what the tool does.
+Each subcommand module holds its flags (``add_arguments``) and its wiring
+(``main``); this module only builds the parser from them and dispatches, so
+``--help`` is the one map of what the tool does. Library modules never import
+a command.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
+
+# name -> one line for --help, in the order --help lists them. Each is the module
+# autoscaler.commands.NAME, imported only when that command runs (or when the
+# whole parser is built, for the docs), so that `run` starts without loading the
+# simulator and `--help` loads nothing.
+COMMANDS: dict[str, str] = {
+    "check": "validate rule files; exit 1 listing every problem",
+    "test": "run rule unit tests (promtool test rules style)",
+    "query": "evaluate one expression with the built-in evaluator",
+    "run": "run the controller (evaluation loop and API)",
+    "extender": "serve kube-scheduler's extender protocol (placement)",
+    "place": "rank the nodes and devices for a pod, with every term",
+    "simulate": "run a fleet scenario with and without the rules; summary and plots",
+}
+
+
+def command(name: str) -> Any:
+    """The module of one subcommand (``add_arguments`` and ``main``)."""
+    return importlib.import_module(f"autoscaler.commands.{name}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -17,7 +40,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with ``only`` the flags of that one command (the
+    others are listed, not loaded); ``only=\"\"`` loads none."""
     p = _Parser(
         prog="accel-autoscaler",
         description=(
@@ -36,82 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-
-    c = sub.add_parser("check", help="validate rule files; exit 1 listing every problem")
-    c.add_argument("paths", nargs="+", metavar="PATH", help="rule files or directories")
-    c.add_argument(
-        "--source",
-        choices=("prometheus", "scrape"),
-        default="prometheus",
-        help="also refuse PromQL the built-in evaluator cannot run (scrape) (default %(default)s)",
-    )
-
-    t = sub.add_parser("test", help="run rule unit tests (promtool test rules style)")
-    t.add_argument("paths", nargs="+", metavar="FILE", help="test files or directories")
-
-    q = sub.add_parser("query", help="evaluate one expression with the built-in evaluator")
-    q.add_argument("expr", metavar="EXPR")
-    q.add_argument(
-        "--series",
-        required=True,
-        metavar="FILE",
-        help="OpenMetrics samples with timestamps (what promtool tsdb create-blocks-from "
-        "openmetrics reads)",
-    )
-    q.add_argument("--time", required=True, metavar="T", help="evaluation time: unix seconds")
-
-    from autoscaler.controller import add_run_arguments
-
-    r = sub.add_parser("run", help="run the controller (evaluation loop and API)")
-    add_run_arguments(r)
-
-    from autoscaler.placement.extender import add_extender_arguments
-    from autoscaler.placement.place import add_place_arguments
-
-    e = sub.add_parser("extender", help="serve kube-scheduler's extender protocol (placement)")
-    add_extender_arguments(e)
-    pl = sub.add_parser("place", help="rank the nodes and devices for a pod, with every term")
-    add_place_arguments(pl)
-
-    from autoscaler.simulate import add_arguments as add_simulate_arguments
-
-    sim = sub.add_parser(
-        "simulate",
-        help="run a fleet scenario with the rules and without; summary.json and plots",
-    )
-    add_simulate_arguments(sim)
+    for name, help_text in COMMANDS.items():
+        parser = sub.add_parser(name, help=help_text)
+        if only is None or only == name:
+            command(name).add_arguments(parser)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "check":
-        from autoscaler.ruleset.loader import check_main
-
-        return check_main(args.paths, source=args.source)
-    if args.command == "test":
-        from autoscaler.ruletest import main as test_main
-
-        return test_main(args.paths)
-    if args.command == "query":
-        from autoscaler.promql.query import main as query_main
-
-        return query_main(args.expr, args.series, args.time)
-    if args.command == "extender":
-        from autoscaler.placement.extender import extender_main
-
-        return extender_main(args)
-    if args.command == "place":
-        from autoscaler.placement.place import place_main
-
-        return place_main(args)
-    if args.command == "simulate":
-        from autoscaler.simulate.run import main as simulate_main
-
-        return simulate_main(args)
-    from autoscaler.controller import run_main
-
-    return run_main(args)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if not a.startswith("-")), "")
+    args = build_parser(only=chosen if chosen in COMMANDS else "").parse_args(argv)
+    status: int = command(args.command).main(args)
+    return status
 
 
 if __name__ == "__main__":

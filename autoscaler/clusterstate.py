@@ -51,16 +51,15 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from accel_common.durations import parse_duration
-from accel_common.exposition import escape, format_value
+from accel_common.exposition import Exposition
+from accel_common.names import TIMEOUT_ANNOTATION, is_device_resource
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Kube, Obj
-
-if TYPE_CHECKING:
-    from autoscaler.pools.base import NodePoolProvider, Pool
-    from autoscaler.promql.store import SeriesStore
+from autoscaler.pools.base import NodePoolProvider, Pool
+from autoscaler.promql.store import SeriesStore
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ JOB_AGE = ClusterMetric(
 )
 JOB_TIMEOUT = ClusterMetric(
     "accel_job_timeout_seconds",
-    "The pod's run-time limit from its accel-fleet.io/timeout annotation, else its "
+    f"The pod's run-time limit from its {TIMEOUT_ANNOTATION} annotation, else its "
     "Job's activeDeadlineSeconds.",
     ("namespace", "pod", "node", "job"),
 )
@@ -120,21 +119,13 @@ CATALOGUE: tuple[ClusterMetric, ...] = (
 
 BY_NAME: dict[str, ClusterMetric] = {m.name: m for m in CATALOGUE}
 
-TIMEOUT_ANNOTATION = "accel-fleet.io/timeout"
 # Where ``ingest`` files these series in the store: one scrape target, so a series
 # that is not collected again (a pod that finished) ends with a stale marker.
 INGEST_TARGET = "accel-autoscaler/clusterstate"
 
 Row = tuple[ClusterMetric, dict[str, str], float]
 
-_DEVICE_DOMAINS = ("nvidia.com/", "amd.com/")
-_DEVICE_NAMES = frozenset({"gpu.intel.com/i915", "gpu.intel.com/xe"})
 _TERMINAL = frozenset({"Succeeded", "Failed"})
-
-
-def is_device_resource(name: str) -> bool:
-    """Whether an extended resource name counts accelerator devices (module docstring)."""
-    return name.startswith(_DEVICE_DOMAINS) or name in _DEVICE_NAMES
 
 
 def _count(value: Any) -> int:
@@ -417,24 +408,22 @@ async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> lis
     return rows
 
 
+def write(rows: Sequence[Row], out: Exposition) -> None:
+    """Adds the rows to ``out``: every family of the catalogue declared in
+    catalogue order (a family without rows is left out), labels in each metric's
+    label order."""
+    for metric in CATALOGUE:
+        out.family(metric.name, "gauge", metric.help)
+    for metric, labels, value in rows:
+        out.add(metric.name, [(k, labels.get(k, "")) for k in metric.labels], value)
+
+
 def render(rows: Sequence[Row]) -> str:
     """The rows in the Prometheus text format (0.0.4), families in catalogue order,
     each with its HELP and TYPE; a family without rows is left out."""
-    grouped: dict[str, list[Row]] = {}
-    for row in rows:
-        grouped.setdefault(row[0].name, []).append(row)
-    lines: list[str] = []
-    for metric in CATALOGUE:
-        family = grouped.get(metric.name)
-        if not family:
-            continue
-        help_text = metric.help.replace("\\", "\\\\").replace("\n", "\\n")
-        lines.append(f"# HELP {metric.name} {help_text}")
-        lines.append(f"# TYPE {metric.name} gauge")
-        for _, labels, value in family:
-            pairs = ",".join(f'{k}="{escape(labels.get(k, ""))}"' for k in metric.labels)
-            lines.append(f"{metric.name}{{{pairs}}} {format_value(value)}")
-    return "\n".join(lines) + "\n" if lines else ""
+    out = Exposition()
+    write(rows, out)
+    return out.text()
 
 
 def ingest(store: SeriesStore, rows: Sequence[Row], at: float) -> int:

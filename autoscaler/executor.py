@@ -30,7 +30,7 @@ from typing import Any
 from autoscaler.actions import ACTIONS
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.ownership import IN_FLIGHT, entries, ours
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError
 
 log = logging.getLogger("accel_autoscaler.executor")

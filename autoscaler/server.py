@@ -21,8 +21,9 @@ from typing import Any
 
 from aiohttp import web
 
-from accel_common.exposition import escape
-from autoscaler import __version__
+from accel_common.exposition import Exposition
+from accel_common.names import REMEDIATION_ANNOTATION
+from autoscaler import __version__, clusterstate
 from autoscaler.controller import Controller
 from autoscaler.engine.state import reset_breaker
 from autoscaler.ruleset.model import Rule
@@ -33,32 +34,24 @@ log = logging.getLogger("accel_autoscaler.api")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def split_listen_address(address: str) -> tuple[str | None, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"invalid listen address {address!r} (use HOST:PORT or :PORT)")
-    return (host.strip("[]") or None), int(port)
-
-
-def _labels(**pairs: str) -> str:
-    return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in pairs.items()) + "}"
-
-
 def render_metrics(c: Controller) -> str:
-    """The controller's own series; names are accel_autoscaler_*."""
-    out: list[str] = []
+    """The controller's own series (names are accel_autoscaler_*), then the
+    cluster-state series, through the one exposition writer: full-precision values,
+    so the last evaluation's timestamp reads to the second and counters keep
+    counting past a million. A family without samples is left out."""
+    out = Exposition()
 
-    def family(name: str, kind: str, help_: str, rows: list[tuple[str, float]]) -> None:
-        out.append(f"# HELP {name} {help_}")
-        out.append(f"# TYPE {name} {kind}")
-        out.extend(f"{name}{labels} {value:g}" for labels, value in rows)
+    def family(name: str, kind: str, help_: str, rows: list[tuple[dict[str, str], float]]) -> None:
+        out.family(name, kind, help_)
+        for labels, value in rows:
+            out.add(name, labels, value)
 
     family(
         "accel_autoscaler_decisions_total",
         "counter",
         "Decisions made, by rule, action, kind (act, recover) and dry-run.",
         [
-            (_labels(rule=r, action=a, kind=k, dry_run=str(d).lower()), n)
+            (dict(rule=r, action=a, kind=k, dry_run=str(d).lower()), n)
             for (r, a, k, d), n in sorted(c.stats.decisions.items())
         ],
     )
@@ -66,52 +59,52 @@ def render_metrics(c: Controller) -> str:
         "accel_autoscaler_rule_unknown_total",
         "counter",
         "Evaluations whose result was unknown (failed, timed out or empty), by rule.",
-        [(_labels(rule=r.name), c.stats.unknown.get(r.name, 0)) for r in c.ruleset.rules],
+        [(dict(rule=r.name), c.stats.unknown.get(r.name, 0)) for r in c.ruleset.rules],
     )
     family(
         "accel_autoscaler_evaluation_duration_seconds",
         "gauge",
         "How long the last evaluation cycle took.",
-        [("", c.stats.last_duration)],
+        [({}, c.stats.last_duration)],
     )
     family(
         "accel_autoscaler_last_evaluation_timestamp_seconds",
         "gauge",
         "Unix time of the last evaluation cycle.",
-        [("", c.stats.last_timestamp)],
+        [({}, c.stats.last_timestamp)],
     )
     family(
         "accel_autoscaler_source_up",
         "gauge",
         "Whether the source answered with data in the last cycle.",
-        [(_labels(source=c.source.name), 1 if c.source_up else 0)],
+        [(dict(source=c.source.name), 1 if c.source_up else 0)],
     )
     family(
         "accel_autoscaler_breaker_open",
         "gauge",
         "Whether the circuit breaker stopped new remediation (1).",
-        [("", 1 if c.state.breaker_open else 0)],
+        [({}, 1 if c.state.breaker_open else 0)],
     )
     family(
         "accel_autoscaler_rules_reload_success",
         "gauge",
         "Whether the last rules (re)load succeeded; on 0 the last good rules still run.",
-        [("", 1 if c.watcher.reload_success else 0)],
+        [({}, 1 if c.watcher.reload_success else 0)],
     )
-    family("accel_autoscaler_rules", "gauge", "Rules loaded.", [("", len(c.ruleset.rules))])
+    family("accel_autoscaler_rules", "gauge", "Rules loaded.", [({}, len(c.ruleset.rules))])
     pending = c.state.pending_counts()
     active = c.state.active_counts()
     family(
         "accel_autoscaler_pending_targets",
         "gauge",
         "Targets whose rule condition holds but whose 'for' has not yet passed, by rule.",
-        [(_labels(rule=r.name), pending.get(r.name, 0)) for r in c.ruleset.rules],
+        [(dict(rule=r.name), pending.get(r.name, 0)) for r in c.ruleset.rules],
     )
     family(
         "accel_autoscaler_active_targets",
         "gauge",
         "Targets under remediation by a rule, by rule.",
-        [(_labels(rule=r.name), active.get(r.name, 0)) for r in c.ruleset.rules],
+        [(dict(rule=r.name), active.get(r.name, 0)) for r in c.ruleset.rules],
     )
     ex = c.executor
     family(
@@ -119,7 +112,7 @@ def render_metrics(c: Controller) -> str:
         "counter",
         "Actions carried out, by rule, action and outcome status (done, partial, skipped, failed).",
         [
-            (_labels(rule=r, action=a, status=st), n)
+            (dict(rule=r, action=a, status=st), n)
             for (r, a, st), n in sorted((ex.outcomes if ex else {}).items())
         ],
     )
@@ -127,29 +120,26 @@ def render_metrics(c: Controller) -> str:
         "accel_autoscaler_actions_in_flight",
         "gauge",
         "Actions running now (a drain waiting on a PodDisruptionBudget counts).",
-        [("", ex.in_flight if ex else 0)],
+        [({}, ex.in_flight if ex else 0)],
     )
     family(
         "accel_autoscaler_nodes_under_remediation",
         "gauge",
-        "Nodes carrying an accel-fleet.io/remediation entry of this controller, by rule, "
+        f"Nodes carrying an {REMEDIATION_ANNOTATION} entry of this controller, by rule, "
         "action and phase; always 1.",
-        [
-            (_labels(node=n, rule=r, action=a, phase=ph), 1)
-            for n, r, a, ph in sorted(c.remediations)
-        ],
+        [(dict(node=n, rule=r, action=a, phase=ph), 1) for n, r, a, ph in sorted(c.remediations)],
     )
     family(
         "accel_autoscaler_leader",
         "gauge",
         "Whether this replica holds the leader Lease and acts (1) or stands by (0).",
-        [("", 1 if c.leading() else 0)],
+        [({}, 1 if c.leading() else 0)],
     )
     family(
         "accel_autoscaler_cluster_state_errors_total",
         "counter",
         "Cycles in which the cluster state could not be read from the API server.",
-        [("", c.stats.cluster_state_errors)],
+        [({}, c.stats.cluster_state_errors)],
     )
     counts = getattr(c.kube, "request_counts", None)
     if counts is not None:
@@ -158,7 +148,7 @@ def render_metrics(c: Controller) -> str:
             "counter",
             "Kubernetes API requests by verb, resource and HTTP status (0: no answer).",
             [
-                (_labels(verb=v, resource=res, code=str(code)), n)
+                (dict(verb=v, resource=res, code=str(code)), n)
                 for (v, res, code), n in sorted(counts.items())
             ],
         )
@@ -166,14 +156,10 @@ def render_metrics(c: Controller) -> str:
         "accel_autoscaler_alerts_firing",
         "gauge",
         "Alertmanager alerts currently firing, as received on the webhook.",
-        [("", len(c.alerts.firing))],
+        [({}, len(c.alerts.firing))],
     )
-    text = "\n".join(out) + "\n"
-    if c.cluster_rows:
-        from autoscaler.clusterstate import render
-
-        text += render(c.cluster_rows)
-    return text
+    clusterstate.write(c.cluster_rows, out)
+    return out.text()
 
 
 def _rule_json(r: Rule) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 What is measured
 ----------------
-The fake API server (tests/fakes/apiserver.py, real HTTP on 127.0.0.1) holds
+The fake API server (tests/support/fakes/apiserver.py, real HTTP on 127.0.0.1) holds
 1,000 nodes with 8 GPUs and two device-using pods each (one owned by a Job, one
 bare). The production executor (autoscaler/executor.py) with the real
 ``kubernetes`` client (``ClientKube``) is handed decisions the way the
@@ -41,10 +41,10 @@ sys.path.insert(0, str(REPO))
 
 from autoscaler.actions import ACTIONS  # noqa: E402
 from autoscaler.actions.context import ActionContext  # noqa: E402
-from autoscaler.engine.decision import Decision  # noqa: E402
+from autoscaler.decision import Decision  # noqa: E402
 from autoscaler.executor import Executor  # noqa: E402
-from tests.fakes.apiserver import running_apiserver  # noqa: E402
-from tests.kubeobjs import client, node, pod  # noqa: E402
+from tests.support.fakes.apiserver import running_apiserver  # noqa: E402
+from tests.support.kubeobjs import client, node, pod  # noqa: E402
 
 KINDS = ("cordon", "taint", "drain", "migrate_jobs")
 

@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autoscaler.simulate.run import simulate, summary, table  # noqa: E402
+from autoscaler.simulate.results import summary, table  # noqa: E402
+from autoscaler.simulate.run import simulate  # noqa: E402
 from autoscaler.simulate.scenario import load_scenario  # noqa: E402
 
 BUDGET_SECONDS = 60.0

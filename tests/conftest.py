@@ -7,7 +7,6 @@ with a client of it (``api``, ``kube``).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -15,12 +14,11 @@ from pathlib import Path
 import pytest
 
 from autoscaler.kube.client import ClientKube
-from tests.fakes.apiserver import FakeApiServer
-from tests.kubeobjs import client
-from tests.pki import Pki, make_pki
-
-GOLDEN_DIR = Path(__file__).parent / "golden"
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.support.fakes.apiserver import FakeApiServer
+from tests.support.kubeobjs import client
+from tests.support.paths import GOLDEN_DIR
+from tests.support.pki import Pki, make_pki
+from tests.support.procs import promtool_path
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,13 +46,6 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
         assert text == expected, f"output differs from {path}; run pytest --update-golden"
 
     return check
-
-
-def promtool_path() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail("promtool is missing: `make test` installs Debian's prometheus package")
-    return path
 
 
 @pytest.fixture

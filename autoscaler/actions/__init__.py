@@ -2,8 +2,10 @@
 implemented in its own file with its parameters, defaults and validation beside it
 (the descheduler's habit), so adding one touches nothing else but this list.
 
-This issue brings each action's parameters and validation; the Kubernetes side
-(planning and executing through the ``Kube`` wrapper) is added to the same files.
+Each file holds both halves of its action: the parameters (validated when the rule
+set loads, which is why the actions sit below the rule set and the engine in the
+import layers) and ``execute``, which acts through the ``Kube`` wrapper only. The
+parameter tables on the docs' actions page are generated from these specs.
 """
 
 from __future__ import annotations

@@ -17,15 +17,16 @@ field metadata, so ``from_params`` gives the executing code typed values back.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from accel_common.durations import parse_duration
+from accel_common.durations import duration_seconds
+from accel_common.names import DEFAULT_TAINT
+from accel_common.suggest import did_you_mean
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -108,33 +109,6 @@ def from_params(cls: type[P], params: Mapping[str, Any]) -> P:
         if str(f.metadata.get("key", f.name)) in params
     }
     return cls(**kwargs)
-
-
-def did_you_mean(word: str, choices: Sequence[str]) -> str:
-    """``"; did you mean 'x'?"`` when a choice is close to ``word``, else ``""``."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def duration_seconds(value: Any) -> float:
-    """A Prometheus-style duration (``30s``, ``5m``, ``1h30m``) in seconds. A bare 0
-    is allowed; any other number is refused because its unit would be a guess."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r} (use e.g. 30s, 5m, 1h30m)")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"must not be negative, got {value!r}")
-        if value == 0:
-            return 0.0
-        raise ValueError(f"{value!r} has no unit (use e.g. {value}s or {value}m)")
-    if not isinstance(value, str):
-        raise ValueError(f"invalid duration {value!r} (use e.g. 30s, 5m, 1h30m)")
-    if value.strip().startswith("-"):
-        raise ValueError(f"must not be negative, got {value!r}")
-    try:
-        return parse_duration(value)
-    except ValueError:
-        raise ValueError(f"invalid duration {value!r} (use e.g. 30s, 5m, 1h30m)") from None
 
 
 # Kubernetes label (and taint) keys and values: an optional DNS-subdomain prefix and
@@ -272,19 +246,76 @@ class ParamReader:
 
 
 __all__ = [
+    "EFFECTS",
     "ActionSpec",
     "CheckTarget",
     "Execute",
     "ParamProblem",
     "ParamReader",
+    "Taint",
     "Validate",
-    "did_you_mean",
-    "duration_seconds",
     "from_params",
     "label_key_problem",
     "label_value_problem",
     "no_target_problems",
     "param",
     "param_keys",
+    "parse_taint",
+    "read_taint",
+    "taint_problems",
     "to_params",
 ]
+
+
+# -- taints: the parameter of taint and migrate_jobs, and what nodeops applies -----
+
+EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
+
+
+def taint_problems(text: str) -> list[str]:
+    """Every reason ``text`` is not a taint in kubectl's ``key=value:Effect`` form."""
+    spec, colon, effect = text.rpartition(":")
+    if not colon:
+        return [f"{text!r} has no effect (use key=value:Effect, e.g. {DEFAULT_TAINT})"]
+    problems: list[str] = []
+    key, _, value = spec.partition("=")
+    for problem in (label_key_problem(key), label_value_problem(value)):
+        if problem is not None:
+            problems.append(f"{text!r}: {problem}")
+    if effect not in EFFECTS:
+        problems.append(
+            f"{text!r}: effect must be {', '.join(EFFECTS)}, got {effect!r}"
+            f"{did_you_mean(effect, EFFECTS)}"
+        )
+    return problems
+
+
+def parse_taint(text: str) -> Taint:
+    """A validated taint string as its parts; raises ValueError naming every problem."""
+    problems = taint_problems(text)
+    if problems:
+        raise ValueError("; ".join(problems))
+    spec, _, effect = text.rpartition(":")
+    key, _, value = spec.partition("=")
+    return Taint(key, value, effect)
+
+
+def read_taint(r: ParamReader, key: str, default: str) -> str:
+    """The taint parameter of ``taint`` and ``migrate_jobs``."""
+    text = r.string(key, default)
+    problems = taint_problems(text)
+    for problem in problems:
+        r.problem(key, problem)
+    return default if problems else text

@@ -17,13 +17,11 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from autoscaler.kube.protocol import Kube
+from autoscaler.pools.base import NodePoolProvider
 from autoscaler.types import QueryResult
-
-if TYPE_CHECKING:
-    from autoscaler.pools.base import NodePoolProvider
 
 Status = Literal["done", "partial", "skipped", "failed"]
 

@@ -20,7 +20,7 @@ from typing import Any
 from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param_keys, to_params
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import node_step, undo
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 
 NAME = "cordon"
 TARGETS = ("node", "device")

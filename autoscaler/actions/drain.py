@@ -53,7 +53,7 @@ from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import claim, node_of, undo
 from autoscaler.actions.ownership import event, iso, parse_iso
 from autoscaler.actions.pods import evict_until, finish
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
 

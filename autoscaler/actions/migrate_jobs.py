@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.names import DEFAULT_TAINT, KUBELET_CONFIG_PREFIX
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -54,6 +55,7 @@ from autoscaler.actions.base import (
     from_params,
     param,
     param_keys,
+    read_taint,
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome
@@ -68,8 +70,7 @@ from autoscaler.actions.pods import (
     pod_key,
     uses_devices,
 )
-from autoscaler.actions.taint import DEFAULT_TAINT, read_taint
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import Obj
 from autoscaler.promql.matchers import quote
@@ -127,7 +128,7 @@ def replacement(pod: Obj, node: str) -> Obj:
     annotations = {
         k: v
         for k, v in (m.get("annotations") or {}).items()
-        if not k.startswith("kubernetes.io/config.")
+        if not k.startswith(KUBELET_CONFIG_PREFIX)
     }
     annotations[MIGRATED_FROM] = f"{pod_key(pod)}@{node}"
     metadata: Obj = {

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autoscaler.actions.base import Taint, parse_taint
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.ownership import (
     Entry,
@@ -26,8 +27,7 @@ from autoscaler.actions.ownership import (
     ours,
     update_node,
 )
-from autoscaler.actions.taint import Taint, parse_taint
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
 

@@ -40,20 +40,17 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from accel_common.names import MIGRATED_FROM_ANNOTATION as MIGRATED_FROM
+from accel_common.names import NO_REBALANCE_ANNOTATION as NO_REBALANCE
+from accel_common.names import REMEDIATION_ANNOTATION as ANNOTATION
+from accel_common.names import REQUEUES_ANNOTATION as REQUEUES
 from autoscaler.actions.context import ActionContext
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError
 from autoscaler.kube.protocol import Kube, Obj
 
 log = logging.getLogger("accel_autoscaler.actions")
 
-ANNOTATION = "accel-fleet.io/remediation"
-# Pods with this annotation (any value but "false") are never moved by rebalance.
-NO_REBALANCE = "accel-fleet.io/no-rebalance"
-# On a Job: how many times requeue_job restarted it, and when (JSON).
-REQUEUES = "accel-fleet.io/requeues"
-# On a pod that migrate_jobs recreated: where it came from ("ns/name@node").
-MIGRATED_FROM = "accel-fleet.io/migrated-from"
 COMPONENT = "accel-autoscaler"
 
 # Phases whose work is not finished: resumed after a restart or a new leader.

@@ -16,9 +16,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from accel_common.names import MIRROR_POD_ANNOTATION, is_device_resource
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.ownership import event, set_phase
-from autoscaler.clusterstate import device_requests, is_device_resource
+from autoscaler.clusterstate import device_requests
 from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
 from autoscaler.kube.protocol import Obj
 
@@ -54,7 +55,7 @@ def is_daemonset_pod(pod: Obj) -> bool:
 
 
 def is_mirror_pod(pod: Obj) -> bool:
-    return "kubernetes.io/config.mirror" in (meta(pod).get("annotations") or {})
+    return MIRROR_POD_ANNOTATION in (meta(pod).get("annotations") or {})
 
 
 def is_finished(pod: Obj) -> bool:

@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.names import REBALANCED_ANNOTATION
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -68,7 +69,7 @@ from autoscaler.actions.pods import (
     pod_key,
     uses_devices,
 )
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
 from autoscaler.kube.protocol import Obj
 from autoscaler.types import Unknown, Vector
@@ -99,7 +100,6 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
     return to_params(params), r.problems
 
 
-REBALANCED = "accel-fleet.io/rebalanced"
 # How many of the coolest nodes are weighed as destinations per execution.
 MAX_DESTINATIONS = 16
 LOAD_QUERY = 'avg by (node) (avg_over_time(accel_utilization_ratio{vendor!="cpu"}[10m]))'
@@ -143,7 +143,7 @@ def _schedulable(node: Obj) -> bool:
 
 
 def _cooling(node: Obj, now: float, cooldown: float) -> bool:
-    stamp = ((node.get("metadata") or {}).get("annotations") or {}).get(REBALANCED)
+    stamp = ((node.get("metadata") or {}).get("annotations") or {}).get(REBALANCED_ANNOTATION)
     if not stamp:
         return False
     try:
@@ -165,7 +165,8 @@ def movable(pod: Obj) -> bool:
 
 
 async def _stamp(ctx: ActionContext, node: str) -> None:
-    await ctx.kube.patch_node(node, {"metadata": {"annotations": {REBALANCED: iso(ctx.clock())}}})
+    stamp = {"metadata": {"annotations": {REBALANCED_ANNOTATION: iso(ctx.clock())}}}
+    await ctx.kube.patch_node(node, stamp)
 
 
 async def execute(ctx: ActionContext, decision: Decision) -> Outcome:

@@ -53,7 +53,7 @@ from autoscaler.actions.base import (
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.ownership import REQUEUES, event, iso, parse_iso
 from autoscaler.actions.pods import controller_owner
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import Obj
 

@@ -75,7 +75,7 @@ from autoscaler.actions.context import ActionContext, Outcome, Status
 from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT, drain_node
 from autoscaler.actions.ownership import event
 from autoscaler.clusterstate import device_requests
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError
 from autoscaler.kube.protocol import Obj
 from autoscaler.pools.base import NodePoolProvider, Pool

@@ -17,11 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.names import REMEDIATION_ANNOTATION
 from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param_keys, to_params
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import node_of, release
 from autoscaler.actions.ownership import entries, event, node_ref, ours
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 
 NAME = "uncordon"
@@ -52,7 +53,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             if (node.get("spec") or {}).get("unschedulable"):
                 message = (
                     f"not uncordoning node {name}: {ctx.controller} did not cordon it "
-                    "(no accel-fleet.io/remediation entry of ours says so)"
+                    f"(no {REMEDIATION_ANNOTATION} entry of ours says so)"
                 )
                 await event(ctx, node, "UncordonRefused", message, warning=True, action=NAME)
                 return Outcome("skipped", message)

@@ -2,8 +2,8 @@
 the results, the engine state and the time (``evaluate``), with everything it
 remembers between cycles in one serialisable ``EngineState``."""
 
-from autoscaler.engine.decision import Decision
-from autoscaler.engine.evaluate import TARGET_LABELS, evaluate, format_duration, target_of
+from autoscaler.decision import Decision
+from autoscaler.engine.evaluate import evaluate, format_duration, target_of
 from autoscaler.engine.state import (
     Active,
     ClusterInfo,
@@ -13,7 +13,6 @@ from autoscaler.engine.state import (
 )
 
 __all__ = [
-    "TARGET_LABELS",
     "Active",
     "ClusterInfo",
     "Decision",

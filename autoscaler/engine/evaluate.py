@@ -59,6 +59,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from autoscaler.decision import Decision
 from autoscaler.engine.breaker import (
     UNHEALTHY_ACTIONS,
     SizeUnknown,
@@ -67,18 +68,9 @@ from autoscaler.engine.breaker import (
     describe_limit,
     in_grace,
 )
-from autoscaler.engine.decision import Decision
 from autoscaler.engine.state import Active, ClusterInfo, EngineState, Note, TargetKey
-from autoscaler.ruleset.model import Limits, Rule, RuleSet, Target
+from autoscaler.ruleset.model import TARGET_LABELS, Limits, Rule, RuleSet, Target
 from autoscaler.types import Labels, QueryResult, Sample, Scalar, Unknown, Vector
-
-# The labels that name what a rule acts on, by the rule's target.
-TARGET_LABELS: Mapping[Target, tuple[str, ...]] = {
-    "node": ("node",),
-    "device": ("node", "device"),
-    "pod": ("namespace", "pod"),
-    "pool": ("pool",),
-}
 
 # Actions that maxConcurrentDrains counts: both move every job off what they act on.
 DRAIN_ACTIONS = frozenset({"drain", "migrate_jobs"})

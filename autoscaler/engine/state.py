@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from autoscaler.engine.decision import Decision
+from autoscaler.decision import Decision
 from autoscaler.types import Labels, labels_of
 
 # How many decisions ``GET /api/v1/decisions`` can show.

@@ -22,8 +22,8 @@ Why it is built this way:
   and a dry-run replica must still hold the Lease so that two of them do not both
   report what they would do.
 
-``DryRunKube`` wraps any ``Kube``: reads pass through, writes are recorded and
-logged, and answered with what they would have produced.
+``DryRunKube`` (``dryrun.py``) wraps a ``ClientKube`` (or any ``Kube``) for
+``--dry-run``; with ``dry_run=True`` this client sends writes with ``dryRun=All``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -53,8 +52,7 @@ from tenacity import (
 )
 
 from autoscaler.kube.errors import KubeError, TooManyRequests, Transient, from_status
-from autoscaler.kube.jsonmerge import copy_obj, merge_patch
-from autoscaler.kube.protocol import Kube, Obj
+from autoscaler.kube.protocol import Obj
 
 log = logging.getLogger(__name__)
 
@@ -473,245 +471,4 @@ def _load_file(path: str, configuration: k8s.Configuration, label: str) -> None:
         raise KubeConfigError(f"{label}: cannot load it as a kubeconfig: {e}") from e
 
 
-# --- dry run -------------------------------------------------------------------------
-
-
-class DryRunKube:
-    """Reads pass through to ``inner``; writes are recorded in ``writes`` as
-    (method, arguments), logged, and answered with a plausible result (a patch: the
-    object as the merge would leave it). When ``inner`` was built with
-    ``dry_run=True`` the write also goes to the server with ``dryRun=All``, so the
-    server's validation, conflicts and PDB refusals still answer. Lease writes pass
-    through for real: leader election is not an action."""
-
-    def __init__(self, inner: Kube) -> None:
-        self.inner = inner
-        self.writes: list[tuple[str, dict[str, Any]]] = []
-
-    @property
-    def request_counts(self) -> Counter[tuple[str, str, int]] | None:
-        """The inner client's counts, for ``/metrics`` (None for a non-client inner)."""
-        counts = getattr(self.inner, "request_counts", None)
-        return counts if isinstance(counts, Counter) else None
-
-    @property
-    def _server_side(self) -> bool:
-        return bool(getattr(self.inner, "dry_run", False))
-
-    def _record(self, method: str, what: str, **args: Any) -> None:
-        self.writes.append((method, args))
-        log.info("dry-run: would %s", what)
-
-    async def _patched(self, read: Callable[[], Any], patch: Obj, send: Callable[[], Any]) -> Obj:
-        if self._server_side:
-            result: Obj = await send()
-            return result
-        current = await read()
-        patched: Obj = merge_patch(current, patch)
-        return patched
-
-    # -- reads
-
-    async def get_node(self, name: str) -> Obj:
-        return await self.inner.get_node(name)
-
-    async def list_nodes(self, label_selector: str | None = None) -> list[Obj]:
-        return await self.inner.list_nodes(label_selector)
-
-    async def list_pods(
-        self,
-        *,
-        namespace: str | None = None,
-        node: str | None = None,
-        label_selector: str | None = None,
-    ) -> list[Obj]:
-        return await self.inner.list_pods(
-            namespace=namespace, node=node, label_selector=label_selector
-        )
-
-    async def get_pod(self, namespace: str, name: str) -> Obj:
-        return await self.inner.get_pod(namespace, name)
-
-    async def get_job(self, namespace: str, name: str) -> Obj:
-        return await self.inner.get_job(namespace, name)
-
-    async def get_lease(self, namespace: str, name: str) -> Obj:
-        return await self.inner.get_lease(namespace, name)
-
-    async def get_custom(
-        self, group: str, version: str, namespace: str, plural: str, name: str
-    ) -> Obj:
-        return await self.inner.get_custom(group, version, namespace, plural, name)
-
-    async def list_custom(
-        self,
-        group: str,
-        version: str,
-        namespace: str,
-        plural: str,
-        label_selector: str | None = None,
-    ) -> list[Obj]:
-        return await self.inner.list_custom(group, version, namespace, plural, label_selector)
-
-    async def get_scale(
-        self, group: str, version: str, namespace: str, plural: str, name: str
-    ) -> Obj:
-        return await self.inner.get_scale(group, version, namespace, plural, name)
-
-    # -- writes
-
-    async def patch_node(self, name: str, patch: Obj) -> Obj:
-        self._record(
-            "patch_node", f"patch node {name}: {json.dumps(patch)}", name=name, patch=patch
-        )
-        return await self._patched(
-            lambda: self.inner.get_node(name), patch, lambda: self.inner.patch_node(name, patch)
-        )
-
-    async def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
-        self._record(
-            "patch_pod",
-            f"patch pod {namespace}/{name}: {json.dumps(patch)}",
-            namespace=namespace,
-            name=name,
-            patch=patch,
-        )
-        return await self._patched(
-            lambda: self.inner.get_pod(namespace, name),
-            patch,
-            lambda: self.inner.patch_pod(namespace, name, patch),
-        )
-
-    async def patch_job(self, namespace: str, name: str, patch: Obj) -> Obj:
-        self._record(
-            "patch_job",
-            f"patch job {namespace}/{name}: {json.dumps(patch)}",
-            namespace=namespace,
-            name=name,
-            patch=patch,
-        )
-        return await self._patched(
-            lambda: self.inner.get_job(namespace, name),
-            patch,
-            lambda: self.inner.patch_job(namespace, name, patch),
-        )
-
-    async def patch_custom(
-        self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
-    ) -> Obj:
-        self._record(
-            "patch_custom",
-            f"patch {plural}.{group} {namespace}/{name}: {json.dumps(patch)}",
-            group=group,
-            version=version,
-            namespace=namespace,
-            plural=plural,
-            name=name,
-            patch=patch,
-        )
-        return await self._patched(
-            lambda: self.inner.get_custom(group, version, namespace, plural, name),
-            patch,
-            lambda: self.inner.patch_custom(group, version, namespace, plural, name, patch),
-        )
-
-    async def patch_scale(
-        self, group: str, version: str, namespace: str, plural: str, name: str, replicas: int
-    ) -> Obj:
-        self._record(
-            "patch_scale",
-            f"scale {plural}.{group} {namespace}/{name} to {replicas} replicas",
-            group=group,
-            version=version,
-            namespace=namespace,
-            plural=plural,
-            name=name,
-            replicas=replicas,
-        )
-        return await self._patched(
-            lambda: self.inner.get_scale(group, version, namespace, plural, name),
-            {"spec": {"replicas": replicas}},
-            lambda: self.inner.patch_scale(group, version, namespace, plural, name, replicas),
-        )
-
-    async def create_pod(self, namespace: str, body: Obj) -> Obj:
-        name = body.get("metadata", {}).get("name", "")
-        self._record("create_pod", f"create pod {namespace}/{name}", namespace=namespace, body=body)
-        if self._server_side:
-            return await self.inner.create_pod(namespace, body)
-        return _as_created(namespace, body)
-
-    async def create_event(self, namespace: str, body: Obj) -> Obj:
-        reason = body.get("reason", "")
-        involved = body.get("involvedObject") or {}
-        self._record(
-            "create_event",
-            f"record event {reason} on {involved.get('kind', '')} {involved.get('name', '')}",
-            namespace=namespace,
-            body=body,
-        )
-        if self._server_side:
-            return await self.inner.create_event(namespace, body)
-        return _as_created(namespace, body)
-
-    async def delete_pod(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        grace_period_seconds: int | None = None,
-        uid: str | None = None,
-    ) -> None:
-        self._record(
-            "delete_pod",
-            f"delete pod {namespace}/{name}",
-            namespace=namespace,
-            name=name,
-            grace_period_seconds=grace_period_seconds,
-            uid=uid,
-        )
-        if self._server_side:
-            await self.inner.delete_pod(
-                namespace, name, grace_period_seconds=grace_period_seconds, uid=uid
-            )
-
-    async def evict_pod(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        grace_period_seconds: int | None = None,
-        uid: str | None = None,
-    ) -> None:
-        self._record(
-            "evict_pod",
-            f"evict {namespace}/{name}",
-            namespace=namespace,
-            name=name,
-            grace_period_seconds=grace_period_seconds,
-            uid=uid,
-        )
-        if self._server_side:
-            await self.inner.evict_pod(
-                namespace, name, grace_period_seconds=grace_period_seconds, uid=uid
-            )
-
-    # -- leases: for real (see the class docstring)
-
-    async def create_lease(self, namespace: str, body: Obj) -> Obj:
-        return await self.inner.create_lease(namespace, body)
-
-    async def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
-        return await self.inner.replace_lease(namespace, name, body)
-
-
-def _as_created(namespace: str, body: Obj) -> Obj:
-    obj: Obj = copy_obj(body)
-    meta = obj.setdefault("metadata", {})
-    meta.setdefault("namespace", namespace)
-    if not meta.get("name") and meta.get("generateName"):
-        meta["name"] = meta["generateName"] + "dryrun"
-    return obj
-
-
-__all__ = ["ClientKube", "DryRunKube", "KubeConfigError", "load_configuration"]
+__all__ = ["ClientKube", "KubeConfigError", "load_configuration"]

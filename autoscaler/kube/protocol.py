@@ -5,8 +5,9 @@ collector depend on this protocol and nothing else. Three things implement it:
 
 - ``ClientKube`` (``autoscaler/kube/client.py``): the official ``kubernetes``
   client, with bounded tenacity retries;
-- ``DryRunKube`` (same file): reads pass through, writes are recorded and logged,
-  and sent with ``dryRun=All`` when there is a real server behind it;
+- ``DryRunKube`` (``autoscaler/kube/dryrun.py``): reads pass through, writes are
+  recorded and logged, and sent with ``dryRun=All`` when there is a real server
+  behind it;
 - the fleet simulator's in-memory cluster (``autoscaler/simulate/``), so that the
   simulation runs the production actions unchanged.
 
@@ -29,6 +30,8 @@ deploy/ Role is checked against it by a test, so the RBAC holds exactly these.
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
+
+from accel_common.names import LEADER_LABEL, REMEDIATION_ANNOTATION
 
 Obj = dict[str, Any]
 
@@ -138,7 +141,7 @@ VERBS: dict[str, dict[str, str]] = {
         "get": "every node action reads the node before changing it",
         "list": "cluster-state metrics (nodes per pool); resuming in-flight work on start",
         "watch": "cluster-state metrics stay current between lists",
-        "patch": "cordon, taint, uncordon, and the accel-fleet.io/remediation annotation",
+        "patch": f"cordon, taint, uncordon, and the {REMEDIATION_ANNOTATION} annotation",
     },
     "pods": {
         "get": "requeue_job and migrate_jobs re-read a pod before acting on it",
@@ -146,7 +149,7 @@ VERBS: dict[str, dict[str, str]] = {
         "watch": "cluster-state metrics stay current between lists",
         "create": "migrate_jobs recreates a bare pod (no owner) on another node",
         "delete": "requeue_job deletes a stuck pod so that its owner retries it",
-        "patch": "the leader labels its own pod accel-fleet.io/leader for the webhook Service",
+        "patch": f"the leader labels its own pod {LEADER_LABEL} for the webhook Service",
     },
     "pods/eviction": {
         "create": "drain, migrate_jobs and rebalance evict through the Eviction API (PDBs)",

@@ -30,25 +30,21 @@ the scheduler picks the node after we answer, so we record our choice for each.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
-import signal
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from accel_common import logs
-from autoscaler.cliargs import duration
+from accel_common.listen import Listener, ListenError
+from accel_common.names import PREFERRED_DEVICES_ANNOTATION
 from autoscaler.kube.protocol import Kube
 from autoscaler.placement.fleet import FleetUnavailable, read_fleet
 from autoscaler.placement.score import (
-    ANN_PREFERRED,
     FleetState,
     Obj,
     PodRequest,
@@ -269,7 +265,7 @@ class Extender:
 
     def _record(self, req: PodRequest, ranking: Ranking) -> None:
         value = json.dumps({c.node: list(c.devices) for c in ranking.candidates}, sort_keys=True)
-        patch = {"metadata": {"annotations": {ANN_PREFERRED: value}}}
+        patch = {"metadata": {"annotations": {PREFERRED_DEVICES_ANNOTATION: value}}}
         kube = self.cache.kube
         assert kube is not None
 
@@ -337,116 +333,22 @@ def make_app(extender: Extender) -> web.Application:
     return app
 
 
-def parse_weights(pairs: Sequence[str]) -> Weights:
-    values: dict[str, float] = {}
-    fields = set(Weights.__dataclass_fields__)
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or name not in fields:
-            raise ValueError(f"bad --weight {pair!r} (use NAME=W, NAME one of {sorted(fields)})")
-        try:
-            w = float(value)
-        except ValueError:
-            raise ValueError(f"bad --weight {pair!r}: {value!r} is not a number") from None
-        if w < 0:
-            raise ValueError(f"bad --weight {pair!r}: weights are not negative")
-        values[name] = w
-    return Weights(**values)
-
-
 async def serve(
     extender: Extender, host: str | None, port: int, stop: asyncio.Event | None = None
 ) -> int:
-    runner = web.AppRunner(make_app(extender), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
     try:
-        await site.start()
-    except OSError as e:
-        await runner.cleanup()
-        log.error("cannot listen on %s:%d: %s", host or "", port, e.strerror or e)
+        listener = await Listener.start(make_app(extender), host, port, stop=stop)
+    except ListenError as e:
+        log.error("%s", e)
         return 1
     log.info("extender listening on http://%s:%d (filter, prioritize)", host or "0.0.0.0", port)
     refresher = asyncio.create_task(extender.cache.run_forever())
-    stop = stop or asyncio.Event()
     try:
-        await stop.wait()
+        await listener.wait()
     finally:
         refresher.cancel()
         await asyncio.gather(refresher, return_exceptions=True)
         await extender.drain()
         await extender.cache.source.close()
-        await runner.cleanup()
+        await listener.close()
     return 0
-
-
-def add_extender_arguments(p: argparse.ArgumentParser) -> None:
-    from autoscaler.placement.place import add_source_arguments
-
-    p.add_argument(
-        "--listen",
-        default=":8888",
-        metavar="ADDR",
-        help="HOST:PORT or :PORT to serve filter and prioritize on (default %(default)s)",
-    )
-    p.add_argument(
-        "--refresh-interval",
-        dest="refresh_interval",
-        type=duration,
-        default=15.0,
-        metavar="DURATION",
-        help="how often the fleet state is read from the source (default 15s)",
-    )
-    p.add_argument(
-        "--max-age",
-        dest="max_age",
-        type=duration,
-        default=60.0,
-        metavar="DURATION",
-        help="older fleet state is not trusted: fail open (default 60s)",
-    )
-    p.add_argument(
-        "--annotate",
-        action="store_true",
-        help=f"write the chosen devices into the pod annotation {ANN_PREFERRED} "
-        "(needs --kubeconfig)",
-    )
-    logs.add_arguments(p)
-    add_source_arguments(p)
-
-
-async def _run(args: argparse.Namespace) -> int:
-    from autoscaler.controller import build_source
-    from autoscaler.placement.place import close_kube, open_kube
-    from autoscaler.server import split_listen_address
-
-    host, port = split_listen_address(args.listen)
-    kube = await open_kube(args.kubeconfig) if args.kubeconfig is not None else None
-    cache = FleetCache(
-        build_source(args), kube, interval=args.refresh_interval, max_age=args.max_age
-    )
-    extender = Extender(cache, weights=parse_weights(args.weight), annotate=args.annotate)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        return await serve(extender, host, port, stop)
-    finally:
-        if kube is not None:
-            await close_kube(kube)
-
-
-def extender_main(args: argparse.Namespace) -> int:
-    from autoscaler.placement.place import InputError
-
-    logs.setup(args.log_level, args.log_format)
-    if args.annotate and args.kubeconfig is None:
-        print("accel-autoscaler extender: error: --annotate needs --kubeconfig", file=sys.stderr)
-        return 2
-    try:
-        parse_weights(args.weight)
-        return asyncio.run(_run(args))
-    except (ValueError, InputError, OSError) as e:
-        print(f"accel-autoscaler extender: error: {e}", file=sys.stderr)
-        return 2

@@ -50,6 +50,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from accel_common.names import DATA_LOCATION_ANNOTATION as ANN_DATA_LOCATION
+from accel_common.names import FLOPS_ANNOTATION as ANN_FLOPS
+from accel_common.names import MODELS_ANNOTATION as ANN_MODELS
+from accel_common.names import PRECISION_ANNOTATION as ANN_PRECISION
+from accel_common.names import PREFIX as TAINT_PREFIX
+from accel_common.names import REMEDIATION_ANNOTATION as ANN_REMEDIATION
+from accel_common.names import VENDORS_ANNOTATION as ANN_VENDORS
+from accel_common.names import WHOLE_DEVICE_RESOURCES as RESOURCES
 from autoscaler.placement.catalogue import (
     DEFAULT_PRECISION,
     PRECISIONS,
@@ -59,22 +67,6 @@ from autoscaler.placement.catalogue import (
 
 Obj = dict[str, Any]
 
-ANN_VENDORS = "accel-fleet.io/vendors"
-ANN_MODELS = "accel-fleet.io/models"
-ANN_FLOPS = "accel-fleet.io/flops"
-ANN_PRECISION = "accel-fleet.io/precision"
-ANN_DATA_LOCATION = "accel-fleet.io/data-location"
-ANN_REMEDIATION = "accel-fleet.io/remediation"
-ANN_PREFERRED = "accel-fleet.io/preferred-devices"
-TAINT_PREFIX = "accel-fleet.io/"
-
-# Extended resource → the exporter's vendor label.
-RESOURCES: dict[str, str] = {
-    "nvidia.com/gpu": "nvidia",
-    "amd.com/gpu": "amd",
-    "gpu.intel.com/i915": "oneapi",
-    "gpu.intel.com/xe": "oneapi",
-}
 VENDOR_ALIASES: dict[str, str] = {
     "nvidia": "nvidia",
     "amd": "amd",
@@ -594,3 +586,20 @@ def schedule_cycle(
             fleet = fleet.taking(best.node, best.devices, req.key)
         out.append(Placement(req, best, ranking))
     return out, fleet
+
+
+def parse_weights(pairs: Sequence[str]) -> Weights:
+    values: dict[str, float] = {}
+    fields = set(Weights.__dataclass_fields__)
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"bad --weight {pair!r} (use NAME=W, NAME one of {sorted(fields)})")
+        try:
+            w = float(value)
+        except ValueError:
+            raise ValueError(f"bad --weight {pair!r}: {value!r} is not a number") from None
+        if w < 0:
+            raise ValueError(f"bad --weight {pair!r}: weights are not negative")
+        values[name] = w
+    return Weights(**values)

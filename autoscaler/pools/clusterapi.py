@@ -37,6 +37,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from accel_common.names import CAPI_DELETE_MACHINE_ANNOTATION as DELETE_MACHINE
+from accel_common.names import CAPI_DEPLOYMENT_LABEL as DEPLOYMENT_LABEL
+from accel_common.names import CAPI_MAX_SIZE_ANNOTATION as MAX_SIZE
+from accel_common.names import CAPI_MIN_SIZE_ANNOTATION as MIN_SIZE
 from autoscaler.kube.protocol import (
     CAPI_GROUP,
     CAPI_VERSION,
@@ -47,10 +51,6 @@ from autoscaler.kube.protocol import (
 )
 from autoscaler.pools.base import Pool
 
-MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
-MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
-DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 API_VERSION = f"{CAPI_GROUP}/{CAPI_VERSION}"
 
 

@@ -1,14 +1,20 @@
 """The built-in PromQL evaluator: the ``scrape`` source's Prometheus.
 
-``SeriesStore`` keeps the series (``store.py``), ``Evaluator`` answers instant
-queries over it (``evaluator.py``), ``support.py`` says what is supported before a
-rule runs, ``openmetrics.py`` loads series files and ``query.py`` is the CLI.
+``SeriesStore`` keeps the series (``store.py``; each metric name's series in a
+columnar ``Family``, ``family.py``; label values interned in ``symbols.py``).
+``Evaluator`` answers instant queries over it (``evaluator.py``), on expressions
+compiled into plans (``plans.py``), with instant vectors as label code columns
+(``vectors.py``), binary operators and vector matching in ``binops.py``, range
+functions in ``functions.py`` and its errors in ``errors.py``. ``support.py`` says
+what is supported before a rule runs, ``openmetrics.py`` loads series files and
+``query.py`` writes a result as Prometheus's HTTP API does.
 What it evaluates, it evaluates the way Prometheus 2.42 does: the differential
-test (``tests/test_promql_differential.py``) asks a real Prometheus the same
+test (``tests/integration/test_promql_differential.py``) asks a real Prometheus the same
 questions over the same data.
 """
 
-from autoscaler.promql.evaluator import EvalError, Evaluator, ExprError
+from autoscaler.promql.errors import EvalError, ExprError
+from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.store import ExpositionError, SeriesStore
 from autoscaler.promql.support import parse_error, required_retention, unsupported
 

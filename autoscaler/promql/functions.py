@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler.promql.store import F64, Window
+from autoscaler.promql.family import Window
+from autoscaler.promql.symbols import F64
 
 Mask = npt.NDArray[np.bool_]
 

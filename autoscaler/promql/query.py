@@ -1,4 +1,5 @@
-"""``accel-autoscaler query``: one expression, one series file, one instant.
+"""A query result as Prometheus's HTTP API writes it, for ``accel-autoscaler
+query`` (``commands/query.py``: one expression, one series file, one instant).
 
 The output is the ``data`` object of Prometheus's ``/api/v1/query``, byte for
 byte where the numbers agree: ``{"resultType": ..., "result": ...}`` with values
@@ -10,24 +11,15 @@ there is a fraction). A scalar is the exception, as in Prometheus 2.42: Go's
 ``encoding/json`` writes its time as a plain float and its value always in
 ``'f'`` format. So a rule's author can run the same file through ``promtool tsdb
 create-blocks-from openmetrics`` and Prometheus, and diff the two answers.
-
-Exit status: 0 with a result, 2 for a usage problem (bad time, unreadable or
-malformed file, an expression that does not parse or is outside the subset),
-1 for an evaluation error.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from decimal import Decimal
 
-from autoscaler.promql.evaluator import EvalError, Evaluator, ExprError
-from autoscaler.promql.openmetrics import OpenMetricsError, load
 from autoscaler.types import Labels, Matrix, Scalar, Vector
-
-_PROG = "accel-autoscaler query"
 
 
 def _shortest_f(v: float) -> str:
@@ -96,34 +88,3 @@ def result_json(result: Vector | Scalar | Matrix) -> str:
         for s in sorted(result.series, key=lambda s: s.labels)
     ]
     return '{"resultType":"matrix","result":[' + ",".join(items) + "]}"
-
-
-def _fail(message: str, status: int) -> int:
-    print(f"{_PROG}: error: {message}", file=sys.stderr)
-    return status
-
-
-def main(expr: str, series_file: str, time: str) -> int:
-    try:
-        t = float(time)
-        if not math.isfinite(t):
-            raise ValueError
-    except ValueError:
-        return _fail(f"--time must be unix seconds, got {time!r}", 2)
-    try:
-        store = load(series_file)
-    except OSError as e:
-        return _fail(f"cannot read {series_file}: {e.strerror or e}", 2)
-    except (OpenMetricsError, UnicodeDecodeError) as e:
-        return _fail(str(e), 2)
-    evaluator = Evaluator(store)
-    try:
-        evaluator.check(expr)
-    except ExprError as e:
-        return _fail(str(e), 2)
-    try:
-        result = evaluator.instant(expr, t)
-    except EvalError as e:
-        return _fail(str(e), 1)
-    print(result_json(result))
-    return 0

@@ -30,14 +30,6 @@ import promql_parser as pp
 
 ValueKind = Literal["scalar", "vector", "matrix", "string"]
 
-# The labels that name a rule's target in each sample (and in a Decision's target).
-TARGET_LABELS: dict[str, tuple[str, ...]] = {
-    "node": ("node",),
-    "device": ("node", "device"),
-    "pod": ("namespace", "pod"),
-    "pool": ("pool",),
-}
-
 # Aggregations that return their input samples (or a subset), labels untouched.
 _KEEP_LABELS_AGGREGATIONS = frozenset({"topk", "bottomk", "limitk", "limit_ratio"})
 
@@ -220,4 +212,4 @@ def missing_labels(expr: pp.Expr, required: Iterable[str]) -> list[str]:
     return [label for label in required if not b.may_have(label)]
 
 
-__all__ = ["TARGET_LABELS", "ValueKind", "missing_labels", "output_labels", "value_type"]
+__all__ = ["ValueKind", "missing_labels", "output_labels", "value_type"]

@@ -9,8 +9,9 @@ loader walks the whole input, keeps going after each one, and raises a single
 ``RuleSetError`` with all of them at the end (``accel-autoscaler check`` prints
 them; the controller refuses to start, or keeps its last good rules on reload).
 
-The YAML is read with ``yaml.compose``, not ``safe_load``: the node tree keeps the
-line and column of every key and value, which plain Python objects lose.
+The YAML is read with ``accel_common.yamlread``, the reader every file format here
+shares: it keeps the line and column of every key and value, and words the
+generic problems (unknown keys, wrong types, durations) the same everywhere.
 
 Several files merge into one rule set: rules are concatenated (names are unique
 across all of them), and ``evaluationInterval`` and each ``limits`` key may be set
@@ -20,22 +21,22 @@ in more than one file only if every file agrees.
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import promql_parser as pp
-import yaml
-from yaml.constructor import SafeConstructor
+from yaml.nodes import Node
 
+from accel_common.suggest import did_you_mean
+from accel_common.yamlread import Entries, Reader
 from autoscaler import clusterstate
 from autoscaler.actions import ACTIONS
-from autoscaler.actions.base import did_you_mean, duration_seconds
 from autoscaler.ruleset.errors import Problem, RuleSetError, whole_file
-from autoscaler.ruleset.labels import TARGET_LABELS, missing_labels, value_type
+from autoscaler.ruleset.labels import missing_labels, value_type
 from autoscaler.ruleset.model import (
+    TARGET_LABELS,
     TARGETS,
     Action,
     Limits,
@@ -144,21 +145,6 @@ def load_ruleset(paths: Sequence[str | Path], *, source: str = "prometheus") -> 
     return merged
 
 
-def check_main(paths: Sequence[str | Path], source: str = "prometheus") -> int:
-    """``accel-autoscaler check``: every problem on stderr and 1, or a one-line
-    summary on stdout and 0."""
-    try:
-        ruleset = load_ruleset(paths, source=source)
-    except RuleSetError as e:
-        for problem in e.problems:
-            print(problem, file=sys.stderr)
-        return 1
-    n = len(ruleset.rules)
-    where = ", ".join(str(p) for p in paths)
-    print(f"{where}: {n} rule{'' if n == 1 else 's'} OK")
-    return 0
-
-
 # --- one file ---------------------------------------------------------------------
 
 
@@ -183,82 +169,36 @@ class _ParsedFile:
     names: list[tuple[str, Position]] = field(default_factory=list)
 
 
-_Entry = tuple[yaml.Node, yaml.Node]
-
-# A YAML value that could not be constructed (already reported).
-_INVALID = object()
-
-
-class _FileReader:
+class _FileReader(Reader):
     """Reads one file's node tree, recording problems as it goes."""
 
     def __init__(self, file: str, source: str) -> None:
-        self.file = file
+        super().__init__(file)
         self.source = source
-        self.out = _ParsedFile(file)
-
-    # positions and problems
-
-    def pos(self, node: yaml.Node) -> Position:
-        return Position(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
-
-    def problem(self, node: yaml.Node, message: str) -> None:
-        self.out.problems.append(Problem(self.pos(node), message))
-
-    # the file
+        self.out = _ParsedFile(file, self.problems)
 
     def read(self) -> _ParsedFile:
-        try:
-            text = Path(self.file).read_text(encoding="utf-8")
-        except OSError as e:
-            self.out.problems.append(
-                Problem(whole_file(self.file), f"cannot read: {e.strerror or e}")
-            )
-            return self.out
-        except UnicodeDecodeError as e:
-            self.out.problems.append(Problem(whole_file(self.file), f"not UTF-8 text: {e}"))
-            return self.out
-        try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            context = f"{e.context}: " if e.context else ""
-            message = f"invalid YAML: {context}{e.problem}"
-            where = (
-                Position(self.file, mark.line + 1, mark.column + 1)
-                if mark is not None
-                else whole_file(self.file)
-            )
-            self.out.problems.append(Problem(where, message))
-            return self.out
-        except yaml.YAMLError as e:
-            self.out.problems.append(Problem(whole_file(self.file), f"invalid YAML: {e}"))
-            return self.out
-        if root is None:
-            self.out.problems.append(
-                Problem(
-                    whole_file(self.file),
-                    f"empty file: expected apiVersion: {API_VERSION}, kind: {KIND} and a spec",
-                )
-            )
-            return self.out
-        self.top(root)
+        root = self.load(
+            empty=f"empty file: expected apiVersion: {API_VERSION}, kind: {KIND} and a spec"
+        )
+        if root is not None:
+            self.top(root)
         return self.out
 
-    def top(self, root: yaml.Node) -> None:
+    def top(self, root: Node) -> None:
         entries = self.mapping(root, "a rule file", TOP_KEYS, required=TOP_KEYS)
         if entries is None:
             return
         for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
             if key in entries:
                 node = entries[key][1]
-                got = self.value(node)
-                if got is not _INVALID and got != expected:
+                ok, got = self.construct(node)
+                if ok and got != expected:
                     self.problem(node, f"{key} must be {expected!r}, got {got!r}")
         if "spec" in entries:
             self.spec(entries["spec"][1])
 
-    def spec(self, node: yaml.Node) -> None:
+    def spec(self, node: Node) -> None:
         entries = self.mapping(node, "spec", SPEC_KEYS)
         if entries is None:
             return
@@ -270,17 +210,12 @@ class _FileReader:
         if "limits" in entries:
             self.limits(entries["limits"][1])
         if "rules" in entries:
-            rules = entries["rules"][1]
-            if not isinstance(rules, yaml.SequenceNode):
-                if not self.is_null(rules):
-                    self.problem(rules, "rules must be a list of rules")
-                return
-            for item in rules.value:
+            for item in self.sequence(entries["rules"][1], "rules", "a list of rules") or []:
                 rule = self.rule(item)
                 if rule is not None:
                     self.out.rules.append(rule)
 
-    def limits(self, node: yaml.Node) -> None:
+    def limits(self, node: Node) -> None:
         entries = self.mapping(node, "limits", LIMITS_KEYS)
         if entries is None:
             return
@@ -289,7 +224,7 @@ class _FileReader:
             if key == "maxUnhealthyNodes":
                 value = self.unhealthy(v)
             elif key in ("maxConcurrentDrains", "maxActionsPerHour"):
-                value = self.count(v, key)
+                value = self.integer(v, key)
             elif key == "breakerReset":
                 value = self.choice(v, key, BREAKER_RESETS)
             elif key == "breakerWindow":
@@ -299,10 +234,10 @@ class _FileReader:
             if value is not None:
                 self.out.limits[key] = _Setting(value, self.text(v), self.pos(v))
 
-    def unhealthy(self, node: yaml.Node) -> tuple[str, float] | None:
+    def unhealthy(self, node: Node) -> tuple[str, float] | None:
         """maxUnhealthyNodes: a whole number of nodes, or a percentage of them."""
-        value = self.value(node)
-        if value is _INVALID:
+        ok, value = self.construct(node)
+        if not ok:
             return None
         if isinstance(value, int) and not isinstance(value, bool):
             if value >= 0:
@@ -322,7 +257,7 @@ class _FileReader:
 
     # a rule
 
-    def rule(self, node: yaml.Node) -> Rule | None:
+    def rule(self, node: Node) -> Rule | None:
         before = len(self.out.problems)
         entries = self.mapping(node, "a rule", RULE_KEYS, required=("name", "target", "action"))
         if entries is None:
@@ -398,7 +333,7 @@ class _FileReader:
             position=self.pos(node),
         )
 
-    def action(self, node: yaml.Node, target: str | None) -> Action | None:
+    def action(self, node: Node, target: str | None) -> Action | None:
         entries = self.mapping(node, "action", None, required=("type",))
         if entries is None:
             return None
@@ -414,8 +349,8 @@ class _FileReader:
                 f"(one of {', '.join(ACTIONS)})",
             )
             return None
-        values = {k: self.value(v) for k, (_, v) in entries.items() if k != "type"}
-        raw = {k: v for k, v in values.items() if v is not _INVALID}
+        values = {k: self.construct(v) for k, (_, v) in entries.items() if k != "type"}
+        raw = {k: v for k, (ok, v) in values.items() if ok}
         params, param_problems = spec.validate(raw)
         if target is not None:
             if target not in spec.targets:
@@ -433,17 +368,17 @@ class _FileReader:
             self.problem(where, str(pp_))
         return Action(kind, params)
 
-    def rule_limits(self, node: yaml.Node) -> RuleLimits | None:
+    def rule_limits(self, node: Node) -> RuleLimits | None:
         entries = self.mapping(node, "rule limits", RULE_LIMITS_KEYS)
         if entries is None:
             return None
-        counts = {k: self.count(v, k) for k, (_, v) in entries.items()}
+        counts = {k: self.integer(v, k) for k, (_, v) in entries.items()}
         return RuleLimits(
             max_concurrent=counts.get("maxConcurrent"),
             max_actions_per_hour=counts.get("maxActionsPerHour"),
         )
 
-    def recover(self, node: yaml.Node, target: str | None) -> Recover | None:
+    def recover(self, node: Node, target: str | None) -> Recover | None:
         entries = self.mapping(node, "recover", RECOVER_KEYS, required=("expr",))
         if entries is None:
             return None
@@ -451,7 +386,7 @@ class _FileReader:
         for_ = self.optional_duration(entries, "for")
         return Recover(expr, for_ or 0.0) if expr is not None else None
 
-    def expr(self, node: yaml.Node, what: str, target: str | None) -> str | None:
+    def expr(self, node: Node, what: str, target: str | None) -> str | None:
         """A PromQL expression: it parses, returns a vector, can carry the target's
         labels, names known metrics, and (scrape) the built-in evaluator runs it."""
         text = self.string(node, what)
@@ -500,119 +435,7 @@ class _FileReader:
                 )
         return text
 
-    # typed scalars
-
-    def mapping(
-        self,
-        node: yaml.Node,
-        what: str,
-        keys: Sequence[str] | None,
-        required: Sequence[str] = (),
-    ) -> dict[str, _Entry] | None:
-        """The entries of a mapping node, after reporting unknown, duplicate and
-        missing keys. ``keys`` None accepts any key (an action's parameters, which
-        the action validates)."""
-        if not isinstance(node, yaml.MappingNode):
-            self.problem(node, f"{what} must be a mapping, got {self.describe(node)}")
-            return None
-        SafeConstructor().flatten_mapping(node)
-        out: dict[str, _Entry] = {}
-        for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode):
-                self.problem(k, f"{what}: keys must be strings")
-                continue
-            key = str(k.value)
-            if key in out:
-                first = self.pos(out[key][0])
-                self.problem(k, f"duplicate key {key!r} in {what} (first at line {first.line})")
-                continue
-            if keys is not None and key not in keys:
-                self.problem(
-                    k,
-                    f"unknown key {key!r} in {what}{did_you_mean(key, keys)}"
-                    f" (expected {', '.join(keys)})",
-                )
-                continue
-            out[key] = (k, v)
-        for r in required:
-            if r not in out:
-                self.problem(node, f"{what}: missing required key {r!r}")
-        return out
-
-    def value(self, node: yaml.Node) -> Any:
-        """The Python value of a node; a tag that safe YAML cannot construct
-        (``!python/...``, a custom ``!tag``) is a problem, and the value ``_INVALID``,
-        which the typed readers below pass over without a second message."""
-        try:
-            return SafeConstructor().construct_object(node, deep=True)
-        except yaml.YAMLError as e:
-            problem = getattr(e, "problem", None) or str(e)
-            self.problem(node, f"invalid YAML value: {problem}")
-            return _INVALID
-
-    def text(self, node: yaml.Node) -> str:
-        return str(node.value) if isinstance(node, yaml.ScalarNode) else self.describe(node)
-
-    def is_null(self, node: yaml.Node) -> bool:
-        return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
-
-    def describe(self, node: yaml.Node) -> str:
-        if isinstance(node, yaml.MappingNode):
-            return "a mapping"
-        if isinstance(node, yaml.SequenceNode):
-            return "a list"
-        try:
-            return repr(SafeConstructor().construct_object(node, deep=True))
-        except yaml.YAMLError:
-            return repr(node.value)
-
-    def string(self, node: yaml.Node, what: str, *, empty: bool = False) -> str | None:
-        value = self.value(node)
-        if value is _INVALID:
-            return None
-        if not isinstance(value, str) or not (empty or value.strip()):
-            kind = "a string" if empty else "a non-empty string"
-            self.problem(node, f"{what} must be {kind}, got {self.describe(node)}")
-            return None
-        return value
-
-    def choice(self, node: yaml.Node, what: str, choices: Sequence[str]) -> str | None:
-        value = self.value(node)
-        if value is _INVALID:
-            return None
-        if not isinstance(value, str) or value not in choices:
-            self.problem(
-                node,
-                f"{what} must be {' or '.join(choices)}, got {self.describe(node)}"
-                f"{did_you_mean(str(value), choices)}",
-            )
-            return None
-        return value
-
-    def count(self, node: yaml.Node, what: str) -> int | None:
-        value = self.value(node)
-        if value is _INVALID:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            self.problem(node, f"{what} must be a whole number >= 0, got {self.describe(node)}")
-            return None
-        return value
-
-    def duration(self, node: yaml.Node, what: str, *, positive: bool = False) -> float | None:
-        value = self.value(node)
-        if value is _INVALID:
-            return None
-        try:
-            seconds = duration_seconds(value)
-        except ValueError as e:
-            self.problem(node, f"{what}: {e}")
-            return None
-        if positive and seconds <= 0:
-            self.problem(node, f"{what} must be longer than 0s, got {value!r}")
-            return None
-        return seconds
-
-    def optional_duration(self, entries: Mapping[str, _Entry], key: str) -> float | None:
+    def optional_duration(self, entries: Entries, key: str) -> float | None:
         return self.duration(entries[key][1], key) if key in entries else None
 
 
@@ -700,7 +523,6 @@ __all__ = [
     "SOURCES",
     "Problem",
     "RuleSetError",
-    "check_main",
     "load_ruleset",
     "rule_files",
 ]

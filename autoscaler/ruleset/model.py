@@ -1,6 +1,7 @@
 """The typed rule model. The loader builds it; the engine, the sources and the API
-read it. Durations are seconds; every rule remembers where it was written so that
-any later message about it can point at the file and line.
+read it. Durations are seconds; every rule remembers where it was written (a
+``Position``, as every YAML reader here reports it) so that any later message about
+it can point at the file and line.
 """
 
 from __future__ import annotations
@@ -9,20 +10,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from accel_common.yamlread import Position
+
 # The label that names what a rule acts on. "pool" is for scale_node_pool, whose
 # expressions are per node pool.
 Target = Literal["node", "device", "pod", "pool"]
 TARGETS: tuple[str, ...] = ("node", "device", "pod", "pool")
-
-
-@dataclass(frozen=True)
-class Position:
-    file: str
-    line: int  # 1-based
-    col: int  # 1-based
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}"
+# The labels that name a rule's target in each sample of its expression, and in a
+# Decision's target. Here, below both, because the loader checks that an
+# expression can produce them and the engine reads them off every sample.
+TARGET_LABELS: dict[str, tuple[str, ...]] = {
+    "node": ("node",),
+    "device": ("node", "device"),
+    "pod": ("namespace", "pod"),
+    "pool": ("pool",),
+}
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ class Rule:
     cooldown: float = 0.0
     limits: RuleLimits = RuleLimits()
     recover: Recover | None = None
-    position: Position = Position("<memory>", 1, 1)
+    # Position is a frozen dataclass (from accel_common), so one default is safe to share.
+    position: Position = Position("<memory>", 1, 1)  # noqa: RUF009
 
 
 @dataclass(frozen=True)
@@ -100,3 +103,17 @@ class RuleSet:
             if r.name == name:
                 return r
         raise KeyError(name)
+
+
+__all__ = [
+    "TARGETS",
+    "TARGET_LABELS",
+    "Action",
+    "Limits",
+    "Position",
+    "Recover",
+    "Rule",
+    "RuleLimits",
+    "RuleSet",
+    "Target",
+]

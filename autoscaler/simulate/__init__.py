@@ -1,43 +1,18 @@
-"""The fleet simulator (``accel-autoscaler simulate``): the production controller,
-engine, rules and actions against an in-memory cluster in simulated time, and the
-same fleet without them, to measure what the rules are worth.
+"""The fleet simulator (``accel-autoscaler simulate``): the production evaluation
+cycle (``engine/cycle.py``), engine, rules, executor and actions against an
+in-memory cluster in simulated time, and the same fleet without them, to measure
+what the rules are worth.
 
 - ``scenario``: the scenario YAML and its validation;
 - ``kube``: the in-memory Kubernetes API (the ``Kube`` protocol);
-- ``fleet``: nodes, devices, jobs, faults, and Kubernetes' own controllers;
-- ``scheduler``: the placement hook and ``first-fit``;
+- ``fleet``: the simulated cluster, composed of ``clock`` (simulated time),
+  ``machines`` (nodes, devices, the MachineSet controller), ``jobs`` (the Job
+  controller and the scheduler's pass), ``faults`` and ``accounting``;
+- ``scheduler``: the placement hook and ``first-fit``; ``placement``: the placement
+  scorer as a scheduler; ``schedulers``: the registry a scenario names one from;
 - ``telemetry``: the series a scrape would see, into the evaluator's store;
-- ``run``: the two runs, ``summary.json``, the table; ``plots``: the PNGs.
+- ``run``: the two runs through the production evaluation cycle;
+- ``results``: ``summary.json`` and the table; ``plots``: the PNGs.
+
+The command itself (flags, files) is ``autoscaler/commands/simulate.py``.
 """
-
-from __future__ import annotations
-
-import argparse
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", metavar="SCENARIO.yaml", help="scenario file (see scenarios/)")
-    p.add_argument(
-        "--rules",
-        action="append",
-        metavar="PATH",
-        help="rule file or directory (repeatable; default rules/)",
-    )
-    p.add_argument(
-        "--out",
-        default="simulate-out",
-        metavar="DIR",
-        help="where summary.json and the plots go (default %(default)s)",
-    )
-    p.add_argument("--seed", type=int, metavar="N", help="overrides the scenario's seed")
-    p.add_argument(
-        "--baseline",
-        choices=("none", "skip"),
-        default="none",
-        help="the comparison run: none = no remediation, static pools (default); "
-        "skip = run the rules only",
-    )
-    p.add_argument("--no-plots", action="store_true", help="write summary.json only")
-
-
-__all__ = ["add_arguments"]

@@ -30,18 +30,18 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Protocol
 
+from accel_common.names import CAPI_CLUSTER_LABEL as CLUSTER_LABEL
+from accel_common.names import CAPI_DELETE_MACHINE_ANNOTATION as DELETE_ANNOTATION
+from accel_common.names import CAPI_DEPLOYMENT_LABEL as DEPLOYMENT_LABEL
+from accel_common.names import CAPI_MAX_SIZE_ANNOTATION as MAX_ANNOTATION
+from accel_common.names import CAPI_MIN_SIZE_ANNOTATION as MIN_ANNOTATION
+from accel_common.names import POOL_LABEL
 from autoscaler.kube.errors import Conflict, NotFound, TooManyRequests
 from autoscaler.kube.jsonmerge import copy_obj, merge_patch
 from autoscaler.kube.protocol import Obj
 
-# Cluster API's names, as the provider reads them.
+# Cluster API's version, as the provider reads it (its keys are in accel_common.names).
 CAPI_API_VERSION = "cluster.x-k8s.io/v1beta1"
-DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
-CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
-MIN_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
-MAX_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-DELETE_ANNOTATION = "cluster.x-k8s.io/delete-machine"
-POOL_LABEL = "accel-fleet.io/pool"
 
 
 class Reactor(Protocol):

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from autoscaler.simulate.run import RunResult
-    from autoscaler.simulate.scenario import Scenario
+from autoscaler.simulate.results import RunResult
+from autoscaler.simulate.scenario import Scenario
 
 
 def write_plots(results: dict[str, RunResult], scenario: Scenario, out: Path) -> list[Path]:

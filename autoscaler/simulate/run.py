@@ -1,16 +1,23 @@
 """``accel-autoscaler simulate``: run a scenario with the rules and without, and
 say what the rules were worth.
 
-The rules run is the production controller, unchanged: ``Controller.cycle`` (rule
-files through ``RuleWatcher``, the engine's ``evaluate``, the decision log) and
-its ``Executor``, which runs each decision's ``ACTIONS[...].execute`` with an
-``ActionContext`` whose ``kube`` is the in-memory cluster, whose ``clock`` is
-simulated time and whose ``sleep`` waits in simulated time while the fleet goes
-on (an eviction that a PodDisruptionBudget refuses is retried minutes later, in
-simulated minutes). Pools are scaled through the Cluster API provider against
-the cluster's MachineDeployments. Only the source differs from ``--source
-scrape``: the store is filled from the simulation (``telemetry.py``) rather than
-from HTTP scrapes, and the evaluator runs in this thread.
+The rules run evaluates with the production evaluation cycle
+(``engine/cycle.py``'s ``run_cycle``, the function ``Controller.cycle`` and the
+rule unit tests call): the rule files through the loader, the engine's
+``evaluate``, every decision handed to the production ``Executor``, which runs
+each decision's ``ACTIONS[...].execute`` with an ``ActionContext`` whose ``kube``
+is the in-memory cluster, whose ``clock`` is simulated time and whose ``sleep``
+waits in simulated time while the fleet goes on (an eviction that a
+PodDisruptionBudget refuses is retried minutes later, in simulated minutes).
+Pools are scaled through the Cluster API provider against the cluster's
+MachineDeployments. What the simulator plugs into the cycle is its own:
+
+- the source (``SimSource``): the store is filled from the simulation
+  (``telemetry.py``) rather than from HTTP scrapes, and answered by the same
+  in-memory source class as ``--source scrape`` (``sources/store.py``), in this
+  thread;
+- the nodes the breaker counts (``fleet_cluster``): those whose exporter
+  answered this cycle's scrape, where the controller asks ``NODES_QUERY``.
 
 The baseline (``--baseline none``) is the same fleet, the same jobs and the same
 faults (every random stream is seeded from the scenario's seed, separately for
@@ -20,185 +27,77 @@ hangs until its deadline, pools stay at their initial size.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import logging
 import multiprocessing
-import sys
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-import numpy as np
 import promql_parser as pp
 
 from autoscaler.actions.context import ActionContext
-from autoscaler.controller import NODES_QUERY
-from autoscaler.engine.decision import Decision
-from autoscaler.engine.evaluate import TARGET_LABELS, evaluate
+from autoscaler.decision import Decision
+from autoscaler.engine.cycle import NODES_QUERY, ClusterView, run_cycle
 from autoscaler.engine.state import ClusterInfo, EngineState
 from autoscaler.executor import Executor
-from autoscaler.promql.evaluator import EvalError, Evaluator, _Vec
+from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.promql.store import SeriesStore
-from autoscaler.promql.support import required_retention
-from autoscaler.ruleset.loader import RuleSetError, load_ruleset
-from autoscaler.ruleset.model import Rule, RuleSet
-from autoscaler.simulate.fleet import CAPI_NAMESPACE, EPOCH, Fleet, Stats, Timeline
-from autoscaler.simulate.scenario import Scenario, ScenarioError, load_scenario
-from autoscaler.simulate.scheduler import SCHEDULERS
+from autoscaler.ruleset.loader import load_ruleset
+from autoscaler.ruleset.model import RuleSet
+from autoscaler.simulate.clock import EPOCH
+from autoscaler.simulate.fleet import Fleet
+from autoscaler.simulate.machines import CAPI_NAMESPACE
+from autoscaler.simulate.results import Progress, RunResult
+from autoscaler.simulate.scenario import Scenario
+from autoscaler.simulate.schedulers import SCHEDULERS
 from autoscaler.simulate.telemetry import Telemetry
 from autoscaler.sources.alertmanager import AlertReceiver
-from autoscaler.types import Matrix, QueryResult, Unknown, Vector
+from autoscaler.sources.store import StoreSource
 
 log = logging.getLogger("accel_autoscaler.simulate")
-
-SUMMARY_KEYS = (
-    "jobs_submitted",
-    "jobs_completed",
-    "jobs_lost",
-    "device_hours_allocated",
-    "device_hours_useful",
-    "goodput_ratio",
-    "node_hours",
-    "time_to_remediate_seconds",
-    "queue_wait_seconds",
-    "actions",
-    "breaker_trips",
-    "wall_seconds",
-)
-
 
 RETENTION_FLOOR = 7200.0
 
 
-class _TargetEvaluator(Evaluator):
-    """The built-in evaluator, able to leave out of a result the samples that name
-    none of a set of targets before it turns them into Python objects: a recover
-    result is only read for the rule's active targets, and turning 8,000 samples
-    into ``Sample``s costs more than evaluating the expression. The evaluation is
-    the same; only which of its samples are decoded changes."""
-
-    keep: tuple[tuple[str, ...], set[tuple[int, ...]]] | None = None
-
-    def _vector(self, vec: _Vec, t: float) -> Vector:
-        if self.keep is not None and len(vec):
-            names, wanted = self.keep
-            cols = [vec.cols.get(n) for n in names]
-            if any(c is None for c in cols):
-                vec = vec.take(np.zeros(len(vec), dtype=np.bool_))
-            else:
-                rows = zip(*(c.tolist() for c in cols if c is not None), strict=True)
-                vec = vec.take(np.fromiter((r in wanted for r in rows), dtype=np.bool_))
-        return super()._vector(vec, t)
-
-
-class SimSource:
+class SimSource(StoreSource):
     """The controller's ``Source`` over the simulation: ``refresh`` is one scrape of
-    the fleet into the store, ``query`` the built-in evaluator on it."""
+    the fleet into the store (when scrapes follow the evaluations, as with
+    ``--source scrape``), and queries are answered as every in-memory source
+    answers them (``sources/store.py``).
+
+    The store keeps at least ``RETENTION_FLOOR`` of history: it trims all its
+    series every quarter of the retention, and with thousands of pods a day coming
+    and going that trim costs more than keeping an hour or two more of samples. No
+    result changes: every window reads only its own range."""
 
     name = "sim"
 
     def __init__(self, telemetry: Telemetry, *, scrape: bool = True) -> None:
+        super().__init__(telemetry.store, retention_floor=RETENTION_FLOOR)
         self.telemetry = telemetry
-        # Whether ``refresh`` scrapes (scrape interval = evaluation interval, as in
-        # ``--source scrape``), or the scrapes run on their own schedule.
         self.scrapes = scrape
-        self.store = telemetry.store
-        self.evaluator = _TargetEvaluator(self.store)
-
-    def retain(self, exprs: list[str]) -> None:
-        """As ``ScrapeSource.retain``, the history the rules need, but at least
-        ``RETENTION_FLOOR``: the store trims all its series every quarter of the
-        retention, and with thousands of pods a day coming and going that trim costs
-        more than keeping an hour or two more of samples. No result changes: every
-        window reads only its own range."""
-        if exprs:
-            need = max(required_retention(e) for e in exprs)
-            self.store.retention = max(need, RETENTION_FLOOR)
 
     async def refresh(self, at: float) -> bool:
         if self.scrapes:
             self.telemetry.scrape(at)
         return bool(self.telemetry.scraped.any())
 
-    async def query(self, expr: str, at: float) -> QueryResult:
-        try:
-            result = self.evaluator.instant(expr, at)
-        except EvalError as e:
-            return Unknown(f"evaluation failed: {e}")
-        if isinstance(result, Matrix):
-            return Unknown("a rule must yield an instant vector, not a range vector")
-        return result
 
-    async def query_targets(
-        self, expr: str, at: float, names: tuple[str, ...], targets: list[dict[str, str]]
-    ) -> QueryResult:
-        """``query``, keeping only the samples whose ``names`` labels are one of
-        ``targets``."""
-        symbols = self.store.symbols
-        wanted = {tuple(symbols.code(t.get(n, "")) for n in names) for t in targets}
-        self.evaluator.keep = (names, wanted)
-        try:
-            return await self.query(expr, at)
-        finally:
-            self.evaluator.keep = None
+def fleet_cluster(fleet: Fleet) -> ClusterView:
+    """The nodes the breaker counts: those whose exporter answered this cycle's
+    scrape, and their registration times (a scale-up's grace) as written into
+    ``metadata.creationTimestamp``. The controller asks ``NODES_QUERY`` and reads
+    every Node for the same two facts (``engine/cycle.py``); the fleet knows them
+    without a query and a parse of every Node."""
 
-    async def close(self) -> None:
-        return None
+    async def view(now: float) -> ClusterInfo:
+        nodes = fleet.scraped_nodes()
+        recent = fleet.registered_since(now - 3600.0)
+        return ClusterInfo(nodes=nodes, recently_added=recent)
 
-
-@dataclass
-class RunResult:
-    mode: str  # "rules" or "baseline"
-    stats: Stats
-    timeline: Timeline
-    wall_seconds: float
-    cycles: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
-    # Calls the actions (and the cluster-state reads) made, by Kube method.
-    kube_calls: dict[str, int] = field(default_factory=dict)
-
-
-Progress = Callable[[str, float], None]
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    return round(float(np.percentile(np.array(values), q, method="linear")), 3)
-
-
-def summary_section(result: RunResult) -> dict[str, Any]:
-    """The keys the issue names, in its order."""
-    s = result.stats
-    allocated = s.device_seconds_allocated / 3600.0
-    useful = s.device_seconds_useful / 3600.0
-    return {
-        "jobs_submitted": s.submitted,
-        "jobs_completed": s.completed,
-        "jobs_lost": s.lost,
-        "device_hours_allocated": round(allocated, 3),
-        "device_hours_useful": round(useful, 3),
-        "goodput_ratio": round(useful / allocated, 4) if allocated > 0 else 0.0,
-        "node_hours": round(s.node_seconds / 3600.0, 3),
-        "time_to_remediate_seconds": {
-            "p50": _percentile(s.remediation, 50),
-            "p99": _percentile(s.remediation, 99),
-            "max": round(max(s.remediation), 3) if s.remediation else 0.0,
-        },
-        "queue_wait_seconds": {
-            "p50": _percentile(s.queue_wait, 50),
-            "p95": _percentile(s.queue_wait, 95),
-        },
-        "actions": dict(sorted(s.actions.items())),
-        "breaker_trips": s.breaker_trips,
-        "wall_seconds": round(result.wall_seconds, 3),
-    }
+    return view
 
 
 def shortest_window(ruleset: RuleSet) -> tuple[float, str] | None:
@@ -248,99 +147,7 @@ def check_intervals(scenario: Scenario, ruleset: RuleSet) -> None:
 
 def pool_provider(fleet: Fleet) -> Any:
     """The production Cluster API provider over the fleet's MachineDeployments."""
-    from autoscaler.pools.clusterapi import ClusterAPIProvider
-
     return ClusterAPIProvider(fleet.kube, CAPI_NAMESPACE, clock=fleet.clock)
-
-
-class SimController:
-    """One evaluation cycle as ``Controller.cycle`` runs it (``autoscaler/controller.py``),
-    over the simulation's source: the same queries, the same ``ClusterInfo`` for
-    the breaker, the engine's ``evaluate``, ``EngineState.record``, and every
-    decision handed to the production ``Executor``.
-
-    Three differences, none of which can change a decision:
-
-    - a rule's ``recover`` expression is only queried while the rule has a target
-      under remediation: ``evaluate`` reads a recover result for the rule's active
-      targets and nothing else (``engine/evaluate.py``, ``_recover``), and at 8,000
-      devices a recover result such as ``accel_up == 1`` holds every device, which
-      costs more to build than the rest of the cycle;
-    - and the answer is cut down to those targets (before the evaluator decodes
-      it, ``_TargetEvaluator``);
-    - the nodes for the breaker (``count by (node) (accel_up)`` in the controller)
-      and their registration times (its scale-up grace) come from the fleet: the
-      nodes whose exporter answered this cycle's scrape, and the times written into
-      ``metadata.creationTimestamp``, not a query and a parse of every Node.
-    """
-
-    def __init__(
-        self, ruleset: RuleSet, source: SimSource, executor: Executor, fleet: Fleet
-    ) -> None:
-        self.ruleset = ruleset
-        self.source = source
-        self.executor = executor
-        self.fleet = fleet
-        self.alerts = AlertReceiver()
-        self.state = EngineState()
-        self.cycles = 0
-        exprs = [NODES_QUERY]
-        for r in ruleset.rules:
-            exprs += [e for e in (r.expr, r.recover.expr if r.recover else None) if e]
-        source.retain(exprs)
-
-    def _cluster(self, now: float) -> ClusterInfo:
-        nodes = self.fleet.scraped_nodes()
-        recent = self.fleet.registered_since(now - 3600.0)
-        return ClusterInfo(nodes=nodes, recently_added=recent)
-
-    async def _recover_query(self, rule: Rule, now: float) -> QueryResult:
-        assert rule.recover is not None
-        targets = [dict(k[1]) for k in self.state.active if k[0] == rule.name]
-        names = TARGET_LABELS[rule.target]
-        return await self.source.query_targets(rule.recover.expr, now, names, targets)
-
-    def _recover_result(self, rule: Rule, result: QueryResult) -> QueryResult:
-        """The recover result cut down to the rule's active targets: the only samples
-        ``evaluate`` looks up in it."""
-        if not isinstance(result, Vector):
-            return result
-        names = TARGET_LABELS[rule.target]
-        active = {k[1] for k in self.state.active if k[0] == rule.name}
-        keep = tuple(
-            s for s in result.samples if tuple(sorted((n, s.get(n)) for n in names)) in active
-        )
-        return Vector(keep)
-
-    async def cycle(self) -> list[Decision]:
-        now = self.fleet.clock()
-        up = await self.source.refresh(now)
-        results: dict[str, QueryResult] = {}
-        recover: dict[str, QueryResult] = {}
-        cluster = self._cluster(now) if up else None
-        active = {rule for rule, _ in self.state.active}
-        for rule in self.ruleset.rules:
-            if rule.alertname is not None:
-                results[rule.name] = self.alerts.vector(rule.alertname, now)
-            elif not up:
-                results[rule.name] = Unknown(f"source {self.source.name} is down")
-            else:
-                assert rule.expr is not None
-                results[rule.name] = await self.source.query(rule.expr, now)
-            if rule.recover is not None and rule.name in active:
-                recover[rule.name] = (
-                    self._recover_result(rule, await self._recover_query(rule, now))
-                    if up
-                    else Unknown(f"source {self.source.name} is down")
-                )
-        decisions = evaluate(
-            self.ruleset, results, self.state, now, recover_results=recover, cluster=cluster
-        )
-        self.state.record(decisions)
-        for d in decisions:
-            self.executor.submit(d)
-        self.cycles += 1
-        return decisions
 
 
 async def _run_rules(
@@ -365,15 +172,28 @@ async def _run_rules(
         query=source.query,
     )
     executor = Executor(ctx)
-    controller = SimController(ruleset, source, executor, fleet)
+    source.retain(exprs)
+    state = EngineState()
+    alerts = AlertReceiver()
+    cluster = fleet_cluster(fleet)
+    cycles = 0
     breaker_was_open = False
 
     async def cycle() -> None:
-        nonlocal breaker_was_open
-        decisions = await controller.cycle()
-        for d in decisions:
+        nonlocal breaker_was_open, cycles
+        result = await run_cycle(
+            ruleset,
+            source,
+            alerts,
+            state,
+            fleet.clock(),
+            cluster=cluster,
+            submit=executor.submit,
+        )
+        cycles += 1
+        for d in result.decisions:
             fleet.record_action(_action_key(d))
-        is_open = controller.state.breaker_open
+        is_open = state.breaker_open
         if is_open and not breaker_was_open:
             fleet.stats.breaker_trips += 1
         breaker_was_open = is_open
@@ -400,7 +220,7 @@ async def _run_rules(
         fleet.stats,
         fleet.timeline,
         wall,
-        controller.cycles,
+        cycles,
         outcomes,
         dict(fleet.kube.calls),
     )
@@ -482,142 +302,3 @@ def _baseline_child(scenario: Scenario, seed: int, send: Connection) -> None:
         send.send(("error", traceback.format_exc()))
     finally:
         send.close()
-
-
-def summary(results: dict[str, RunResult], scenario: Scenario, seed: int) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "scenario": scenario.name,
-        "seed": seed,
-        "duration_hours": round(scenario.duration / 3600.0, 3),
-        "evaluation_interval_seconds": scenario.evaluation_interval,
-    }
-    for mode in ("rules", "baseline"):
-        if mode in results:
-            doc[mode] = summary_section(results[mode])
-    return doc
-
-
-# -- terminal output -----------------------------------------------------------------
-
-
-class ProgressBar:
-    """A bar on a terminal, a line per quarter otherwise (CI logs stay short)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.last: tuple[str, int] = ("", -1)
-        self.started = time.perf_counter()
-
-    def __call__(self, mode: str, fraction: float) -> None:
-        pct = int(min(1.0, max(0.0, fraction)) * 100)
-        if not self.tty:
-            step = pct // 25 * 25
-            if (mode, step) != self.last:
-                self.stream.write(f"{mode}: {step}% simulated\n")
-                self.stream.flush()
-                self.last = (mode, step)
-            return
-        if (mode, pct) == self.last:
-            return
-        filled = pct * 30 // 100
-        bar = "#" * filled + "-" * (30 - filled)
-        elapsed = time.perf_counter() - self.started
-        self.stream.write(f"\r{mode:>8} [{bar}] {pct:3d}%  {elapsed:6.1f}s")
-        if pct >= 100:
-            self.stream.write("\n")
-        self.stream.flush()
-        self.last = (mode, pct)
-
-
-def table(doc: dict[str, Any]) -> str:
-    """The two sections side by side, one metric a row."""
-    rows: list[tuple[str, str, str]] = []
-    rules, base = doc.get("rules", {}), doc.get("baseline", {})
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:,.4g}" if abs(v) < 1 else f"{v:,.1f}"
-        if isinstance(v, int):
-            return f"{v:,}"
-        return str(v)
-
-    for key in SUMMARY_KEYS:
-        a, b = rules.get(key), base.get(key)
-        if isinstance(a, dict) or isinstance(b, dict):
-            subkeys = list((a or {}).keys()) or list((b or {}).keys())
-            if key == "actions":
-                subkeys = sorted(set((a or {}).keys()) | set((b or {}).keys()))
-                if not subkeys:
-                    rows.append((key, "0", "0"))
-            for sub in subkeys:
-                rows.append(
-                    (f"{key}.{sub}", fmt((a or {}).get(sub, 0)), fmt((b or {}).get(sub, 0)))
-                )
-        else:
-            rows.append((key, fmt(a) if a is not None else "-", fmt(b) if b is not None else "-"))
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len("rules"), *(len(r[1]) for r in rows))
-    w2 = max(len("baseline"), *(len(r[2]) for r in rows))
-    lines = [f"{'':<{w0}}  {'rules':>{w1}}  {'baseline':>{w2}}"]
-    lines += [f"{k:<{w0}}  {a:>{w1}}  {b:>{w2}}" for k, a, b in rows]
-    return "\n".join(lines)
-
-
-def main(args: argparse.Namespace, stderr: TextIO = sys.stderr) -> int:
-    try:
-        scenario = load_scenario(args.scenario, tuple(SCHEDULERS))
-    except ScenarioError as e:
-        print(str(e), file=stderr)
-        print(
-            f"accel-autoscaler: error: the scenario did not load ({len(e.problems)} "
-            "problems above)",
-            file=stderr,
-        )
-        return 2
-    rules = args.rules or ["rules/"]
-    seed = scenario.seed if args.seed is None else args.seed
-    logging.getLogger("accel_autoscaler").setLevel(logging.WARNING)
-    try:
-        results = simulate(
-            scenario,
-            rules,
-            seed=seed,
-            baseline=args.baseline == "none",
-            progress=ProgressBar(stderr),
-        )
-    except IntervalError as e:
-        print(f"accel-autoscaler: error: {e}", file=stderr)
-        return 2
-    except RuleSetError as e:
-        print(str(e), file=stderr)
-        print(
-            f"accel-autoscaler: error: the rules did not load ({len(e.problems)} problems above)",
-            file=stderr,
-        )
-        return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    doc = summary(results, scenario, seed)
-    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"{scenario.name}: {scenario.duration / 3600:g} h simulated, seed {seed}")
-    print(table(doc))
-    if not args.no_plots:
-        from autoscaler.simulate.plots import write_plots
-
-        paths = write_plots(results, scenario, out)
-        print(f"plots: {', '.join(str(p) for p in paths)}")
-    print(f"summary: {out / 'summary.json'}")
-    return 0
-
-
-__all__ = [
-    "SUMMARY_KEYS",
-    "RunResult",
-    "SimSource",
-    "main",
-    "simulate",
-    "summary",
-    "summary_section",
-    "table",
-]

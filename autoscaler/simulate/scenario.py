@@ -50,24 +50,22 @@ was expected.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from accel_common.durations import parse_duration
-from autoscaler.actions.base import did_you_mean
+from accel_common.names import VENDOR_RESOURCE
+from accel_common.suggest import did_you_mean
+from accel_common.yamlread import ProblemsError, Reader
 from autoscaler.placement.catalogue import (
     CATALOGUE_PATH,
     DEFAULT_PRECISION,
     PRECISIONS,
     default_catalogue,
 )
-from autoscaler.ruleset.errors import Problem, sorted_problems, whole_file
-from autoscaler.ruleset.model import Position
 
 API_VERSION = "accel-fleet/v1"
 KIND = "Scenario"
@@ -83,8 +81,6 @@ DEFAULT_MODEL = {
     "amd": "AMD Instinct MI300X",
     "oneapi": "Intel(R) Data Center GPU Max 1550",
 }
-# The extended resource each vendor's device plugin advertises.
-RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "oneapi": "gpu.intel.com/i915"}
 
 # ``eligiblePools``: the job's own pool only, or every pool of its vendor.
 ELIGIBILITY = ("pool", "vendor")
@@ -95,13 +91,9 @@ DISTRIBUTIONS = ("lognormal", "exponential", "fixed")
 T = TypeVar("T")
 
 
-class ScenarioError(ValueError):
+class ScenarioError(ProblemsError):
     """A scenario that cannot be run; ``problems`` lists every reason, and ``str()`` is
     one ``file:line:col: message`` per line."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = sorted_problems(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
 
 
 @dataclass(frozen=True)
@@ -212,126 +204,28 @@ def device_name(vendor: str, index: int) -> str:
 
 # -- reading ---------------------------------------------------------------------
 
-_INVALID: Any = object()
+Conv = Callable[[Node, str], "T | None"]
 
 
-class _Reader:
-    """Walks the composed YAML tree, converting values and recording problems."""
+class _Reader(Reader):
+    """The shared reader, plus the scenario's habit of falling back to a default:
+    a missing or invalid value (already reported) reads as the default, so the
+    walk goes on and every problem is found."""
 
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.problems: list[Problem] = []
+    def fields(
+        self, node: Node, what: str, keys: Sequence[str] | None, required: Sequence[str] = ()
+    ) -> dict[str, Node] | None:
+        entries = self.mapping(node, what, keys, required)
+        return None if entries is None else {k: v for k, (_, v) in entries.items()}
 
-    def pos(self, node: yaml.Node) -> Position:
-        return Position(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
-
-    def problem(self, node: yaml.Node, message: str) -> None:
-        self.problems.append(Problem(self.pos(node), message))
-
-    def mapping(
-        self,
-        node: yaml.Node,
-        what: str,
-        keys: tuple[str, ...],
-        required: tuple[str, ...] = (),
-    ) -> dict[str, yaml.Node] | None:
-        if not isinstance(node, yaml.MappingNode):
-            self.problem(node, f"{what} must be a mapping with keys {', '.join(keys)}")
-            return None
-        out: dict[str, yaml.Node] = {}
-        for k, v in node.value:
-            key = str(k.value)
-            if keys and key not in keys:
-                self.problem(
-                    k,
-                    f"unknown key {key!r} in {what}{did_you_mean(key, keys)} "
-                    f"(expected {', '.join(keys)})",
-                )
-            elif key in out:
-                self.problem(k, f"{key!r} is given twice in {what}")
-            else:
-                out[key] = v
-        for key in required:
-            if key not in out:
-                self.problem(node, f"{what} is missing {key!r}")
-        return out
-
-    def scalar(self, node: yaml.Node) -> Any:
-        if not isinstance(node, yaml.ScalarNode):
-            return _INVALID
-        return yaml.safe_load(yaml.serialize(node))
-
-    def get(
-        self,
-        m: dict[str, yaml.Node],
-        key: str,
-        conv: Callable[[yaml.Node], T],
-        default: T,
-    ) -> T:
+    def get(self, m: dict[str, Node], key: str, conv: Conv[T], default: T) -> T:
         node = m.get(key)
-        if node is None:
-            return default
-        value = conv(node)
-        return default if value is _INVALID else value
+        value = conv(node, key) if node is not None else None
+        return default if value is None else value
 
-    def duration(self, node: yaml.Node, *, positive: bool = True) -> Any:
-        value = self.scalar(node)
-        if isinstance(value, bool) or value is _INVALID:
-            self.problem(node, f"expected a duration such as 30s, 5m or 1h, got {value!r}")
-            return _INVALID
-        if isinstance(value, (int, float)):
-            if value == 0 and not positive:
-                return 0.0
-            self.problem(node, f"{value!r} has no unit (use e.g. {value}s, {value}m or {value}h)")
-            return _INVALID
-        try:
-            seconds = parse_duration(str(value))
-        except ValueError as e:
-            self.problem(node, str(e))
-            return _INVALID
-        if positive and seconds <= 0:
-            self.problem(node, f"must be longer than 0s, got {value!r}")
-            return _INVALID
-        return seconds
-
-    def number(self, node: yaml.Node, low: float = 0.0, high: float = math.inf) -> Any:
-        value = self.scalar(node)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.problem(node, f"expected a number, got {value!r}")
-            return _INVALID
-        if not low <= value <= high:
-            limit = f"from {low:g} to {high:g}" if math.isfinite(high) else f"at least {low:g}"
-            self.problem(node, f"must be {limit}, got {value!r}")
-            return _INVALID
-        return float(value)
-
-    def integer(self, node: yaml.Node, low: int = 0) -> Any:
-        value = self.scalar(node)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.problem(node, f"expected a whole number, got {value!r}")
-            return _INVALID
-        if value < low:
-            self.problem(node, f"must be at least {low}, got {value}")
-            return _INVALID
-        return value
-
-    def string(self, node: yaml.Node) -> Any:
-        value = self.scalar(node)
-        if not isinstance(value, str) or not value:
-            self.problem(node, f"expected a non-empty string, got {value!r}")
-            return _INVALID
-        return value
-
-    def choice(self, node: yaml.Node, choices: tuple[str, ...]) -> Any:
-        value = self.scalar(node)
-        if value not in choices:
-            self.problem(
-                node,
-                f"must be one of {', '.join(choices)}, got {value!r}"
-                f"{did_you_mean(str(value), choices)}",
-            )
-            return _INVALID
-        return value
+    def period(self, node: Node, what: str) -> float | None:
+        """A duration longer than 0s."""
+        return self.duration(node, what, positive=True)
 
 
 _TOP = ("apiVersion", "kind", "spec")
@@ -389,36 +283,20 @@ def load_scenario(path: str | Path, schedulers: tuple[str, ...] | None = None) -
     """Reads and validates a scenario; raises ``ScenarioError`` naming every problem.
     ``schedulers``: the names a scenario may choose (default: ``SCHEDULERS``)."""
     if schedulers is None:
-        from autoscaler.simulate.scheduler import SCHEDULERS
+        from autoscaler.simulate.schedulers import SCHEDULERS
 
         schedulers = tuple(SCHEDULERS)
     file = str(path)
     r = _Reader(file)
-    try:
-        text = Path(file).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ScenarioError([Problem(whole_file(file), f"cannot read: {e.strerror or e}")]) from e
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = Position(file, mark.line + 1, mark.column + 1) if mark else whole_file(file)
-        raise ScenarioError([Problem(where, f"invalid YAML: {e.problem}")]) from e
+    root = r.load(empty=f"empty file: expected apiVersion: {API_VERSION}, kind: {KIND} and a spec")
     if root is None:
-        raise ScenarioError(
-            [
-                Problem(
-                    whole_file(file),
-                    f"empty file: expected apiVersion: {API_VERSION}, kind: {KIND} and a spec",
-                )
-            ]
-        )
-    top = r.mapping(root, "a scenario file", _TOP, required=_TOP)
+        raise ScenarioError(r.problems)
+    top = r.fields(root, "a scenario file", _TOP, required=_TOP)
     scenario: Scenario | None = None
     if top is not None:
         for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
             if key in top:
-                got = r.scalar(top[key])
+                got = r.value(top[key])
                 if got != expected:
                     r.problem(top[key], f"{key} must be {expected!r}, got {got!r}")
         if "spec" in top:
@@ -428,21 +306,21 @@ def load_scenario(path: str | Path, schedulers: tuple[str, ...] | None = None) -
     return scenario
 
 
-def _spec(r: _Reader, node: yaml.Node, name: str, schedulers: tuple[str, ...]) -> Scenario | None:
-    m = r.mapping(node, "spec", _SPEC, required=("duration", "pools", "workload"))
+def _spec(r: _Reader, node: Node, name: str, schedulers: tuple[str, ...]) -> Scenario | None:
+    m = r.fields(node, "spec", _SPEC, required=("duration", "pools", "workload"))
     if m is None:
         return None
-    duration = r.get(m, "duration", r.duration, 86400.0)
-    interval = r.get(m, "evaluationInterval", r.duration, 15.0)
+    duration = r.get(m, "duration", r.period, 86400.0)
+    interval = r.get(m, "evaluationInterval", r.period, 15.0)
     seed = r.get(m, "seed", r.integer, 1)
-    scrape = r.get(m, "scrapeInterval", r.duration, interval)
+    scrape = r.get(m, "scrapeInterval", r.period, interval)
     if scrape > interval or (interval / scrape) % 1 > 1e-9:
         r.problem(
             m.get("scrapeInterval", node),
             f"scrapeInterval ({scrape:g}s) must divide evaluationInterval ({interval:g}s)",
         )
-    scheduler = r.get(m, "scheduler", lambda n: r.choice(n, schedulers), "first-fit")
-    samples = r.get(m, "samples", lambda n: r.integer(n, 10), 400)
+    scheduler = r.get(m, "scheduler", lambda n, w: r.choice(n, w, schedulers), "first-fit")
+    samples = r.get(m, "samples", lambda n, w: r.integer(n, w, 10), 400)
     pools = _pools(r, m["pools"]) if "pools" in m else ()
     workload = _workload(r, m["workload"], pools) if "workload" in m else None
     initial = {p.name: tuple(node_name(p.name, i) for i in range(p.initial)) for p in pools}
@@ -475,28 +353,30 @@ def _spec(r: _Reader, node: yaml.Node, name: str, schedulers: tuple[str, ...]) -
     )
 
 
-def _pools(r: _Reader, node: yaml.Node) -> tuple[PoolSpec, ...]:
-    if not isinstance(node, yaml.SequenceNode) or not node.value:
+def _pools(r: _Reader, node: Node) -> tuple[PoolSpec, ...]:
+    if not isinstance(node, SequenceNode) or not node.value:
         r.problem(node, "pools must be a non-empty list of pools")
         return ()
     out: list[PoolSpec] = []
     seen: set[str] = set()
     for item in node.value:
-        m = r.mapping(item, "a pool", _POOL, required=("name", "vendor", "initial", "max"))
+        m = r.fields(item, "a pool", _POOL, required=("name", "vendor", "initial", "max"))
         if m is None:
             continue
         name = r.get(m, "name", r.string, "")
         if name in seen:
             r.problem(m["name"], f"pool {name!r} is defined twice")
         seen.add(name)
-        vendor = r.get(m, "vendor", lambda n: r.choice(n, VENDORS), "nvidia")
+        vendor = r.get(m, "vendor", lambda n, w: r.choice(n, w, VENDORS), "nvidia")
         model = r.get(m, "model", r.string, DEFAULT_MODEL[vendor])
-        per_node = r.get(m, "devicesPerNode", lambda n: r.integer(n, 1), 8)
+        per_node = r.get(m, "devicesPerNode", lambda n, w: r.integer(n, w, 1), 8)
         initial = r.get(m, "initial", r.integer, 0)
         low = r.get(m, "min", r.integer, 0)
-        high = r.get(m, "max", lambda n: r.integer(n, 1), max(initial, 1))
-        provision = r.get(m, "provisionTime", lambda n: r.duration(n, positive=False), 600.0)
-        topology = r.get(m, "topology", lambda n: r.choice(n, TOPOLOGIES), DEFAULT_TOPOLOGY[vendor])
+        high = r.get(m, "max", lambda n, w: r.integer(n, w, 1), max(initial, 1))
+        provision = r.get(m, "provisionTime", r.duration, 600.0)
+        topology = r.get(
+            m, "topology", lambda n, w: r.choice(n, w, TOPOLOGIES), DEFAULT_TOPOLOGY[vendor]
+        )
         if not low <= initial <= high:
             r.problem(
                 item, f"pool {name!r}: need min <= initial <= max, got {low}, {initial}, {high}"
@@ -511,19 +391,19 @@ def _pools(r: _Reader, node: yaml.Node) -> tuple[PoolSpec, ...]:
     return tuple(out)
 
 
-def _workload(r: _Reader, node: yaml.Node, specs: tuple[PoolSpec, ...]) -> WorkloadSpec | None:
-    m = r.mapping(node, "workload", _WORKLOAD, required=("arrivalsPerHour", "sizes", "duration"))
+def _workload(r: _Reader, node: Node, specs: tuple[PoolSpec, ...]) -> WorkloadSpec | None:
+    m = r.fields(node, "workload", _WORKLOAD, required=("arrivalsPerHour", "sizes", "duration"))
     if m is None:
         return None
     pools = {p.name for p in specs}
     rate = r.get(m, "arrivalsPerHour", r.number, 1.0)
     sizes: list[tuple[int, float]] = []
     if "sizes" in m:
-        sm = r.mapping(m["sizes"], "sizes (devices: weight)", ())
+        sm = r.fields(m["sizes"], "sizes (devices: weight)", None)
         for k, v in m["sizes"].value if sm is not None else []:
-            size = r.integer(k, 1)
-            weight = r.number(v)
-            if size is not _INVALID and weight is not _INVALID:
+            size = r.integer(k, "a job size (devices)", 1)
+            weight = r.number(v, f"the weight of size {k.value}")
+            if size is not None and weight is not None:
                 sizes.append((size, weight))
         if sm is not None and not sizes:
             r.problem(m["sizes"], "sizes needs at least one entry, e.g. {1: 3, 8: 1}")
@@ -532,59 +412,55 @@ def _workload(r: _Reader, node: yaml.Node, specs: tuple[PoolSpec, ...]) -> Workl
     duration = _duration_spec(r, m["duration"]) if "duration" in m else None
     util = (0.6, 0.95)
     if "utilization" in m:
-        um = r.mapping(m["utilization"], "utilization", ("min", "max"), required=("min", "max"))
+        um = r.fields(m["utilization"], "utilization", ("min", "max"), required=("min", "max"))
         if um is not None:
-            lo = r.get(um, "min", lambda n: r.number(n, 0.0, 1.0), 0.6)
-            hi = r.get(um, "max", lambda n: r.number(n, 0.0, 1.0), 0.95)
+            lo = r.get(um, "min", lambda n, w: r.number(n, w, 0.0, 1.0), 0.6)
+            hi = r.get(um, "max", lambda n, w: r.number(n, w, 0.0, 1.0), 0.95)
             if lo > hi:
                 r.problem(m["utilization"], f"min {lo:g} is above max {hi:g}")
             util = (lo, hi)
     weights: list[tuple[str, float]] = []
     if "pools" in m:
-        pm = r.mapping(m["pools"], "workload pools (pool: weight)", ())
+        pm = r.fields(m["pools"], "workload pools (pool: weight)", None)
         for k, v in m["pools"].value if pm is not None else []:
             if k.value not in pools:
                 r.problem(
                     k, f"no pool named {k.value!r}{did_you_mean(str(k.value), sorted(pools))}"
                 )
                 continue
-            w = r.number(v)
-            if w is not _INVALID:
+            w = r.number(v, f"the weight of pool {k.value}")
+            if w is not None:
                 weights.append((str(k.value), w))
     swing = None
     if "swing" in m:
-        wm = r.mapping(
+        wm = r.fields(
             m["swing"], "swing", ("period", "amplitude"), required=("period", "amplitude")
         )
         if wm is not None:
             swing = SwingSpec(
-                r.get(wm, "period", r.duration, 86400.0),
-                r.get(wm, "amplitude", lambda n: r.number(n, 0.0, 1.0), 0.5),
+                r.get(wm, "period", r.period, 86400.0),
+                r.get(wm, "amplitude", lambda n, w: r.number(n, w, 0.0, 1.0), 0.5),
             )
-    pdb = r.get(m, "pdbMaxUnavailable", lambda n: r.integer(n, 1), None)
+    pdb = r.get(m, "pdbMaxUnavailable", lambda n, w: r.integer(n, w, 1), None)
     listed: tuple[str, ...]
     eligible, listed = "pool", ()
     if "eligiblePools" in m:
         eligible, listed = _eligible(r, m["eligiblePools"], specs)
-    precision = r.get(m, "precision", lambda n: r.choice(n, PRECISIONS), DEFAULT_PRECISION)
+    precision = r.get(m, "precision", lambda n, w: r.choice(n, w, PRECISIONS), DEFAULT_PRECISION)
     if duration is None:
         return None
     return WorkloadSpec(
         arrivals_per_hour=rate,
         sizes=tuple(sizes),
         duration=duration,
-        checkpoint_interval=r.get(
-            m, "checkpointInterval", lambda n: r.duration(n, positive=False), 1800.0
-        ),
-        restart_overhead=r.get(
-            m, "restartOverhead", lambda n: r.duration(n, positive=False), 300.0
-        ),
-        timeout_factor=r.get(m, "timeoutFactor", lambda n: r.number(n, 1.0), 3.0),
-        deadline_factor=r.get(m, "deadlineFactor", lambda n: r.number(n, 1.0), 6.0),
-        stall_probability=r.get(m, "stallProbability", lambda n: r.number(n, 0.0, 1.0), 0.0),
+        checkpoint_interval=r.get(m, "checkpointInterval", r.duration, 1800.0),
+        restart_overhead=r.get(m, "restartOverhead", r.duration, 300.0),
+        timeout_factor=r.get(m, "timeoutFactor", lambda n, w: r.number(n, w, 1.0), 3.0),
+        deadline_factor=r.get(m, "deadlineFactor", lambda n, w: r.number(n, w, 1.0), 6.0),
+        stall_probability=r.get(m, "stallProbability", lambda n, w: r.number(n, w, 0.0, 1.0), 0.0),
         utilization=util,
         pools=tuple(weights),
-        namespaces=r.get(m, "namespaces", lambda n: r.integer(n, 1), 3),
+        namespaces=r.get(m, "namespaces", lambda n, w: r.integer(n, w, 1), 3),
         pdb_max_unavailable=pdb,
         backoff_limit=r.get(m, "backoffLimit", r.integer, 6),
         swing=swing,
@@ -594,13 +470,11 @@ def _workload(r: _Reader, node: yaml.Node, specs: tuple[PoolSpec, ...]) -> Workl
     )
 
 
-def _eligible(
-    r: _Reader, node: yaml.Node, specs: tuple[PoolSpec, ...]
-) -> tuple[str, tuple[str, ...]]:
+def _eligible(r: _Reader, node: Node, specs: tuple[PoolSpec, ...]) -> tuple[str, tuple[str, ...]]:
     """``eligiblePools``: ``pool``, ``vendor``, or a list of one vendor's pools (a pod
     asks for one vendor's extended resource, so it can only be offered one's)."""
-    if isinstance(node, yaml.ScalarNode):
-        value = r.scalar(node)
+    if isinstance(node, ScalarNode):
+        value = r.value(node)
         if value in ELIGIBILITY:
             return str(value), ()
         r.problem(
@@ -609,7 +483,7 @@ def _eligible(
             f"got {value!r}{did_you_mean(str(value), ELIGIBILITY)}",
         )
         return "pool", ()
-    if not isinstance(node, yaml.SequenceNode) or not node.value:
+    if not isinstance(node, SequenceNode) or not node.value:
         r.problem(
             node, "eligiblePools must be pool, vendor or a list of pool names (e.g. [h100, l40s])"
         )
@@ -618,7 +492,7 @@ def _eligible(
     names: list[str] = []
     vendors: dict[str, str] = {}
     for item in node.value:
-        name = r.scalar(item)
+        name = r.value(item) if isinstance(item, ScalarNode) else None
         if name not in by_name:
             r.problem(
                 item,
@@ -635,21 +509,21 @@ def _eligible(
         r.problem(
             node,
             f"eligiblePools mixes vendors ({shown}): a pod asks for one vendor's "
-            "devices (nvidia.com/gpu, amd.com/gpu, ...), so list one vendor's pools",
+            f"devices ({', '.join(VENDOR_RESOURCE.values())}), so list one vendor's pools",
         )
     return "list", tuple(sorted(names))
 
 
-def _check_models(r: _Reader, node: yaml.Node, pools: tuple[PoolSpec, ...], precision: str) -> None:
+def _check_models(r: _Reader, node: Node, pools: tuple[PoolSpec, ...], precision: str) -> None:
     """Every pool's model must have a peak at ``precision`` in the scorer's device
     catalogue: a job's speed on it comes from there."""
     catalogue = default_catalogue()
-    where: dict[str, yaml.Node] = {}
-    for item in node.value if isinstance(node, yaml.SequenceNode) else ():
-        if isinstance(item, yaml.MappingNode):
+    where: dict[str, Node] = {}
+    for item in node.value if isinstance(node, SequenceNode) else ():
+        if isinstance(item, MappingNode):
             keys = {str(k.value): v for k, v in item.value}
             if "name" in keys:
-                where[str(r.scalar(keys["name"]))] = keys.get("model", item)
+                where[str(r.value(keys["name"]))] = keys.get("model", item)
     known = ", ".join(repr(e.match[0]) for e in catalogue.models)
     for p in pools:
         at = where.get(p.name, node)
@@ -670,8 +544,8 @@ def _check_models(r: _Reader, node: yaml.Node, pools: tuple[PoolSpec, ...], prec
             )
 
 
-def _duration_spec(r: _Reader, node: yaml.Node) -> DurationSpec | None:
-    m = r.mapping(
+def _duration_spec(r: _Reader, node: Node) -> DurationSpec | None:
+    m = r.fields(
         node,
         "duration",
         ("distribution", "median", "sigma", "mean", "value"),
@@ -679,38 +553,38 @@ def _duration_spec(r: _Reader, node: yaml.Node) -> DurationSpec | None:
     )
     if m is None:
         return None
-    dist = r.get(m, "distribution", lambda n: r.choice(n, DISTRIBUTIONS), "lognormal")
+    dist = r.get(m, "distribution", lambda n, w: r.choice(n, w, DISTRIBUTIONS), "lognormal")
     need = {"lognormal": ("median",), "exponential": ("mean",), "fixed": ("value",)}.get(dist, ())
     for key in need:
         if key not in m:
             r.problem(node, f"a {dist} duration needs {key!r}")
     return DurationSpec(
         dist,
-        median=r.get(m, "median", r.duration, 3600.0),
-        sigma=r.get(m, "sigma", lambda n: r.number(n, 0.0, 5.0), 1.0),
-        mean=r.get(m, "mean", r.duration, 3600.0),
-        value=r.get(m, "value", r.duration, 3600.0),
+        median=r.get(m, "median", r.period, 3600.0),
+        sigma=r.get(m, "sigma", lambda n, w: r.number(n, w, 0.0, 5.0), 1.0),
+        mean=r.get(m, "mean", r.period, 3600.0),
+        value=r.get(m, "value", r.period, 3600.0),
     )
 
 
 def _faults(
-    r: _Reader, node: yaml.Node, pools: tuple[PoolSpec, ...], initial: dict[str, tuple[str, ...]]
+    r: _Reader, node: Node, pools: tuple[PoolSpec, ...], initial: dict[str, tuple[str, ...]]
 ) -> FaultSpec:
-    m = r.mapping(node, "faults", _FAULTS)
+    m = r.fields(node, "faults", _FAULTS)
     if m is None:
         return FaultSpec()
     rates: list[tuple[str, float]] = []
     if "ratesPerDeviceHour" in m:
-        rm = r.mapping(m["ratesPerDeviceHour"], "ratesPerDeviceHour", FAULT_KINDS)
+        rm = r.fields(m["ratesPerDeviceHour"], "ratesPerDeviceHour", FAULT_KINDS)
         for key, v in (rm or {}).items():
-            value = r.number(v, 0.0, 1.0)
-            if value is not _INVALID:
+            value = r.number(v, f"the rate of {key}", 0.0, 1.0)
+            if value is not None:
                 rates.append((key, value))
     nodes = {n: p for p in pools for n in initial.get(p.name, ())}
     events: list[FaultEvent] = []
     if "events" in m:
         ev = m["events"]
-        if not isinstance(ev, yaml.SequenceNode):
+        if not isinstance(ev, SequenceNode):
             r.problem(ev, "events must be a list of {at, kind, node, device}")
         else:
             for item in ev.value:
@@ -720,24 +594,24 @@ def _faults(
     return FaultSpec(
         rates=tuple(rates),
         events=tuple(sorted(events, key=lambda e: e.at)),
-        device_lost_recovery=r.get(m, "deviceLostRecovery", r.duration, 1800.0),
-        node_down_recovery=r.get(m, "nodeDownRecovery", r.duration, 3600.0),
-        reset_time=r.get(m, "resetTime", lambda n: r.duration(n, positive=False), 300.0),
-        ecc_burst=r.get(m, "eccBurst", lambda n: r.integer(n, 1), 3),
+        device_lost_recovery=r.get(m, "deviceLostRecovery", r.period, 1800.0),
+        node_down_recovery=r.get(m, "nodeDownRecovery", r.period, 3600.0),
+        reset_time=r.get(m, "resetTime", r.duration, 300.0),
+        ecc_burst=r.get(m, "eccBurst", lambda n, w: r.integer(n, w, 1), 3),
     )
 
 
-def _event(r: _Reader, item: yaml.Node, nodes: dict[str, PoolSpec]) -> FaultEvent | None:
-    m = r.mapping(
+def _event(r: _Reader, item: Node, nodes: dict[str, PoolSpec]) -> FaultEvent | None:
+    m = r.fields(
         item, "a fault event", ("at", "kind", "node", "device"), required=("at", "kind", "node")
     )
     if m is None:
         return None
-    at = r.get(m, "at", lambda n: r.duration(n, positive=False), _INVALID)
-    kind = r.get(m, "kind", lambda n: r.choice(n, FAULT_KINDS), _INVALID)
-    node = r.get(m, "node", r.string, _INVALID)
-    pool = nodes.get(node) if node is not _INVALID else None
-    if node is not _INVALID and pool is None:
+    at = r.get(m, "at", r.duration, None)
+    kind = r.get(m, "kind", lambda n, w: r.choice(n, w, FAULT_KINDS), None)
+    node = r.get(m, "node", r.string, None)
+    pool = nodes.get(node) if node is not None else None
+    if node is not None and pool is None:
         r.problem(
             m["node"],
             f"no initial node named {node!r}{did_you_mean(node, sorted(nodes))}"
@@ -746,7 +620,7 @@ def _event(r: _Reader, item: yaml.Node, nodes: dict[str, PoolSpec]) -> FaultEven
     device: int | None = None
     if "device" in m and pool is not None:
         names = [device_name(pool.vendor, i) for i in range(pool.devices_per_node)]
-        got = r.scalar(m["device"])
+        got = r.value(m["device"])
         if got in names:
             device = names.index(got)
         else:
@@ -754,12 +628,12 @@ def _event(r: _Reader, item: yaml.Node, nodes: dict[str, PoolSpec]) -> FaultEven
                 m["device"],
                 f"node {node!r} has no device {got!r} (it has {names[0]} to {names[-1]})",
             )
-    if kind not in (_INVALID, "node_down") and "device" not in m:
+    if kind not in (None, "node_down") and "device" not in m:
         r.problem(
             item,
             f"a {kind} event needs a device (e.g. device: {pool.vendor if pool else 'nvidia'}0)",
         )
         return None
-    if _INVALID in (at, kind, node) or pool is None:
+    if at is None or kind is None or node is None or pool is None:
         return None
     return FaultEvent(at, kind, node, device)

@@ -31,7 +31,7 @@ switch path, which in a compute-bound training step costs some 10-50 %).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -133,19 +133,8 @@ class FirstFit:
         return None
 
 
-def _placement() -> Scheduler:
-    """The placement package's scorer (``autoscaler/placement/simadapter.py``)."""
-    from autoscaler.placement.simadapter import PlacementScheduler
-
-    return PlacementScheduler()
-
-
-SCHEDULERS: dict[str, Callable[[], Scheduler]] = {"first-fit": FirstFit, "placement": _placement}
-
-
 __all__ = [
     "LINK_FACTOR",
-    "SCHEDULERS",
     "FirstFit",
     "NodeView",
     "Placement",

@@ -7,8 +7,8 @@ cluster-state rows (``autoscaler/clusterstate.py``). Here the same series, with
 the same names and labels, go into the same ``SeriesStore`` through its columnar
 API (one ``append`` of refs and a numpy array per family), because rendering and
 parsing text for 8,000 devices every cycle would cost more than the rest of the
-simulation. ``tests/test_simulate.py`` checks that the cluster-state series equal
-what ``clusterstate.collect`` reads from the same in-memory cluster.
+simulation. ``tests/autoscaler/simulate/test_simulate.py`` checks that the
+cluster-state series equal what ``clusterstate.collect`` reads from the same in-memory cluster.
 
 Device series follow the exporter's semantics (``exporter/schema.py``): every
 device has ``accel_up``; counters exist at 0 from the first scrape
@@ -34,11 +34,14 @@ import numpy as np
 import numpy.typing as npt
 import promql_parser as pp
 
+from accel_common.names import VENDOR_RESOURCE
 from autoscaler import clusterstate as cs
 from autoscaler.promql.matchers import Matcher
 from autoscaler.promql.store import SeriesStore
-from autoscaler.simulate.fleet import OK, Fleet, Job, Slot
-from autoscaler.simulate.scenario import RESOURCE, device_name
+from autoscaler.simulate.fleet import Fleet
+from autoscaler.simulate.jobs import Job
+from autoscaler.simulate.machines import OK, Slot
+from autoscaler.simulate.scenario import device_name
 from exporter import schema
 
 I64 = npt.NDArray[np.int64]
@@ -286,7 +289,7 @@ class Telemetry:
                 rows.append((cs.POOL_NODES, {"pool": pool.name, "state": state}, float(count)))
             rows.append((cs.POOL_NODES_MIN, {"pool": pool.name}, float(pool.min)))
             rows.append((cs.POOL_NODES_MAX, {"pool": pool.name}, float(pool.max)))
-            resource = RESOURCE[pool.vendor]
+            resource = VENDOR_RESOURCE[pool.vendor]
             if registered:
                 waiting = float(pending[pool.name])
                 rows.append((cs.POOL_PENDING, {"pool": pool.name, "resource": resource}, waiting))

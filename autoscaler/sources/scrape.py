@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 
 import aiohttp
 
-from autoscaler.promql.evaluator import EvalError, Evaluator
 from autoscaler.promql.store import SeriesStore
-from autoscaler.types import Matrix, QueryResult, Unknown
+from autoscaler.sources.store import StoreSource
 
 log = logging.getLogger("accel_autoscaler.sources.scrape")
 
@@ -40,7 +38,10 @@ def parse_targets(text: str) -> dict[str, str]:
     return out
 
 
-class ScrapeSource:
+class ScrapeSource(StoreSource):
+    """Scrapes every target at each ``refresh``; queries are answered as every
+    in-memory source answers them (``StoreSource``), in a thread."""
+
     name = "scrape"
 
     def __init__(
@@ -49,9 +50,8 @@ class ScrapeSource:
         store: SeriesStore | None = None,
         timeout: float = 10.0,
     ) -> None:
+        super().__init__(store, threaded=True)
         self.targets = dict(targets)
-        self.store = store or SeriesStore()
-        self.evaluator = Evaluator(self.store)
         self.timeout = timeout
         self.target_up: dict[str, bool] = dict.fromkeys(self.targets, False)
         self._errors: dict[str, str] = {}
@@ -82,14 +82,6 @@ class ScrapeSource:
         self._errors.pop(node, None)
         self.target_up[node] = True
 
-    def retain(self, exprs: list[str]) -> None:
-        """Keeps exactly the history the rules need (their longest range, offset and
-        the 5 m lookback), so memory follows the rules, not the uptime."""
-        from autoscaler.promql.support import required_retention
-
-        if exprs:
-            self.store.retention = max(required_retention(e) for e in exprs)
-
     async def refresh(self, at: float) -> bool:
         if self._session is None:
             self._session = aiohttp.ClientSession(
@@ -99,19 +91,6 @@ class ScrapeSource:
         await asyncio.gather(*(self._scrape(n, u, at) for n, u in self.targets.items()))
         self.up = any(self.target_up.values())
         return self.up
-
-    async def query(self, expr: str, at: float) -> QueryResult:
-        try:
-            # The evaluator is CPU work; at fleet scale it takes long enough to keep
-            # the API from answering, so it runs in a thread.
-            start = time.perf_counter()
-            result = await asyncio.to_thread(self.evaluator.instant, expr, at)
-            log.debug("evaluated %r in %.1f ms", expr, (time.perf_counter() - start) * 1e3)
-        except EvalError as e:
-            return Unknown(f"evaluation failed: {e}")
-        if isinstance(result, Matrix):
-            return Unknown("a rule must yield an instant vector, not a range vector")
-        return result
 
     async def close(self) -> None:
         if self._session is not None:

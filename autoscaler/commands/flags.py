@@ -1,0 +1,160 @@
+"""Command-line pieces that ``run``, ``place`` and ``extender`` share: argparse
+types for durations and files, and the metric-source flags, so that one set of
+source flags means the same in all three and ``--help`` says so once."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from pathlib import Path
+
+from accel_common.durations import parse_duration
+from autoscaler.kube.client import ClientKube, KubeConfigError
+from autoscaler.kube.protocol import Kube
+from autoscaler.sources.build import SourceOptions
+
+
+def duration(text: str) -> float:
+    """A positive Prometheus-style duration (``30s``, ``5m``, ``1h30m``) in seconds."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
+    return seconds
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file {text!r}")
+    return path
+
+
+# argparse names the type in its messages ("invalid duration value").
+existing_file.__name__ = "file"
+
+
+def add_source_arguments(p: argparse.ArgumentParser, *, what: str = "rule results") -> None:
+    """``--source`` and the flags of the ``prometheus`` and ``scrape`` sources."""
+    p.add_argument(
+        "--source",
+        choices=("prometheus", "scrape"),
+        default="prometheus",
+        help=f"where {what} come from (default %(default)s)",
+    )
+    prom = p.add_argument_group("prometheus source")
+    prom.add_argument(
+        "--prometheus.url",
+        dest="prometheus_url",
+        metavar="URL",
+        help="Prometheus base URL, e.g. http://prometheus:9090",
+    )
+    prom.add_argument(
+        "--prometheus.bearer-token-file",
+        dest="prometheus_token_file",
+        type=existing_file,
+        metavar="FILE",
+    )
+    prom.add_argument(
+        "--prometheus.basic-auth-file",
+        dest="prometheus_basic_auth_file",
+        type=existing_file,
+        metavar="FILE",
+        help="one line: user:password",
+    )
+    prom.add_argument(
+        "--prometheus.ca-file", dest="prometheus_ca_file", type=existing_file, metavar="FILE"
+    )
+    prom.add_argument(
+        "--prometheus.timeout",
+        dest="prometheus_timeout",
+        type=duration,
+        default=10.0,
+        metavar="DURATION",
+        help="per query (default 10s)",
+    )
+    prom.add_argument(
+        "--source.health-query",
+        dest="health_query",
+        default="count(accel_up)",
+        metavar="EXPR",
+        help="an empty or failed answer marks the source down and every rule unknown "
+        "(default %(default)s)",
+    )
+    scrape = p.add_argument_group("scrape source")
+    scrape.add_argument(
+        "--targets",
+        metavar="LIST",
+        help="exporters to scrape, NODE=URL,... e.g. node-a=http://10.0.0.5:9835/metrics",
+    )
+    scrape.add_argument(
+        "--scrape.timeout", dest="scrape_timeout", type=duration, default=10.0, metavar="DURATION"
+    )
+
+
+def source_options(args: argparse.Namespace) -> SourceOptions:
+    """What ``add_source_arguments``'s flags say, for ``sources.build_source``."""
+    return SourceOptions(
+        kind=args.source,
+        prometheus_url=args.prometheus_url,
+        prometheus_timeout=args.prometheus_timeout,
+        prometheus_token_file=args.prometheus_token_file,
+        prometheus_basic_auth_file=args.prometheus_basic_auth_file,
+        prometheus_ca_file=args.prometheus_ca_file,
+        health_query=args.health_query,
+        targets=args.targets,
+        scrape_timeout=args.scrape_timeout,
+    )
+
+
+class InputError(ValueError):
+    """A file given on the command line is unusable; the message names it."""
+
+
+def add_placement_source_arguments(p: argparse.ArgumentParser) -> None:
+    """``run``'s source flags, plus what placement adds (``place``, ``extender``)."""
+    add_source_arguments(p, what="device metrics")
+    p.add_argument(
+        "--kubeconfig",
+        type=existing_file,
+        metavar="FILE",
+        help="read nodes (labels, taints, annotations) from this cluster",
+    )
+    p.add_argument(
+        "--weight",
+        action="append",
+        default=[],
+        metavar="NAME=W",
+        help="a score term's weight (topology, load, locality, runtime, fragmentation); repeatable",
+    )
+
+
+async def open_kube(path: Path) -> Kube:
+    """``ClientKube`` from a kubeconfig (``place`` and ``extender`` read nodes and
+    annotate pods with it)."""
+    try:
+        return ClientKube.from_config(str(path))
+    except KubeConfigError as e:
+        raise InputError(f"--kubeconfig {path}: {e}") from e
+
+
+async def close_kube(kube: Kube) -> None:
+    close = getattr(kube, "close", None)
+    if close is not None:
+        result = close()
+        if inspect.isawaitable(result):
+            await result
+
+
+__all__ = [
+    "InputError",
+    "add_placement_source_arguments",
+    "add_source_arguments",
+    "close_kube",
+    "duration",
+    "existing_file",
+    "open_kube",
+    "source_options",
+]

@@ -1,0 +1,69 @@
+"""``accel-autoscaler query``: one expression, one series file, one instant, with
+the built-in evaluator; the answer is the ``data`` object of Prometheus's
+``/api/v1/query`` (``promql/query.py``), so that a rule's author can diff it with
+Prometheus's own answer for the same file.
+
+Exit status: 0 with a result, 2 for a usage problem (bad time, unreadable or
+malformed file, an expression that does not parse or is outside the subset),
+1 for an evaluation error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from autoscaler.promql.errors import EvalError, ExprError
+from autoscaler.promql.evaluator import Evaluator
+from autoscaler.promql.openmetrics import OpenMetricsError, load
+from autoscaler.promql.query import result_json
+
+_PROG = "accel-autoscaler query"
+
+
+def add_arguments(q: argparse.ArgumentParser) -> None:
+    q.add_argument("expr", metavar="EXPR")
+    q.add_argument(
+        "--series",
+        required=True,
+        metavar="FILE",
+        help="OpenMetrics samples with timestamps (what promtool tsdb create-blocks-from "
+        "openmetrics reads)",
+    )
+    q.add_argument("--time", required=True, metavar="T", help="evaluation time: unix seconds")
+
+
+def main(args: argparse.Namespace) -> int:
+    return query(args.expr, args.series, args.time)
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"{_PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+def query(expr: str, series_file: str, time: str) -> int:
+    try:
+        t = float(time)
+        if not math.isfinite(t):
+            raise ValueError
+    except ValueError:
+        return _fail(f"--time must be unix seconds, got {time!r}", 2)
+    try:
+        store = load(series_file)
+    except OSError as e:
+        return _fail(f"cannot read {series_file}: {e.strerror or e}", 2)
+    except (OpenMetricsError, UnicodeDecodeError) as e:
+        return _fail(str(e), 2)
+    evaluator = Evaluator(store)
+    try:
+        evaluator.check(expr)
+    except ExprError as e:
+        return _fail(str(e), 2)
+    try:
+        result = evaluator.instant(expr, t)
+    except EvalError as e:
+        return _fail(str(e), 1)
+    print(result_json(result))
+    return 0

@@ -1,0 +1,347 @@
+"""``accel-autoscaler run``: the controller's flags, and the wiring from them to a
+running controller: the source, the Kubernetes API (or a dry-run in front of it),
+the executor, leader election, the cluster-state reader and the HTTP server.
+
+Nothing here decides anything: the controller (``autoscaler/controller.py``)
+evaluates, the executor acts, and this module only builds and starts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from accel_common import logs
+from accel_common.listen import Listener, ListenError, split_listen_address
+from accel_common.names import REMEDIATION_ANNOTATION
+from autoscaler.actions.context import ActionContext
+from autoscaler.clusterstate import collect
+from autoscaler.commands.flags import add_source_arguments, duration, existing_file, source_options
+from autoscaler.controller import (
+    DEFAULT_PORT,
+    ClusterRows,
+    ClusterState,
+    Controller,
+    LeaderLabel,
+    always_leading,
+)
+from autoscaler.executor import Executor
+from autoscaler.kube.cache import CachedKube
+from autoscaler.kube.client import ClientKube, KubeConfigError
+from autoscaler.kube.dryrun import DryRunKube
+from autoscaler.kube.leader import LeaderElector
+from autoscaler.pools.clusterapi import ClusterAPIProvider
+from autoscaler.ruleset.loader import RuleSetError
+from autoscaler.ruleset.watch import RuleWatcher
+from autoscaler.server import make_app
+from autoscaler.sources.alertmanager import AlertReceiver
+from autoscaler.sources.base import Source
+from autoscaler.sources.build import build_source
+
+log = logging.getLogger("accel_autoscaler")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rules",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="rule file or directory (repeatable); reloaded on change and on SIGHUP",
+    )
+    add_source_arguments(p)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="change nothing: actions run against the API read-only, their writes are "
+        "logged (and sent with dryRun=All); with no Kubernetes API, decisions are only "
+        "recorded",
+    )
+    p.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        default=f":{DEFAULT_PORT}",
+        metavar="ADDR",
+        help="API and /metrics address (default %(default)s)",
+    )
+    p.add_argument(
+        "--api.token-file",
+        dest="token_file",
+        type=existing_file,
+        metavar="FILE",
+        help="bearer token that POST /api/v1/alerts and /api/v1/breaker/reset require",
+    )
+    p.add_argument(
+        "--api.basic-auth-file",
+        dest="basic_auth_file",
+        type=existing_file,
+        metavar="FILE",
+        help="user:password that the same endpoints accept as basic auth",
+    )
+    kube = p.add_argument_group("kubernetes")
+    kube.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use; default: the pod's service account in a cluster, else "
+        "$KUBECONFIG, else ~/.kube/config. Without any, only --dry-run runs (decisions "
+        "are then recorded, not acted on)",
+    )
+    kube.add_argument(
+        "--controller-name",
+        dest="controller_name",
+        default="accel-autoscaler",
+        metavar="NAME",
+        help=f"owner recorded in the {REMEDIATION_ANNOTATION} node annotation; every "
+        "replica of one controller uses the same name (default %(default)s)",
+    )
+    kube.add_argument(
+        "--eviction.retry-interval",
+        dest="retry_interval",
+        type=duration,
+        default=5.0,
+        metavar="DURATION",
+        help="wait between eviction attempts that a PodDisruptionBudget refused (default 5s)",
+    )
+    kube.add_argument(
+        "--pool-provider",
+        dest="pool_provider",
+        choices=("none", "clusterapi"),
+        default="none",
+        help="where scale_node_pool resizes node pools (default %(default)s)",
+    )
+    kube.add_argument(
+        "--clusterapi.namespace",
+        dest="clusterapi_namespace",
+        default="default",
+        metavar="NS",
+        help="namespace of the MachineDeployments that are node pools (default %(default)s)",
+    )
+    le = p.add_argument_group("leader election")
+    le.add_argument(
+        "--leader-elect",
+        dest="leader_elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="only the replica holding a coordination.k8s.io Lease acts (default on; "
+        "off in --dry-run, which changes nothing)",
+    )
+    le.add_argument(
+        "--leader-elect.namespace",
+        dest="lease_namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        metavar="NS",
+        help="the Lease's namespace (default $POD_NAMESPACE, else default)",
+    )
+    le.add_argument(
+        "--leader-elect.lease-name",
+        dest="lease_name",
+        default="accel-autoscaler",
+        metavar="NAME",
+        help="(default %(default)s)",
+    )
+    le.add_argument(
+        "--leader-elect.lease-duration",
+        dest="lease_duration",
+        type=duration,
+        default=15.0,
+        metavar="DURATION",
+        help="how long a standby waits after the last renewal before taking over (default 15s)",
+    )
+    le.add_argument(
+        "--leader-elect.renew-deadline",
+        dest="renew_deadline",
+        type=duration,
+        default=10.0,
+        metavar="DURATION",
+        help="a leader that has not renewed for this long stops acting (default 10s)",
+    )
+    le.add_argument(
+        "--leader-elect.retry-period",
+        dest="retry_period",
+        type=duration,
+        default=2.0,
+        metavar="DURATION",
+        help="how often to renew or try to acquire (default 2s)",
+    )
+    le.add_argument(
+        "--leader-elect.identity",
+        dest="identity",
+        default=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+        metavar="ID",
+        help="this replica's name in the Lease (default $POD_NAME, else host-pid)",
+    )
+    logs.add_arguments(p.add_argument_group("output"))
+
+
+def _fail(message: str) -> int:
+    print(f"accel-autoscaler: error: {message}", flush=True, file=sys.stderr)
+    return 2
+
+
+async def _serve(controller: Controller, args: argparse.Namespace, elector: Any = None) -> int:
+    host, port = split_listen_address(args.listen_address)
+    app = make_app(controller, token_file=args.token_file, basic_auth_file=args.basic_auth_file)
+    try:
+        listener = await Listener.start(app, host, port)
+    except ListenError as e:
+        log.error("%s", e)
+        return 1
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, controller.watcher.reload)
+    log.info(
+        "listening on http://%s:%d, source %s, %d rules, every %gs%s",
+        host or "0.0.0.0",
+        port,
+        controller.source.name,
+        len(controller.ruleset.rules),
+        controller.ruleset.evaluation_interval,
+        ", dry-run" if controller.dry_run else "",
+    )
+    tasks = [asyncio.create_task(controller.run_forever())]
+    executor = controller.executor
+    election: asyncio.Task[None] | None = None
+    if elector is not None and executor is not None:
+
+        async def lead() -> None:
+            await executor.resume()
+            await asyncio.Event().wait()  # leads until the elector cancels it
+
+        label = LeaderLabel(executor.ctx.kube)
+        # A container restarted after a crash may find its pod still labelled.
+        await label.set(False)
+
+        async def step_down() -> None:
+            await executor.stop()
+            await label.set(False)
+
+        async def lead_and_label() -> None:
+            await label.set(True)
+            await lead()
+
+        election = asyncio.create_task(elector.run(lead_and_label, step_down))
+    elif executor is not None:
+        await executor.resume()
+    await listener.wait()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if election is not None:
+        elector.stop()  # steps down and clears the Lease, so a standby takes over at once
+        try:
+            await asyncio.wait_for(election, timeout=5)
+        except (TimeoutError, Exception) as e:
+            log.warning("leader election did not stop cleanly: %s", e)
+    if executor is not None:
+        await executor.stop()
+    await controller.source.close()
+    await listener.close()
+    return 0
+
+
+def _leader_problem(args: argparse.Namespace) -> str | None:
+    if not args.renew_deadline < args.lease_duration:
+        return (
+            "--leader-elect.renew-deadline must be shorter than --leader-elect.lease-duration "
+            "(a leader must give up before a standby may take over)"
+        )
+    if not args.retry_period < args.renew_deadline:
+        return "--leader-elect.retry-period must be shorter than --leader-elect.renew-deadline"
+    return None
+
+
+def build_kube(args: argparse.Namespace) -> Any:
+    """The ``Kube`` the actions use: the client, or in ``--dry-run`` a DryRunKube in
+    front of a client that sends its writes with dryRun=All. None when there is no
+    configuration and ``--dry-run`` allows running without one."""
+    try:
+        client = ClientKube.from_config(args.kubeconfig, dry_run=args.dry_run)
+    except KubeConfigError as e:
+        if args.dry_run and not args.kubeconfig:
+            log.warning("no Kubernetes API configured (%s): dry-run only records decisions", e)
+            return None
+        raise ValueError(str(e)) from e
+    return DryRunKube(client) if args.dry_run else client
+
+
+def main(args: argparse.Namespace) -> int:
+    logs.setup(args.log_level, args.log_format)
+    if problem := _leader_problem(args):
+        return _fail(problem)
+    try:
+        watcher = RuleWatcher(args.rules, source=args.source)
+    except RuleSetError as e:
+        print(str(e), file=sys.stderr)
+        return _fail(f"the rules did not load ({len(e.problems)} problems above)")
+    try:
+        source = build_source(source_options(args))
+        kube = build_kube(args)
+    except (ValueError, OSError) as e:
+        return _fail(str(e))
+    return asyncio.run(_main(args, watcher, source, kube))
+
+
+async def _main(args: argparse.Namespace, watcher: RuleWatcher, source: Source, kube: Any) -> int:
+    executor: Executor | None = None
+    elector: Any = None
+    leading: Callable[[], bool] = always_leading
+    cluster_state: ClusterState | None = None
+    if kube is not None:
+        pools: Any = None
+        if args.pool_provider == "clusterapi":
+            pools = ClusterAPIProvider(kube, args.clusterapi_namespace)
+        if args.leader_elect and not args.dry_run:
+            elector = LeaderElector(
+                kube,
+                namespace=args.lease_namespace,
+                name=args.lease_name,
+                identity=args.identity,
+                lease_duration=args.lease_duration,
+                renew_deadline=args.renew_deadline,
+                retry_period=args.retry_period,
+            )
+            leading = elector.is_leader
+        ctx = ActionContext(
+            kube=kube,
+            controller=args.controller_name,
+            replica=args.identity,
+            dry_run=args.dry_run,
+            pools=pools,
+            query=source.query,
+            retry_interval=args.retry_interval,
+            leading=leading,
+        )
+        executor = Executor(ctx)
+
+        # The cluster-state series come from watched nodes and pods; actions read
+        # the API itself.
+        cached = CachedKube(getattr(kube, "inner", kube), inner=kube)
+        cached.start()
+        await cached.wait_synced(10.0)
+
+        async def read_cluster(now: float) -> ClusterRows:
+            return list(await collect(cached, pools, now))
+
+        cluster_state = read_cluster
+    controller = Controller(
+        watcher,
+        source,
+        AlertReceiver(),
+        dry_run=args.dry_run,
+        executor=executor,
+        leading=leading,
+        cluster_state=cluster_state,
+    )
+    if cluster_state is not None:
+        controller.kube = cached
+    try:
+        return await _serve(controller, args, elector)
+    finally:
+        if cluster_state is not None:
+            await asyncio.to_thread(cached.stop)

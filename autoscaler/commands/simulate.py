@@ -1,0 +1,88 @@
+"""``accel-autoscaler simulate``: its flags, and the run from them to
+``summary.json``, the table and the plots (``autoscaler/simulate/``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from autoscaler.ruleset.loader import RuleSetError
+from autoscaler.simulate.plots import write_plots
+from autoscaler.simulate.results import ProgressBar, summary, table
+from autoscaler.simulate.run import IntervalError, simulate
+from autoscaler.simulate.scenario import ScenarioError, load_scenario
+from autoscaler.simulate.schedulers import SCHEDULERS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", metavar="SCENARIO.yaml", help="scenario file (see scenarios/)")
+    p.add_argument(
+        "--rules",
+        action="append",
+        metavar="PATH",
+        help="rule file or directory (repeatable; default rules/)",
+    )
+    p.add_argument(
+        "--out",
+        default="simulate-out",
+        metavar="DIR",
+        help="where summary.json and the plots go (default %(default)s)",
+    )
+    p.add_argument("--seed", type=int, metavar="N", help="overrides the scenario's seed")
+    p.add_argument(
+        "--baseline",
+        choices=("none", "skip"),
+        default="none",
+        help="the comparison run: none = no remediation, static pools (default); "
+        "skip = run the rules only",
+    )
+    p.add_argument("--no-plots", action="store_true", help="write summary.json only")
+
+
+def main(args: argparse.Namespace, stderr: TextIO = sys.stderr) -> int:
+    try:
+        scenario = load_scenario(args.scenario, tuple(SCHEDULERS))
+    except ScenarioError as e:
+        print(str(e), file=stderr)
+        print(
+            f"accel-autoscaler: error: the scenario did not load ({len(e.problems)} "
+            "problems above)",
+            file=stderr,
+        )
+        return 2
+    rules = args.rules or ["rules/"]
+    seed = scenario.seed if args.seed is None else args.seed
+    logging.getLogger("accel_autoscaler").setLevel(logging.WARNING)
+    try:
+        results = simulate(
+            scenario,
+            rules,
+            seed=seed,
+            baseline=args.baseline == "none",
+            progress=ProgressBar(stderr),
+        )
+    except IntervalError as e:
+        print(f"accel-autoscaler: error: {e}", file=stderr)
+        return 2
+    except RuleSetError as e:
+        print(str(e), file=stderr)
+        print(
+            f"accel-autoscaler: error: the rules did not load ({len(e.problems)} problems above)",
+            file=stderr,
+        )
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = summary(results, scenario, seed)
+    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"{scenario.name}: {scenario.duration / 3600:g} h simulated, seed {seed}")
+    print(table(doc))
+    if not args.no_plots:
+        paths = write_plots(results, scenario, out)
+        print(f"plots: {', '.join(str(p) for p in paths)}")
+    print(f"summary: {out / 'summary.json'}")
+    return 0

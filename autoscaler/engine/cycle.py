@@ -1,0 +1,145 @@
+"""One evaluation cycle: refresh the source, query every rule, evaluate, hand over.
+
+The controller (``autoscaler/controller.py``), the fleet simulator
+(``autoscaler/simulate/run.py``) and the rule unit tests (``engine/ruletest.py``)
+all run their rules through ``run_cycle`` and nothing else. A figure the
+simulator prints and a decision a rule test expects are therefore the decisions
+the production controller makes for the same samples; what differs between the
+three is only what they plug in:
+
+- the ``Source``: Prometheus, scraped exporters, the simulation's telemetry, or a
+  test file's input series (``sources/store.py``);
+- the ``Alerts``: the Alertmanager receiver, or a test file's alerts;
+- ``cluster``: which nodes the breaker counts. The controller asks its source
+  (``NODES_QUERY``) and adds the registration times it read from the API; the
+  simulator knows which nodes answered this cycle's scrape; a rule test names
+  them. Absent (``None``), the breaker does not count.
+- ``prepare``: work after the refresh and before the queries (the controller
+  reads the cluster's state into series there, so that rules on job ages see this
+  cycle's ages);
+- ``submit``: where decisions go (the executor, or nowhere).
+
+The order is part of the contract: a source that is down makes every expression
+rule ``Unknown`` (``alertname`` rules read the receiver, which holds every alert
+it was sent) and its cluster ``None``; a rule's ``recover`` expression is only
+asked while the rule has active targets, and only about them, because
+``evaluate`` reads a recover result for nothing else (``engine/evaluate.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from autoscaler.decision import Decision
+from autoscaler.engine.evaluate import evaluate
+from autoscaler.engine.state import ClusterInfo, EngineState
+from autoscaler.ruleset.model import TARGET_LABELS, Rule, RuleSet
+from autoscaler.sources.base import Source
+from autoscaler.types import QueryResult, Unknown, Vector
+
+# The nodes the breaker counts, from the exporters' own series.
+NODES_QUERY = "count by (node) (accel_up)"
+
+
+class Alerts(Protocol):
+    def vector(self, alertname: str, now: float) -> QueryResult:
+        """The firing alerts of one name, each a sample of value 1."""
+        ...
+
+
+@runtime_checkable
+class TargetedSource(Protocol):
+    """A source that can cut a result down to some targets before building it
+    (``sources/store.py``); others are cut down after the query."""
+
+    async def query_targets(
+        self, expr: str, at: float, names: tuple[str, ...], targets: Iterable[tuple[str, ...]]
+    ) -> QueryResult: ...
+
+
+ClusterView = Callable[[float], Awaitable[ClusterInfo | None]]
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    now: float
+    source_up: bool
+    decisions: list[Decision]
+    # Rules whose condition was unknown this cycle (source down, failed query).
+    unknown: tuple[str, ...]
+
+
+async def run_cycle(
+    ruleset: RuleSet,
+    source: Source,
+    alerts: Alerts,
+    state: EngineState,
+    now: float,
+    *,
+    cluster: ClusterView | None = None,
+    prepare: Callable[[float], Awaitable[None]] | None = None,
+    submit: Callable[[Decision], object] | None = None,
+    dry_run: bool = False,
+) -> CycleResult:
+    """One evaluation of ``ruleset`` at ``now``; mutates ``state`` (and records the
+    decisions in it) and hands each decision to ``submit``."""
+    up = await source.refresh(now)
+    if prepare is not None:
+        await prepare(now)
+    info = await cluster(now) if (up and cluster is not None) else None
+    down = Unknown(f"source {source.name} is down")
+    active = {rule for rule, _ in state.active}
+    results: dict[str, QueryResult] = {}
+    recover: dict[str, QueryResult] = {}
+    for rule in ruleset.rules:
+        if rule.alertname is not None:
+            results[rule.name] = alerts.vector(rule.alertname, now)
+        elif not up:
+            results[rule.name] = down
+        else:
+            assert rule.expr is not None
+            results[rule.name] = await source.query(rule.expr, now)
+        if rule.recover is not None and rule.name in active:
+            recover[rule.name] = await _recover(rule, source, state, now) if up else down
+    decisions = evaluate(
+        ruleset, results, state, now, recover_results=recover, cluster=info, dry_run=dry_run
+    )
+    state.record(decisions)
+    if submit is not None:
+        for d in decisions:
+            submit(d)
+    unknown = tuple(name for name, r in results.items() if isinstance(r, Unknown))
+    return CycleResult(now, up, decisions, unknown)
+
+
+async def _recover(rule: Rule, source: Source, state: EngineState, now: float) -> QueryResult:
+    """The rule's recover condition for its active targets only."""
+    assert rule.recover is not None
+    names = TARGET_LABELS[rule.target]
+    active = [key for r, key in state.active if r == rule.name]
+    wanted = [tuple(dict(key).get(n, "") for n in names) for key in active]
+    if isinstance(source, TargetedSource):
+        return await source.query_targets(rule.recover.expr, now, names, wanted)
+    result = await source.query(rule.recover.expr, now)
+    if not isinstance(result, Vector):
+        return result
+    keep = set(wanted)
+    return Vector(tuple(s for s in result.samples if tuple(s.get(n, "") for n in names) in keep))
+
+
+def source_cluster(source: Source, registered: Callable[[], dict[str, float]]) -> ClusterView:
+    """The controller's view of the cluster: the nodes whose exporters report
+    (``NODES_QUERY``), and those registered within the last hour (a scale-up's, in
+    the breaker's grace period) from ``registered`` (node -> registration time)."""
+
+    async def view(now: float) -> ClusterInfo | None:
+        result = await source.query(NODES_QUERY, now)
+        if not isinstance(result, Vector):
+            return None
+        nodes = frozenset(s.get("node") for s in result.samples if s.get("node"))
+        recent = {n: t for n, t in registered().items() if now - t < 3600}
+        return ClusterInfo(nodes=nodes, recently_added=recent)
+
+    return view

@@ -1,0 +1,368 @@
+"""``accel-autoscaler test``: the runner of rule unit tests, promtool-style.
+
+A rule that drains nodes deserves the same care as code, and the only way to see
+what a rule set *decides* is to run it: its PromQL over a series history, then the
+engine's ``for``, cooldowns, limits and breaker over the results. The test-file
+format (input series in promtool's expanding notation, Alertmanager alerts for
+``alertname`` rules, the decisions expected at given times) is
+``autoscaler/ruleset/testfile.py``; this module runs it. It fills the built-in
+evaluator's store and runs the production evaluation cycle (``engine/cycle.py``,
+the function the controller and the simulator run) at every evaluation time from
+0 to the last expected time with a fresh ``EngineState``, and compares. Decisions are compared as
+a set per time: rule, kind, action and target.
+
+Exit status: 0 when every test passed ("N tests passed"); 1 when a test failed
+(a diff of expected and got decisions, per time); 2 when a test file or its rule
+files cannot be run at all (every problem, as ``file:line:col: message``), whether
+or not other files' tests failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from accel_common.suggest import did_you_mean
+from autoscaler.decision import Decision
+from autoscaler.engine.cycle import run_cycle
+from autoscaler.engine.evaluate import format_duration
+from autoscaler.engine.state import ClusterInfo, EngineState
+from autoscaler.promql.store import SeriesStore
+from autoscaler.promql.support import LOOKBACK_DELTA
+from autoscaler.ruleset.errors import RuleSetError
+from autoscaler.ruleset.loader import load_ruleset
+from autoscaler.ruleset.model import TARGET_LABELS, Rule, RuleSet
+from autoscaler.ruleset.testfile import (
+    STALE,
+    Expectation,
+    ExpectedDecision,
+    InputAlert,
+    RuleTest,
+    RuleTestFile,
+    parse_test_file,
+)
+from autoscaler.sources.store import StoreSource
+from autoscaler.types import Labels, QueryResult, Sample, Vector, labels_of
+
+EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+# -- the command --------------------------------------------------------------------
+
+
+def main(paths: Sequence[str]) -> int:
+    """Run the test files named by ``paths`` (files, or directories searched for
+    ``*.yaml``/``*.yml``); print failures and the summary on stdout, problems on
+    stderr; return the exit status."""
+    out, err = sys.stdout, sys.stderr
+    files, problems = find_test_files(paths)
+    passed = failed = 0
+    broken = bool(problems)
+    for problem in problems:
+        print(problem, file=err)
+    for path in files:
+        result = run_file(path)
+        for problem in result.problems:
+            print(problem, file=err)
+        broken = broken or bool(result.problems)
+        for failure in result.failures:
+            print(failure, file=out)
+        passed += result.passed
+        failed += len(result.failures)
+    summary = f"{passed} {'test' if passed == 1 else 'tests'} passed"
+    if failed:
+        summary += f", {failed} failed"
+    if broken:
+        summary += "; some test files could not be run (see above)"
+    print(summary, file=out)
+    if broken:
+        return EXIT_ERROR
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def find_test_files(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
+    files: list[Path] = []
+    problems: list[str] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml"))
+            if not found:
+                problems.append(f"{name}: no test files (*.yaml, *.yml) in this directory")
+            files.extend(found)
+        elif path.exists():
+            files.append(path)
+        else:
+            problems.append(f"{name}: no such file or directory")
+    return files, problems
+
+
+@dataclass(frozen=True)
+class FileResult:
+    passed: int
+    failures: tuple[str, ...]
+    problems: tuple[str, ...]
+
+
+def run_file(path: Path) -> FileResult:
+    """Parse, load the rule files, check the expectations against the rule set, and
+    run every test of one file."""
+    parsed = parse_test_file(path)
+    if isinstance(parsed, list):
+        return FileResult(0, (), tuple(parsed))
+    try:
+        ruleset = load_ruleset([str(p) for p in parsed.rule_files], source="scrape")
+    except RuleSetError as e:
+        return FileResult(0, (), (f"{path}: the rule files do not load:\n{e}",))
+    problems = check_against(parsed, ruleset)
+    if problems:
+        return FileResult(0, (), tuple(problems))
+    interval_ms = parsed.evaluation_interval_ms or round(ruleset.evaluation_interval * 1000)
+    passed = 0
+    failures = []
+    for test in parsed.tests:
+        failure = run_test(test, ruleset, interval_ms)
+        if failure is None:
+            passed += 1
+        else:
+            failures.append(failure)
+    return FileResult(passed, tuple(failures), ())
+
+
+# -- running one test ---------------------------------------------------------------
+
+
+def run_test(test: RuleTest, ruleset: RuleSet, interval_ms: int) -> str | None:
+    """None when every expectation of the test holds; else the readable diff."""
+    return asyncio.run(_run_test(test, ruleset, interval_ms))
+
+
+async def _run_test(test: RuleTest, ruleset: RuleSet, interval_ms: int) -> str | None:
+    # Every evaluation is the production cycle (``engine/cycle.py``) over the
+    # test's series, its alerts and its cluster, with a fresh state per test.
+    source = StoreSource(_store(test), lookback_delta=LOOKBACK_DELTA)
+    alerts = InputAlerts(test.alerts)
+    cluster = _cluster(test)
+
+    async def view(now: float) -> ClusterInfo:
+        return cluster
+
+    state = EngineState()
+    expectations = {e.at_ms: e for e in test.expect}
+    last = max(expectations)
+    sections: list[str] = []
+    for step in range(last // interval_ms + 1):
+        at_ms = step * interval_ms
+        result = await run_cycle(ruleset, source, alerts, state, at_ms / 1000, cluster=view)
+        expectation = expectations.get(at_ms)
+        if expectation is not None:
+            diff = _compare(expectation, result.decisions, ruleset, state)
+            if diff is not None:
+                sections.append(diff)
+    if not sections:
+        return None
+    return "\n".join([f"FAILED {test.position.file}:{test.position.line}: {test.name}", *sections])
+
+
+def _store(test: RuleTest) -> SeriesStore:
+    # All of a test's samples go in first and every evaluation time reads the past
+    # of its own time, so nothing may be trimmed.
+    store = SeriesStore(retention=math.inf)
+    for series in test.series:
+        labels = dict(series.labels)
+        for i, point in enumerate(series.values):
+            t = i * test.interval_ms / 1000
+            if point is STALE:
+                store.add_stale(labels, t)
+            elif isinstance(point, float):
+                store.add(labels, t, point)
+    return store
+
+
+class InputAlerts:
+    """What the Alertmanager receiver answers, from a test file's alerts: the firing
+    alerts of one name, each firing from ``startsAt`` until ``endsAt``."""
+
+    def __init__(self, alerts: Iterable[InputAlert]) -> None:
+        self.alerts = tuple(alerts)
+
+    def vector(self, alertname: str, now: float) -> QueryResult:
+        at_ms = round(now * 1000)
+        return Vector(
+            tuple(
+                Sample(a.labels, 1.0, now)
+                for a in self.alerts
+                if dict(a.labels).get("alertname") == alertname
+                and a.starts_ms <= at_ms
+                and (a.ends_ms is None or at_ms < a.ends_ms)
+            )
+        )
+
+
+def _cluster(test: RuleTest) -> ClusterInfo:
+    """The test's cluster; without one, every node its inputs name."""
+    if test.cluster is not None:
+        return ClusterInfo(test.cluster.nodes, dict(test.cluster.recently_added))
+    nodes = {v for s in test.series for k, v in s.labels if k == "node"}
+    nodes |= {v for a in test.alerts for k, v in a.labels if k == "node"}
+    return ClusterInfo(frozenset(nodes))
+
+
+# -- comparing ----------------------------------------------------------------------
+
+Key = tuple[str, str, str, Labels]  # rule, kind, action, target
+
+
+def _compare(
+    expectation: Expectation,
+    decisions: Sequence[Decision],
+    ruleset: RuleSet,
+    state: EngineState,
+) -> str | None:
+    expected: Counter[Key] = Counter(
+        (e.rule, e.kind, e.action or ruleset.rule(e.rule).action.type, e.target)
+        for e in expectation.decisions
+    )
+    got: Counter[Key] = Counter(_key(d) for d in decisions)
+    if expected == got:
+        return None
+    keys = sorted(set(expected) | set(got), key=_sort_key(ruleset))
+    lines = [
+        f"  at {format_duration(expectation.at_ms / 1000)} ({expectation.position}): "
+        "decisions differ (- expected, + got)"
+    ]
+    for key in keys:
+        both = min(expected[key], got[key])
+        lines += [f"      {_show(key)}"] * both
+        lines += [f"    - {_show(key)}"] * (expected[key] - both)
+        lines += [f"    + {_show(key)}"] * (got[key] - both)
+    missing = [k for k in keys if expected[k] > got[k]]
+    why = _why(missing, ruleset, state)
+    if why:
+        lines.append("    engine notes at this time:")
+        lines += [f"      {line}" for line in why]
+    return "\n".join(lines)
+
+
+def _key(d: Decision) -> Key:
+    return (d.rule, d.kind, d.action, labels_of(d.target))
+
+
+def _sort_key(ruleset: RuleSet) -> Callable[[Key], tuple[int, str, str, str, list[str]]]:
+    """Rule order, then kind and action, then the target's values (node first)."""
+    order = {r.name: i for i, r in enumerate(ruleset.rules)}
+
+    def key(k: Key) -> tuple[int, str, str, str, list[str]]:
+        values = [v for _, v in sorted(k[3], key=lambda kv: (_rank(kv[0]), kv[0]))]
+        return (order.get(k[0], len(order)), k[0], k[1], k[2], values)
+
+    return key
+
+
+_LABEL_ORDER = ("node", "device", "namespace", "pod", "pool")
+
+
+def _show(key: Key) -> str:
+    rule, kind, action, target = key
+    return f"{kind} {rule} {action} {_braces(target)}"
+
+
+def _rank(name: str) -> int:
+    return _LABEL_ORDER.index(name) if name in _LABEL_ORDER else len(_LABEL_ORDER)
+
+
+def _why(missing: Sequence[Key], ruleset: RuleSet, state: EngineState) -> list[str]:
+    """What the engine knew about an expected decision that did not come: the
+    target is still pending, it was held, the rule's result was unknown, or the
+    breaker moved."""
+    wanted = {(k[0], k[3]) for k in missing}
+    rules = {k[0] for k in missing}
+    lines = []
+    for rule, target in sorted(wanted):
+        since = state.pending.get((rule, target))
+        if since is not None:
+            lines.append(
+                f"{rule} {_braces(target)}: pending since {format_duration(since)} "
+                f"(for: {format_duration(ruleset.rule(rule).for_)})"
+            )
+        if (rule, target) in state.active:
+            active = state.active[(rule, target)]
+            lines.append(
+                f"{rule} {_braces(target)}: already under remediation since "
+                f"{format_duration(active.since)}"
+            )
+    for n in state.notes:
+        relevant = (
+            n.kind == "breaker"
+            or (n.rule in rules and n.kind == "unknown")
+            or (n.rule, n.labels) in wanted
+        )
+        if relevant:
+            where = f"{n.rule} {_braces(n.labels)}" if n.labels else n.rule or "engine"
+            lines.append(f"{where}: {n.kind}: {n.reason}")
+    return lines
+
+
+def _braces(labels: Labels) -> str:
+    names = sorted(dict(labels), key=lambda n: (_rank(n), n))
+    values = dict(labels)
+    return "{" + ", ".join(f'{n}="{values[n]}"' for n in names) + "}"
+
+
+def check_against(parsed: RuleTestFile, ruleset: RuleSet) -> list[str]:
+    """Problems that need the rule set: rule names, and times that are not
+    evaluation times."""
+    problems = []
+    names = [r.name for r in ruleset.rules]
+    interval_ms = parsed.evaluation_interval_ms or round(ruleset.evaluation_interval * 1000)
+    for test in parsed.tests:
+        for e in test.expect:
+            if e.at_ms % interval_ms:
+                problems.append(
+                    f"{e.position}: at {format_duration(e.at_ms / 1000)} is not a multiple of "
+                    f"the evaluation interval {format_duration(interval_ms / 1000)}; rules are "
+                    "only evaluated at those times"
+                )
+            for d in e.decisions:
+                if d.rule not in names:
+                    problems.append(
+                        f"{d.position}: no rule named '{d.rule}'"
+                        f"{did_you_mean(d.rule, names, or_list=True)}"
+                    )
+                    continue
+                rule = ruleset.rule(d.rule)
+                problems += _target_problems(d, rule)
+                if d.kind == "recover" and rule.recover is None:
+                    problems.append(
+                        f"{d.position}: rule '{d.rule}' has no recover, so it never "
+                        "makes a recover decision"
+                    )
+    return problems
+
+
+def _target_problems(d: ExpectedDecision, rule: Rule) -> list[str]:
+    want = TARGET_LABELS[rule.target]
+    have = sorted(dict(d.target), key=lambda n: (_rank(n), n))
+    if set(want) == set(have):
+        return []
+    return [
+        f"{d.position}: rule '{rule.name}' has target {rule.target}, named by "
+        f"{', '.join(want)}; this target has {', '.join(have) or 'no labels'}"
+    ]
+
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "check_against",
+    "find_test_files",
+    "main",
+    "run_file",
+    "run_test",
+]

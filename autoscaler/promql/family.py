@@ -1,0 +1,499 @@
+"""One metric name's series as a columnar ring buffer: the ``Family``.
+
+Why this shape: the rules read a handful of metric names, each with up to 80,000
+series (10,000 nodes x 8 devices), and every cycle asks the same question of all
+of them: "the last sample at or before t" or "the samples in [t-r, t]". Python
+objects per series or per sample would make one cycle take seconds, so:
+
+* A family holds two 2-D arrays, timestamps (int64 milliseconds, like Prometheus)
+  and values (float64), one row per series, samples left-aligned and sorted by
+  time, padding at the end. Rows scraped together stay aligned column for column,
+  so a window of 80,000 series is usually one slice of the values array, and every
+  range function is a numpy reduction along one axis. Label values are codes of
+  the store's ``Symbols``, one int64 column per label name.
+* Finding each row's window is a vectorised binary search; rows that are aligned
+  with the family's fullest row are answered from that one row and verified with
+  two gathers, and the answers are cached until the family changes. Targets
+  scraped at different moments give windows of a few different shapes (start and
+  length); the rows are cut into one uniform block per shape rather than gathered
+  into a padded matrix, which is several times slower.
+* Each row remembers when it last decreased (a counter reset) and last changed,
+  so ``rate``/``increase``/``resets``/``changes`` read every point only of the few
+  rows that reset or changed inside the window, and the first and last point of
+  all the others.
+* Retention is kept by trimming: when a row's buffer fills, samples older than
+  ``newest - retention`` are shifted out of every row of the family, and the
+  buffer grows only if more than three quarters of it is still needed.
+* A stale marker is the special NaN ``0x7ff0000000000002``, stored as a sample.
+  An instant lookup whose latest sample is a stale marker returns nothing, and
+  windows skip stale markers (``engine.go``: ``vectorSelectorSingle``,
+  ``matrixIterSlice``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from autoscaler.promql.matchers import Matcher
+from autoscaler.promql.symbols import F64, I64, Mask, Symbols
+from autoscaler.types import Labels
+
+STALE_NAN_BITS = 0x7FF0000000000002
+"""Prometheus's stale marker (``value.StaleNaN``), a NaN no arithmetic produces."""
+
+_PAD = np.iinfo(np.int64).max
+_MIN = np.iinfo(np.int64).min
+_INITIAL_CAP = 16
+_MAX_PARTS = 32
+_ROW_ARRAYS = (
+    "count",
+    "nstale",
+    "refs",
+    "had_samples",
+    "last_value",
+    "had_value",
+    "last_drop",
+    "last_change",
+)
+_ROW_FILL = {"last_drop": _MIN, "last_change": _MIN}
+
+
+def is_stale(values: F64) -> Mask:
+    """Which values are stale markers."""
+    out: Mask = np.ascontiguousarray(values).view(np.uint64) == STALE_NAN_BITS
+    return out
+
+
+@dataclass
+class Window:
+    """The points of some of a family's rows inside one range, left-aligned.
+
+    ``values`` is (rows x width); a row's points are its first ``count`` entries.
+    ``valid`` is None when every row has ``width`` points.
+    """
+
+    rows: I64
+    count: I64
+    first_t: I64
+    last_t: I64
+    first_v: F64
+    last_v: F64
+    values: F64 | None = None
+    valid: Mask | None = None
+    timestamps: I64 | None = field(default=None, repr=False)
+    parts: list[Window] | None = None
+    """Instead of ``values``: uniform sub-windows (every row the same number of
+    points, so no mask), with ``positions`` saying where their rows are in this one."""
+    positions: I64 | None = None
+
+    def part(self, positions: I64, values: F64) -> Window:
+        """The sub-window of the rows at ``positions`` with their point matrix."""
+        return Window(
+            rows=self.rows[positions],
+            count=self.count[positions],
+            first_t=self.first_t[positions],
+            last_t=self.last_t[positions],
+            first_v=self.first_v[positions],
+            last_v=self.last_v[positions],
+            values=values,
+            positions=positions,
+        )
+
+
+class Family:
+    """All series of one metric name; see the module docstring for the layout."""
+
+    def __init__(self, name: str, name_code: int, symbols: Symbols) -> None:
+        self.name = name
+        self.name_code = name_code
+        self.symbols = symbols
+        self.position = 0
+        """Index in the store's family list (what series refs point at)."""
+        self.n = 0
+        self.labels: list[Labels] = []
+        self.index: dict[Labels, int] = {}
+        self.codes: dict[str, I64] = {}
+        self.ts: I64 = np.full((0, _INITIAL_CAP), _PAD, dtype=np.int64)
+        self.vals: F64 = np.full((0, _INITIAL_CAP), np.nan)
+        self.count: I64 = np.zeros(0, dtype=np.int64)
+        self.nstale: I64 = np.zeros(0, dtype=np.int64)
+        self.refs: I64 = np.zeros(0, dtype=np.int64)
+        self.had_samples: Mask = np.zeros(0, dtype=np.bool_)
+        """Rows appended to at least once: only those are dropped when emptied, so
+        a ref taken before its first sample stays valid."""
+        self.last_value: F64 = np.zeros(0)
+        """Each row's newest value that is not a stale marker (if ``had_value``)."""
+        self.had_value: Mask = np.zeros(0, dtype=np.bool_)
+        self.last_drop: I64 = np.zeros(0, dtype=np.int64)
+        """When each row last fell below its previous value (a counter reset)."""
+        self.last_change: I64 = np.zeros(0, dtype=np.int64)
+        """When each row last differed from its previous value."""
+        self._searches: dict[tuple[int, bool], I64] = {}
+
+    @property
+    def cap(self) -> int:
+        return int(self.ts.shape[1])
+
+    # -- rows -------------------------------------------------------------------
+
+    def add_row(self, labels: Labels, ref: int) -> int:
+        row = self.n
+        if row == self.ts.shape[0]:
+            self._resize(max(16, 2 * row), self.cap)
+        for k, v in labels:
+            if k == "__name__":
+                continue
+            col = self.codes.get(k)
+            if col is None:
+                col = self.codes[k] = np.zeros(self.ts.shape[0], dtype=np.int64)
+            col[row] = self.symbols.intern(v)
+        self.labels.append(labels)
+        self.index[labels] = row
+        self.refs[row] = ref
+        self.n += 1
+        self._searches.clear()
+        return row
+
+    def _resize(self, rows: int, cap: int) -> None:
+        n = self.n
+        keep = min(cap, self.cap)
+        ts = np.full((rows, cap), _PAD, dtype=np.int64)
+        vals = np.full((rows, cap), np.nan)
+        ts[:n, :keep] = self.ts[:n, :keep]
+        vals.view(np.uint64)[:n, :keep] = self.vals.view(np.uint64)[:n, :keep]
+        self.ts, self.vals = ts, vals
+        for name in _ROW_ARRAYS:
+            old: npt.NDArray[Any] = getattr(self, name)
+            new = np.full(rows, _ROW_FILL.get(name, 0), dtype=old.dtype)
+            new[:n] = old[:n]
+            setattr(self, name, new)
+        for k, col in self.codes.items():
+            new = np.zeros(rows, dtype=np.int64)
+            new[:n] = col[:n]
+            self.codes[k] = new
+
+    # -- writing ----------------------------------------------------------------
+
+    def append(self, rows: I64, t: int, values: F64 | None, cutoff: int) -> int:
+        """Appends at time t to distinct rows; ``values`` None writes stale markers.
+
+        Rows whose newest sample is at or after t are skipped. Returns how many
+        samples were stored.
+        """
+        cnt = self.count[rows]
+        last = np.where(cnt > 0, self.ts[rows, np.maximum(cnt - 1, 0)], _MIN)
+        fresh = last < t
+        if not fresh.all():
+            rows = rows[fresh]
+            if values is not None:
+                values = values[fresh]
+        if rows.size == 0:
+            return 0
+        if int(self.count[rows].max()) >= self.cap:
+            self.make_room(cutoff)
+        cnt = self.count[rows]
+        self.ts[rows, cnt] = t
+        if values is None:
+            self.vals.view(np.uint64)[rows, cnt] = STALE_NAN_BITS
+            self.nstale[rows] += 1
+        else:
+            self.vals[rows, cnt] = values
+            # Stale markers are skipped in windows, so each value is compared with
+            # the previous one that is not a marker, as a window would pair them.
+            previous = self.last_value[rows]
+            had = self.had_value[rows]
+            with np.errstate(invalid="ignore"):
+                dropped = had & (values < previous)
+                changed = had & (values != previous) & ~(np.isnan(values) & np.isnan(previous))
+            self.last_drop[rows[dropped]] = t
+            self.last_change[rows[changed]] = t
+            self.last_value[rows] = values
+            self.had_value[rows] = True
+        self.count[rows] = cnt + 1
+        self.had_samples[rows] = True
+        self._searches.clear()
+        return int(rows.size)
+
+    def make_room(self, cutoff: int) -> None:
+        """Trims samples before ``cutoff``; grows the buffer if it stays 3/4 full."""
+        self.trim(cutoff)
+        need = int(self.count[: self.n].max()) if self.n else 0
+        if need + 1 > self.cap * 3 // 4:
+            # Room for a third more than what is kept: a trim every quarter buffer.
+            cap = -(-(need + 1) * 4 // 3 // _INITIAL_CAP) * _INITIAL_CAP
+            self._resize(self.ts.shape[0], max(cap, self.cap + _INITIAL_CAP))
+
+    def trim(self, cutoff: int) -> None:
+        """Drops the samples older than ``cutoff`` (milliseconds) from every row."""
+        n = self.n
+        if n == 0:
+            return
+        drop = (self.ts[:n] < cutoff).sum(axis=1)
+        rows = np.flatnonzero(drop)
+        if rows.size == 0:
+            return
+        cap = self.cap
+        bits = self.vals.view(np.uint64)
+        nan_bits = np.float64(np.nan).view(np.uint64)
+        # Rows that lose the same number of samples shift together, as slices;
+        # rows scraped together are trimmed together, so there are few groups.
+        shifts = drop[rows]
+        for d in np.unique(shifts).tolist():
+            group = rows[shifts == d]
+            for part in np.array_split(group, max(1, group.size // 8192)):
+                if d >= cap:
+                    self.ts[part] = _PAD
+                    bits[part] = nan_bits
+                    continue
+                self.ts[part, : cap - d] = self.ts[part, d:]
+                self.ts[part, cap - d :] = _PAD
+                bits[part, : cap - d] = bits[part, d:]
+                bits[part, cap - d :] = nan_bits
+        self.count[rows] -= shifts
+        stale_rows = rows[self.nstale[rows] > 0]
+        if stale_rows.size:
+            self.nstale[stale_rows] = (bits[stale_rows] == STALE_NAN_BITS).sum(axis=1)
+        self._searches.clear()
+
+    def drop_empty_rows(self) -> tuple[I64, I64]:
+        """Removes series with no samples; returns (removed refs, kept refs)."""
+        n = self.n
+        keep = (self.count[:n] > 0) | ~self.had_samples[:n]
+        if keep.all():
+            return np.zeros(0, dtype=np.int64), self.refs[:n].copy()
+        kept = np.flatnonzero(keep)
+        removed_refs = self.refs[:n][~keep].copy()
+        k = len(kept)
+        self.ts[:k] = self.ts[kept]
+        self.ts[k:n] = _PAD
+        bits = self.vals.view(np.uint64)
+        bits[:k] = bits[kept]
+        self.vals[k:n] = np.nan
+        for name in _ROW_ARRAYS:
+            arr: npt.NDArray[Any] = getattr(self, name)
+            arr[:k] = arr[kept]
+            arr[k:n] = _ROW_FILL.get(name, 0)
+        for col in self.codes.values():
+            col[:k] = col[kept]
+            col[k:n] = 0
+        self.codes = {name: col for name, col in self.codes.items() if col[:k].any()}
+        self.labels = [self.labels[i] for i in kept.tolist()]
+        self.index = {labels: i for i, labels in enumerate(self.labels)}
+        self.n = k
+        self._searches.clear()
+        return removed_refs, self.refs[:k].copy()
+
+    # -- reading ----------------------------------------------------------------
+
+    def select(self, matchers: Sequence[Matcher]) -> I64:
+        """Rows whose labels satisfy every matcher (``__name__`` matchers excluded)."""
+        n = self.n
+        mask: Mask | None = None
+        for m in matchers:
+            col = self.codes.get(m.name)
+            if col is None:
+                if m.matches(""):
+                    continue
+                return np.zeros(0, dtype=np.int64)
+            hit = self.symbols.match(m, col[:n])
+            mask = hit if mask is None else mask & hit
+        if mask is None:
+            return np.arange(n, dtype=np.int64)
+        return np.flatnonzero(mask).astype(np.int64)
+
+    def search(self, target: int, right: bool) -> I64:
+        """For every row, how many of its samples are ``<= target`` (right) or
+        ``< target`` (left): the index where ``target`` would be inserted."""
+        key = (target, right)
+        hit = self._searches.get(key)
+        if hit is not None:
+            return hit
+        n = self.n
+        cnt = self.count[:n]
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        ts = self.ts
+        cap = self.cap
+        r0 = int(np.argmax(cnt))
+        c0 = int(cnt[r0])
+        i0 = int(np.searchsorted(ts[r0, :c0], np.int64(target), side="right" if right else "left"))
+        # Guess that every row is aligned with the fullest one at its end, then check.
+        guess = np.clip(cnt - (c0 - i0), 0, cnt)
+        rows = np.arange(n)
+        before = ts[rows, np.maximum(guess - 1, 0)]
+        at = ts[rows, np.minimum(guess, cap - 1)]
+        if right:
+            good = ((guess == 0) | (before <= target)) & ((guess >= cnt) | (at > target))
+        else:
+            good = ((guess == 0) | (before < target)) & ((guess >= cnt) | (at >= target))
+        if not good.all():
+            bad = np.flatnonzero(~good)
+            lo = np.zeros(len(bad), dtype=np.int64)
+            hi = cnt[bad].copy()
+            while True:
+                active = lo < hi
+                if not active.any():
+                    break
+                mid = (lo + hi) >> 1
+                v = ts[bad, np.minimum(mid, cap - 1)]
+                go = (v <= target) if right else (v < target)
+                go &= active
+                lo = np.where(go, mid + 1, lo)
+                hi = np.where(active & ~go, mid, hi)
+            guess[bad] = lo
+        self._searches[key] = guess
+        return guess
+
+    def instant(self, rows: I64, ref: int, lookback: int) -> tuple[I64, F64]:
+        """Rows with a sample in [ref - lookback, ref] whose latest is not stale,
+        and that sample's value (Prometheus 2.x: both ends included)."""
+        if rows.size == 0:
+            return rows, np.zeros(0)
+        idx = self.search(ref, True)[rows] - 1
+        ok = idx >= 0
+        ii = np.maximum(idx, 0)
+        t = self.ts[rows, ii]
+        v = self.vals[rows, ii]
+        ok &= t >= ref - lookback
+        if self.nstale[rows].any():
+            ok &= ~is_stale(v)
+        return rows[ok], v[ok]
+
+    def last_event(self, kind: str, rows: I64) -> I64:
+        """When each row last reset (``"drop"``) or changed (``"change"``); a window
+        starting after that time has no such event in it."""
+        out: I64 = (self.last_drop if kind == "drop" else self.last_change)[rows]
+        return out
+
+    def window(self, rows: I64, mint: int, maxt: int, need_values: bool) -> Window:
+        """The non-stale points of each row with ``mint <= t <= maxt``; rows with
+        none are left out. ``need_values`` builds the point matrix."""
+        lo = self.search(mint, False)[rows]
+        hi = self.search(maxt, True)[rows]
+        cnt = hi - lo
+        some = cnt > 0
+        if not some.all():
+            rows, lo, hi, cnt = rows[some], lo[some], hi[some], cnt[some]
+        stale_rows = bool(self.nstale[rows].any()) if rows.size else False
+        if rows.size == 0 or not (need_values or stale_rows):
+            return self._ends(rows, lo, hi, cnt)
+        w = self._ends(rows, lo, hi, cnt)
+        if not stale_rows:
+            parts = self._uniform_parts(rows, lo, cnt)
+            if parts is not None:
+                if len(parts) == 1:
+                    w.values = parts[0][1]
+                else:
+                    w.parts = [w.part(pos, block) for pos, block in parts]
+                return w
+        values, valid = self._block(self.vals, rows, lo, cnt)
+        if stale_rows:
+            stale = is_stale(values)
+            if valid is not None:
+                stale &= valid
+            if stale.any():
+                return self._drop_stale(rows, lo, cnt, values, valid, stale)
+        w.values, w.valid = values, valid
+        return w
+
+    def _uniform_parts(self, rows: I64, lo: I64, cnt: I64) -> list[tuple[I64, F64]] | None:
+        """The rows cut into groups that share their window's start and length, each
+        with its points as one slice per row; None if that takes too many groups
+        (the caller then gathers a padded matrix instead)."""
+        lo0 = int(lo[0])
+        c0 = int(cnt[0])
+        if (lo == lo0).all() and (cnt == c0).all():
+            if rows.size == self.n and int(rows[0]) == 0 and int(rows[-1]) == self.n - 1:
+                return [(np.arange(rows.size), self.vals[: self.n, lo0 : lo0 + c0])]
+            return [(np.arange(rows.size), self.vals[rows, lo0 : lo0 + c0])]
+        key = lo * (self.cap + 1) + cnt
+        shapes, which = np.unique(key, return_inverse=True)
+        if len(shapes) > _MAX_PARTS:
+            return None
+        order = np.argsort(which, kind="stable")
+        bounds = np.flatnonzero(np.diff(which[order])) + 1
+        parts: list[tuple[I64, F64]] = []
+        for positions in np.split(order, bounds):
+            start = int(lo[positions[0]])
+            width = int(cnt[positions[0]])
+            parts.append((positions, self.vals[rows[positions], start : start + width]))
+        return parts
+
+    def _ends(self, rows: I64, lo: I64, hi: I64, cnt: I64) -> Window:
+        first = lo
+        last = hi - 1
+        return Window(
+            rows=rows,
+            count=cnt,
+            first_t=self.ts[rows, first],
+            last_t=self.ts[rows, last],
+            first_v=self.vals[rows, first],
+            last_v=self.vals[rows, last],
+        )
+
+    def _block(
+        self, src: npt.NDArray[Any], rows: I64, lo: I64, cnt: I64
+    ) -> tuple[npt.NDArray[Any], Mask | None]:
+        """Each row's points from ``lo`` on, ``cnt`` of them: a slice when the rows
+        are aligned, else a gather padded past each row's count."""
+        lo0 = int(lo[0])
+        c0 = int(cnt[0])
+        if (lo == lo0).all() and (cnt == c0).all():
+            if rows.size == self.n and int(rows[0]) == 0 and int(rows[-1]) == self.n - 1:
+                block = src[: self.n, lo0 : lo0 + c0]
+            else:
+                block = src[rows, lo0 : lo0 + c0]
+            return block, None
+        width = int(cnt.max())
+        offsets = np.arange(width)
+        valid = offsets[None, :] < cnt[:, None]
+        idx = np.minimum(lo[:, None] + offsets[None, :], self.cap - 1)
+        block = src[rows[:, None], idx]
+        return block, valid
+
+    def _drop_stale(
+        self, rows: I64, lo: I64, cnt: I64, values: F64, valid: Mask | None, stale: Mask
+    ) -> Window:
+        times, _ = self._block(self.ts, rows, lo, cnt)
+        keep = ~stale if valid is None else valid & ~stale
+        # Move each row's kept points to its front, in order.
+        order = np.argsort(~keep, axis=1, kind="stable")
+        values = np.take_along_axis(values, order, axis=1)
+        times = np.take_along_axis(times, order, axis=1)
+        count = keep.sum(axis=1).astype(np.int64)
+        some = count > 0
+        rows, values, times, count = rows[some], values[some], times[some], count[some]
+        width = int(count.max()) if count.size else 0
+        values, times = values[:, :width], times[:, :width]
+        valid2 = np.arange(width)[None, :] < count[:, None]
+        i = np.arange(len(rows))
+        last = np.maximum(count - 1, 0)
+        return Window(
+            rows=rows,
+            count=count,
+            first_t=times[:, 0] if width else np.zeros(0, dtype=np.int64),
+            last_t=times[i, last],
+            first_v=values[:, 0] if width else np.zeros(0),
+            last_v=values[i, last],
+            values=values,
+            valid=valid2,
+            timestamps=times,
+        )
+
+    def points(self, row: int, mint: int, maxt: int) -> list[tuple[int, float]]:
+        """One row's non-stale points in [mint, maxt] (for range-vector results)."""
+        c = int(self.count[row])
+        ts = self.ts[row, :c]
+        lo = int(np.searchsorted(ts, mint, side="left"))
+        hi = int(np.searchsorted(ts, maxt, side="right"))
+        vals = self.vals[row, lo:hi]
+        keep = ~is_stale(vals)
+        return list(zip(ts[lo:hi][keep].tolist(), vals[keep].tolist(), strict=True))
+
+
+__all__ = ["STALE_NAN_BITS", "Family", "Window", "is_stale"]

@@ -1,0 +1,119 @@
+"""Instant vectors as the built-in evaluator holds them: label code columns.
+
+Why a module of its own: nothing in the evaluator iterates over series in
+Python. An instant vector is a ``Vec``: one integer code column per label name
+(codes from the store's ``Symbols``, 0 = absent) and one value column. Matching
+and grouping combine code columns into integer keys (``combine``) and sort them
+once; labels become strings only in the result handed back. The evaluator, its
+aggregations and the binary operators (``binops.py``) all work on this shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoscaler.promql.errors import EvalError
+from autoscaler.promql.family import Family
+from autoscaler.promql.symbols import F64, I64, Mask
+
+
+@dataclass(frozen=True)
+class Vec:
+    """An instant vector: label code columns (0 = absent) and values."""
+
+    cols: dict[str, I64]
+    values: F64
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def take(self, idx: I64 | Mask) -> Vec:
+        return Vec({k: c[idx] for k, c in self.cols.items()}, self.values[idx])
+
+    def with_values(self, values: F64) -> Vec:
+        return Vec(self.cols, values)
+
+
+def empty() -> Vec:
+    return Vec({}, np.zeros(0))
+
+
+def concat(parts: list[Vec]) -> Vec:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty()
+    if len(parts) == 1:
+        return parts[0]
+    names = sorted({k for p in parts for k in p.cols})
+    cols = {
+        k: np.concatenate([p.cols.get(k, np.zeros(len(p), dtype=np.int64)) for p in parts])
+        for k in names
+    }
+    return Vec(cols, np.concatenate([p.values for p in parts]))
+
+
+def combine(columns: list[I64], n: int) -> I64:
+    """Integer keys that are equal exactly where every column is equal."""
+    if not columns:
+        return np.zeros(n, dtype=np.int64)
+    key = columns[0].astype(np.int64, copy=True)
+    limit = 1 << 62
+    for col in columns[1:]:
+        if n == 0:
+            break
+        span = int(col.max()) + 1
+        top = int(key.max()) + 1
+        if top * span >= limit:
+            _, key = np.unique(key, return_inverse=True)
+            top = int(key.max()) + 1
+            if top * span >= limit:
+                _, col = np.unique(col, return_inverse=True)
+                span = int(col.max()) + 1
+        key = key * span + col
+    return key
+
+
+def label_key(vec: Vec, names: Iterable[str]) -> I64:
+    return combine([vec.cols[k] for k in names if k in vec.cols], len(vec))
+
+
+def check_unique(vec: Vec) -> None:
+    if len(vec) < 2:
+        return
+    key = label_key(vec, sorted(vec.cols))
+    if len(np.unique(key)) != len(key):
+        raise EvalError("vector cannot contain metrics with the same labelset")
+
+
+def drop_name(vec: Vec) -> Vec:
+    col = vec.cols.get("__name__")
+    if col is None:
+        return vec
+    out = Vec({k: c for k, c in vec.cols.items() if k != "__name__"}, vec.values)
+    if len(col) > 1 and col.min() != col.max():
+        check_unique(out)
+    return out
+
+
+def family_vec(fam: Family, rows: I64, values: F64, keep_name: bool) -> Vec:
+    """The ``rows`` of ``fam`` as a vector with ``values``; ``keep_name`` keeps the
+    metric name as a ``__name__`` column (selectors, ``last_over_time``)."""
+    cols = {k: c[rows] for k, c in fam.codes.items()}
+    if keep_name:
+        cols["__name__"] = np.full(rows.size, fam.name_code, dtype=np.int64)
+    return Vec(cols, values)
+
+
+__all__ = [
+    "Vec",
+    "check_unique",
+    "combine",
+    "concat",
+    "drop_name",
+    "empty",
+    "family_vec",
+    "label_key",
+]

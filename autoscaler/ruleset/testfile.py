@@ -1,0 +1,445 @@
+"""The rule unit-test file format (``accel-autoscaler test``), read into data.
+
+A test file belongs with the rules it tests: it names rule files, input series and
+the decisions expected of them, and it is read with the same reader and the same
+duration grammar as the rule files, so a mistake in it is reported the same way,
+``file:line:col: message``, every one at once. Running the tests (the engine over
+these inputs) is ``autoscaler/engine/ruletest.py``; this module only says what a
+test file means, and so depends on nothing above the rule set.
+
+Format::
+
+    ruleFiles: [../remediation.yaml]       # relative to the test file
+    evaluationInterval: 15s                 # default: the rule set's
+    tests:
+      - name: fatal fault on one device migrates its jobs
+        interval: 15s                       # spacing of input samples (default 1m)
+        inputSeries:
+          - series: 'accel_fault_events_total{node="n1",device="nvidia0"}'
+            values: '0x20 1x20'             # a+bxN, a-bxN, axN, _, _xN, stale
+        alerts:                             # for alertname rules
+          - {alertname: GPUFault, labels: {node: n1}, startsAt: 1m, endsAt: 5m}
+        cluster: {nodes: [n1, n2], recentlyAdded: {n2: 0s}}
+        expect:
+          - at: 5m30s
+            decisions:
+              - {rule: fatal-device-fault, action: migrate_jobs, target: {node: n1}}
+
+``action`` defaults to the rule's action type and ``kind`` to ``act``. Without
+``cluster``, the cluster is every ``node`` label value in the input series and
+alerts, none of them recently added. An alert is firing from ``startsAt``
+(default 0s) until ``endsAt`` (default: forever). Series values use promtool's
+expanding notation (``expand_values``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import promql_parser as pp
+from yaml.nodes import MappingNode, Node
+
+from accel_common.durations import format_whole
+from accel_common.suggest import did_you_mean
+from accel_common.yamlread import Entries, Position, Reader, is_null
+from autoscaler.types import Labels, labels_of
+
+
+class _Stale:
+    """A staleness marker in an input series (promtool's ``stale``)."""
+
+    def __repr__(self) -> str:
+        return "stale"
+
+
+STALE = _Stale()
+Point = float | _Stale | None  # None: no sample at that step
+
+
+@dataclass(frozen=True)
+class InputSeries:
+    labels: Labels  # with __name__
+    values: tuple[Point, ...]
+    position: Position
+
+
+@dataclass(frozen=True)
+class InputAlert:
+    labels: Labels  # with alertname
+    starts_ms: int
+    ends_ms: int | None
+
+
+@dataclass(frozen=True)
+class ExpectedDecision:
+    rule: str
+    kind: Literal["act", "recover"]
+    action: str | None  # None: the rule's action type
+    target: Labels
+    position: Position
+
+
+@dataclass(frozen=True)
+class Expectation:
+    at_ms: int
+    decisions: tuple[ExpectedDecision, ...]
+    position: Position
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The cluster a test names: its nodes, and when a scale-up added some of them
+    (seconds from the start of the test)."""
+
+    nodes: frozenset[str]
+    recently_added: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RuleTest:
+    name: str
+    position: Position
+    interval_ms: int
+    series: tuple[InputSeries, ...]
+    alerts: tuple[InputAlert, ...]
+    cluster: ClusterSpec | None
+    expect: tuple[Expectation, ...]
+
+
+@dataclass(frozen=True)
+class RuleTestFile:
+    path: Path
+    rule_files: tuple[Path, ...]
+    evaluation_interval_ms: int | None
+    tests: tuple[RuleTest, ...]
+
+
+def parse_test_file(path: Path) -> RuleTestFile | list[str]:
+    """The parsed file, or every problem in it, sorted by position."""
+    reader = _TestFileReader(path)
+    root = reader.load(empty="empty file; expected ruleFiles and tests")
+    parsed = reader.document(root) if root is not None else None
+    if parsed is None or reader.problems:
+        return [str(p) for p in reader.sorted()] or [f"{path}: unreadable"]
+    return parsed
+
+
+# -- promtool's notations --------------------------------------------------------
+
+_UNSIGNED = r"(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[Ii]nf|NaN|nan)"
+_NUMBER = rf"[-+]?{_UNSIGNED}"
+_EXPANDING = re.compile(rf"^(?P<a>{_NUMBER})(?:(?P<op>[-+])(?P<b>{_UNSIGNED}))?x(?P<n>\d+)$")
+_SINGLE = re.compile(rf"^{_NUMBER}$")
+
+
+def expand_values(text: str) -> list[Point]:
+    """promtool's expanding notation; raises ValueError naming the bad token.
+
+    ``a+bxN`` is a, a+b, ..., a+N·b (N+1 values); ``axN`` is a, N+1 times; ``_`` is
+    no sample, ``_xN`` N of them; ``stale`` is a staleness marker."""
+    out: list[Point] = []
+    for token in text.split():
+        if token == "_":
+            out.append(None)
+        elif token.startswith("_x") and token[2:].isdigit():
+            out += [None] * int(token[2:])
+        elif token == "stale":
+            out.append(STALE)
+        elif _SINGLE.match(token):
+            out.append(float(token))
+        elif m := _EXPANDING.match(token):
+            a = float(m["a"])
+            b = float(m["b"]) if m["b"] else 0.0
+            if m["op"] == "-":
+                b = -b
+            out += [a + i * b for i in range(int(m["n"]) + 1)]
+        else:
+            raise ValueError(
+                f"bad value {token!r}: expected a number, 'a+bxN', 'a-bxN', 'axN', '_', "
+                "'_xN' or 'stale'"
+            )
+    return out
+
+
+def parse_series(text: str) -> Labels:
+    """``metric{a="b"}`` into its labels (``__name__`` included); raises ValueError."""
+    try:
+        expr = pp.parse(text)
+    except Exception as e:
+        raise ValueError(f"not a series {text!r}: {e}") from e
+    if not isinstance(expr, pp.VectorSelector) or expr.offset is not None or expr.at is not None:
+        raise ValueError(f'not a series {text!r}: write metric{{label="value",...}}')
+    labels: dict[str, str] = {}
+    if expr.name:
+        labels["__name__"] = expr.name
+    if expr.matchers.or_matchers:
+        raise ValueError(f"not a series {text!r}: 'or' is for selectors")
+    for m in expr.matchers.matchers:
+        if m.op != pp.MatchOp.Equal:
+            raise ValueError(f"not a series {text!r}: label {m.name} must be set with '='")
+        labels[m.name] = m.value
+    if not labels.get("__name__"):
+        raise ValueError(f"not a series {text!r}: it has no metric name")
+    return labels_of({k: v for k, v in labels.items() if v})
+
+
+def series_text(labels: Labels) -> str:
+    """Labels back in the notation a test file writes them in."""
+    values = dict(labels)
+    name = values.pop("__name__", "")
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(values.items())) + "}"
+
+
+# -- the reader -------------------------------------------------------------------
+
+_T = TypeVar("_T")
+_DEFAULT_INTERVAL_MS = 60_000
+
+
+class _TestFileReader(Reader):
+    """Walks a test file's nodes, collecting every problem with its position."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.path = path
+
+    def duration_ms(self, node: Node, what: str, *, positive: bool = False) -> int | None:
+        seconds = self.duration(node, what, positive=positive)
+        return None if seconds is None else round(seconds * 1000)
+
+    def labels(self, node: Node, what: str) -> dict[str, str] | None:
+        if is_null(node):
+            return {}
+        if not isinstance(node, MappingNode):
+            self.problem(node, f"{what} must be a mapping of label names to values")
+            return None
+        out: dict[str, str] = {}
+        for key, value in node.value:
+            name = self.written(key, f"{what}: a label name")
+            text = self.written(value, f"{what}.{name}") if name else None
+            if name is not None and text is not None:
+                out[name] = text
+        return out
+
+    def each(self, fields: Entries, key: str, read: Callable[[Node], _T | None]) -> list[_T]:
+        if key not in fields:
+            return []
+        out: list[_T] = []
+        for item in self.sequence(fields[key][1], key) or []:
+            value = read(item)
+            if value is not None:
+                out.append(value)
+        return out
+
+    # -- the document -------------------------------------------------------------
+
+    def document(self, root: Node) -> RuleTestFile | None:
+        fields = self.mapping(
+            root,
+            "the test file",
+            ("ruleFiles", "evaluationInterval", "tests"),
+            ("ruleFiles", "tests"),
+        )
+        if fields is None:
+            return None
+        rule_files: list[Path] = []
+        if "ruleFiles" in fields:
+            files_node = fields["ruleFiles"][1]
+            files = self.sequence(files_node, "ruleFiles")
+            if files == []:
+                self.problem(files_node, "ruleFiles names no rule file")
+            for item in files or []:
+                name = self.written(item, "a rule file")
+                if name is not None:
+                    rule_files.append(self.path.parent / name)
+        interval = None
+        if "evaluationInterval" in fields:
+            interval = self.duration_ms(
+                fields["evaluationInterval"][1], "evaluationInterval", positive=True
+            )
+        tests: list[RuleTest] = []
+        if "tests" in fields:
+            entries = self.sequence(fields["tests"][1], "tests")
+            if entries == []:
+                self.problem(fields["tests"][1], "tests lists no test")
+            for item in entries or []:
+                test = self.test(item)
+                if test is not None:
+                    tests.append(test)
+        if self.problems:
+            return None
+        return RuleTestFile(self.path, tuple(rule_files), interval, tuple(tests))
+
+    def test(self, node: Node) -> RuleTest | None:
+        fields = self.mapping(
+            node,
+            "a test",
+            ("name", "interval", "inputSeries", "alerts", "cluster", "expect"),
+            ("name", "expect"),
+        )
+        if fields is None:
+            return None
+        before = len(self.problems)
+        name = self.written(fields["name"][1], "name") if "name" in fields else None
+        interval = _DEFAULT_INTERVAL_MS
+        if "interval" in fields:
+            written = self.duration_ms(fields["interval"][1], "interval", positive=True)
+            interval = written or _DEFAULT_INTERVAL_MS
+        series = self.each(fields, "inputSeries", self.series)
+        alerts = self.each(fields, "alerts", self.alert)
+        cluster = self.cluster(fields["cluster"][1]) if "cluster" in fields else None
+        expect = self.each(fields, "expect", self.expectation)
+        if "expect" in fields and not expect and len(self.problems) == before:
+            self.problem(fields["expect"][1], "expect lists no time to check")
+        seen: dict[Labels, InputSeries] = {}
+        for s in series:
+            if s.labels in seen:
+                self.at(
+                    s.position,
+                    f"the series {series_text(s.labels)} is already given on line "
+                    f"{seen[s.labels].position.line}",
+                )
+            seen.setdefault(s.labels, s)
+        times: dict[int, Expectation] = {}
+        for e in expect:
+            if e.at_ms in times:
+                self.at(
+                    e.position,
+                    f"at {format_whole(e.at_ms)} is already expected on line "
+                    f"{times[e.at_ms].position.line}; list all its decisions once",
+                )
+            times[e.at_ms] = e
+        if name is None or len(self.problems) > before:
+            return None
+        return RuleTest(
+            name, self.pos(node), interval, tuple(series), tuple(alerts), cluster, tuple(expect)
+        )
+
+    def series(self, node: Node) -> InputSeries | None:
+        fields = self.mapping(node, "an input series", ("series", "values"), ("series", "values"))
+        if fields is None or "series" not in fields or "values" not in fields:
+            return None
+        text = self.written(fields["series"][1], "series")
+        values_node = fields["values"][1]
+        values = self.written(values_node, "values")
+        labels: Labels | None = None
+        if text is not None:
+            try:
+                labels = parse_series(text)
+            except ValueError as e:
+                self.problem(fields["series"][1], str(e))
+        points: list[Point] | None = None
+        if values is not None:
+            try:
+                points = expand_values(values)
+            except ValueError as e:
+                self.problem(values_node, str(e))
+        if labels is None or points is None:
+            return None
+        return InputSeries(labels, tuple(points), self.pos(node))
+
+    def alert(self, node: Node) -> InputAlert | None:
+        fields = self.mapping(
+            node, "an alert", ("alertname", "labels", "startsAt", "endsAt"), ("alertname",)
+        )
+        if fields is None or "alertname" not in fields:
+            return None
+        name = self.written(fields["alertname"][1], "alertname")
+        labels = self.labels(fields["labels"][1], "labels") if "labels" in fields else {}
+        starts = self.duration_ms(fields["startsAt"][1], "startsAt") if "startsAt" in fields else 0
+        ends = self.duration_ms(fields["endsAt"][1], "endsAt") if "endsAt" in fields else None
+        if name is None or labels is None or starts is None:
+            return None
+        if "alertname" in labels and labels["alertname"] != name:
+            self.problem(fields["labels"][1], f"labels.alertname differs from alertname '{name}'")
+            return None
+        if ends is not None and ends <= starts:
+            self.problem(fields["endsAt"][1], "endsAt must be after startsAt")
+            return None
+        return InputAlert(labels_of({**labels, "alertname": name}), starts, ends)
+
+    def cluster(self, node: Node) -> ClusterSpec | None:
+        fields = self.mapping(node, "cluster", ("nodes", "recentlyAdded"), ("nodes",))
+        if fields is None or "nodes" not in fields:
+            return None
+        nodes: set[str] = set()
+        for item in self.sequence(fields["nodes"][1], "cluster.nodes") or []:
+            name = self.written(item, "a node name")
+            if name is not None:
+                nodes.add(name)
+        added: dict[str, float] = {}
+        if "recentlyAdded" in fields:
+            value = fields["recentlyAdded"][1]
+            if not isinstance(value, MappingNode):
+                self.problem(value, "cluster.recentlyAdded must map node names to times (like 0s)")
+                return None
+            for key, when in value.value:
+                name = self.written(key, "a node name")
+                seconds = self.duration(when, f"recentlyAdded.{name}")
+                if name is None or seconds is None:
+                    continue
+                if name not in nodes:
+                    self.problem(
+                        key,
+                        f"'{name}' is not in cluster.nodes"
+                        f"{did_you_mean(name, sorted(nodes), or_list=True)}",
+                    )
+                added[name] = seconds
+        return ClusterSpec(frozenset(nodes), added)
+
+    def expectation(self, node: Node) -> Expectation | None:
+        fields = self.mapping(node, "an expectation", ("at", "decisions"), ("at", "decisions"))
+        if fields is None or "at" not in fields or "decisions" not in fields:
+            return None
+        at = self.duration_ms(fields["at"][1], "at")
+        decisions: list[ExpectedDecision] = []
+        for item in self.sequence(fields["decisions"][1], "decisions") or []:
+            d = self.decision(item)
+            if d is not None:
+                decisions.append(d)
+        if at is None:
+            return None
+        return Expectation(at, tuple(decisions), self.pos(fields["at"][1]))
+
+    def decision(self, node: Node) -> ExpectedDecision | None:
+        fields = self.mapping(
+            node, "an expected decision", ("rule", "action", "target", "kind"), ("rule", "target")
+        )
+        if fields is None or "rule" not in fields or "target" not in fields:
+            return None
+        rule = self.written(fields["rule"][1], "rule")
+        action = self.written(fields["action"][1], "action") if "action" in fields else None
+        target = self.labels(fields["target"][1], "target")
+        kind: Literal["act", "recover"] = "act"
+        if "kind" in fields:
+            chosen = self.choice(fields["kind"][1], "kind", ("act", "recover"))
+            if chosen is None:
+                return None
+            kind = "recover" if chosen == "recover" else "act"
+        if rule is None or target is None or ("action" in fields and action is None):
+            return None
+        if not target:
+            self.problem(fields["target"][1], "target names no label")
+            return None
+        return ExpectedDecision(rule, kind, action, labels_of(target), self.pos(node))
+
+
+__all__ = [
+    "STALE",
+    "ClusterSpec",
+    "Expectation",
+    "ExpectedDecision",
+    "InputAlert",
+    "InputSeries",
+    "Point",
+    "RuleTest",
+    "RuleTestFile",
+    "expand_values",
+    "parse_series",
+    "parse_test_file",
+    "series_text",
+]

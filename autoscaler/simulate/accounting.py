@@ -1,0 +1,136 @@
+"""What the simulated fleet reports: the counters of ``summary.json`` and the plot
+samples.
+
+Why a module of its own: the figures are the simulator's product, and their
+definitions should be readable in one place, apart from the model that produces
+them. Device-seconds allocated are those held by a running pod, integrated between
+events; useful ones are those whose progress was kept (reached a checkpoint that
+was used, or the end). Restart overhead, stalled time and work lost since the last
+checkpoint are allocated but not useful. Time to remediate runs from the fault
+that stuck a job to the moment its pod leaves the failed device (or the end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.simulate.clock import EPOCH
+from autoscaler.simulate.scenario import PoolSpec
+
+
+@dataclass
+class Stats:
+    """Counters the summary and the plots read."""
+
+    submitted: int = 0
+    completed: int = 0
+    lost: int = 0
+    device_seconds_allocated: float = 0.0
+    device_seconds_useful: float = 0.0
+    node_seconds: float = 0.0
+    remediation: list[float] = field(default_factory=list)
+    remediation_by_kind: dict[str, list[float]] = field(default_factory=dict)
+    queue_wait: list[float] = field(default_factory=list)
+    faults: dict[str, int] = field(default_factory=dict)
+    faults_total: int = 0
+    actions: dict[str, int] = field(default_factory=dict)
+    actions_total: int = 0
+    breaker_trips: int = 0
+
+
+@dataclass
+class Timeline:
+    """Plot samples: time (hours since start) and per-pool and fleet-wide values."""
+
+    hours: list[float] = field(default_factory=list)
+    utilization: dict[str, list[float]] = field(default_factory=dict)
+    nodes: dict[str, list[int]] = field(default_factory=dict)
+    running: list[int] = field(default_factory=list)
+    queued: list[int] = field(default_factory=list)
+    faults: list[int] = field(default_factory=list)
+    actions: list[int] = field(default_factory=list)
+
+
+class Accounting:
+    """``Stats`` and ``Timeline``, and the running totals they are integrated from."""
+
+    def __init__(self, pools: Sequence[str]) -> None:
+        self.stats = Stats()
+        self.timeline = Timeline()
+        self.allocated = 0  # devices held by running pods
+        self.pool_alloc = dict.fromkeys(pools, 0)
+        self._integrated_to = EPOCH
+        # job -> (fault time, kind), while a fault holds it
+        self._stuck: dict[str, tuple[float, str]] = {}
+
+    def integrate(self, t: float, machines: int) -> None:
+        """Adds the device- and node-seconds from the last call up to ``t``;
+        ``machines``: those alive (not deleted, provisioning included) meanwhile."""
+        dt = t - self._integrated_to
+        if dt > 0:
+            self.stats.device_seconds_allocated += self.allocated * dt
+            self.stats.node_seconds += machines * dt
+            self._integrated_to = t
+
+    def hold(self, pool: str, devices: int) -> None:
+        self.allocated += devices
+        self.pool_alloc[pool] += devices
+
+    def free(self, pool: str, devices: int) -> None:
+        self.allocated -= devices
+        self.pool_alloc[pool] -= devices
+
+    def useful(self, work: float, factor: float, size: int) -> None:
+        """``work`` kept by a run (negative: none), on ``size`` devices, at ``factor``
+        seconds per unit of work."""
+        self.stats.device_seconds_useful += max(0.0, work) * factor * size
+
+    def mark_stuck(self, job: str, kind: str, now: float) -> None:
+        """A fault of ``kind`` holds ``job`` from ``now``, unless one already does."""
+        self._stuck.setdefault(job, (now, kind))
+
+    def end_stuck(self, job: str, now: float) -> None:
+        """``job`` left its failed device (or ended): the remediation took until now."""
+        stuck = self._stuck.pop(job, None)
+        if stuck is not None:
+            self._remediated(stuck[1], now - stuck[0])
+
+    def end_all_stuck(self, end: float) -> None:
+        for _, (since, kind) in sorted(self._stuck.items()):
+            # Still stuck when the scenario ends: counted up to the end.
+            self._remediated(kind, end - since)
+        self._stuck.clear()
+
+    def _remediated(self, kind: str, seconds: float) -> None:
+        self.stats.remediation.append(seconds)
+        self.stats.remediation_by_kind.setdefault(kind, []).append(seconds)
+
+    def record_action(self, name: str) -> None:
+        self.stats.actions[name] = self.stats.actions.get(name, 0) + 1
+        self.stats.actions_total += 1
+
+    def sample(
+        self,
+        now: float,
+        pools: Sequence[PoolSpec],
+        nodes: Mapping[str, int],
+        running: int,
+        queued: int,
+    ) -> None:
+        """One plot sample; ``nodes``: registered nodes per pool."""
+        tl = self.timeline
+        tl.hours.append((now - EPOCH) / 3600.0)
+        for pool in pools:
+            count = nodes[pool.name]
+            devices = count * pool.devices_per_node
+            used = self.pool_alloc[pool.name]
+            tl.utilization.setdefault(pool.name, []).append(used / devices if devices else 0.0)
+            tl.nodes.setdefault(pool.name, []).append(count)
+        tl.running.append(running)
+        tl.queued.append(queued)
+        tl.faults.append(self.stats.faults_total)
+        tl.actions.append(self.stats.actions_total)
+
+
+__all__ = ["Accounting", "Stats", "Timeline"]

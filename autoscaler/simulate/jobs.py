@@ -1,0 +1,662 @@
+"""Jobs of the simulated fleet: their arrivals and progress, Kubernetes' Job
+controller, and the scheduler's pass over the pending pods.
+
+Why a module of its own: this is what the rules protect (a job's progress is the
+simulator's measure of goodput) and what most actions touch (they delete, evict,
+requeue and migrate pods). It models:
+
+- **Jobs**: a job needs ``total`` seconds of work at full speed on its reference
+  device (the model of the pool it was drawn for); on another model it runs
+  ``peak(reference) / peak(model)`` times as long (the placement catalogue's
+  peaks, at the workload's precision), and on devices linked worse than ideally
+  ``slowdown`` times longer again (``scheduler.slowdown``). Progress is saved
+  every ``checkpointInterval`` of work; a job that stops (a fault kills it, it is
+  evicted or requeued) resumes from its last checkpoint after
+  ``restartOverhead``. A stalled job holds its devices and makes no progress
+  until something removes its pod.
+- **Job controller**: a Job whose pod was deleted, evicted or failed gets a new
+  pod at once (failures count towards ``backoffLimit``; deletions and evictions
+  do not, as with a ``podFailurePolicy`` that ignores disruptions). A suspended
+  Job has no pod. ``activeDeadlineSeconds`` runs from the job's start, reset when
+  it is resumed (Kueue's admission semantics); a job past it fails for good.
+- **Scheduler pass**: pending pods, oldest first, go to the nodes of the pools
+  they may use (their pool's ``nodeSelector``; or, for a job that may use
+  several, every pool of its vendor or those its node affinity lists) through a
+  pluggable ``Scheduler`` (``scheduler.py``). Jobs that may use the same pools
+  share one queue; the queues are served in the order of their pool lists.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from accel_common.names import (
+    FLOPS_ANNOTATION,
+    JOB_NAME_LABEL,
+    PRECISION_ANNOTATION,
+    TIMEOUT_ANNOTATION,
+    VENDOR_RESOURCE,
+)
+from accel_common.names import LEGACY_JOB_NAME_LABEL as JOB_LABEL
+from autoscaler.kube.protocol import Obj
+from autoscaler.placement.catalogue import default_catalogue
+from autoscaler.simulate.accounting import Accounting
+from autoscaler.simulate.clock import EPOCH, SimClock
+from autoscaler.simulate.kube import POOL_LABEL, SimKube
+from autoscaler.simulate.machines import BROKEN, OK, RESETTING, MachineSet
+from autoscaler.simulate.scenario import Scenario, WorkloadSpec
+from autoscaler.simulate.scheduler import Request, Scheduler, slowdown
+
+# Utilization while a job loads its checkpoint.
+RESTORE_UTILIZATION = 0.05
+
+
+@dataclass
+class Job:
+    name: str
+    namespace: str
+    pool: str  # drawn for: its reference device is this pool's model
+    size: int
+    total: float  # seconds of work at full speed on the reference device
+    utilization: float
+    timeout: float  # the accel-fleet.io/timeout annotation
+    deadline: float  # activeDeadlineSeconds
+    submitted: float
+    stall_at: float | None  # work at which the job deadlocks by itself
+    index: int
+    pools: tuple[str, ...] = ()  # where it may run (its queue), sorted
+    flops: float = 0.0  # total x reference peak x size
+    bound: bool = True  # to ``pool`` by nodeSelector, or free to use ``pools``
+    state: str = "pending"  # pending | running | done | lost
+    work: float = 0.0  # progress at ``mark``
+    mark: float = 0.0
+    run_start_work: float = 0.0
+    speed: float = 1.0  # work per second of the current run: 1 / factor
+    factor: float = 1.0  # run time per unit of work: model ratio x links
+    links: float = 1.0  # topology slowdown of the current run
+    overhead_until: float = 0.0
+    stalled: bool = False
+    suspended: bool = False
+    pod: str | None = None
+    pod_created: float = 0.0
+    attempts: int = 0
+    failures: int = 0
+    slot: int = -1
+    devices: tuple[int, ...] = ()
+    bound_at: float = 0.0
+    started: float | None = None  # for activeDeadlineSeconds
+    version: int = 0
+    fault_at: float | None = None
+    disrupted: bool = False  # evicted; counts against its namespace's PDB until it runs
+
+
+class JobController:
+    """The fleet's jobs and pods; see the module docstring."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        kube: SimKube,
+        time: SimClock,
+        machines: MachineSet,
+        accounting: Accounting,
+        scheduler: Scheduler,
+        *,
+        rng_arrival: np.random.Generator,
+        rng_job: np.random.Generator,
+        emit: Callable[[str, Any], None],
+    ) -> None:
+        self.scenario = scenario
+        self.kube = kube
+        self.time = time
+        self.machines = machines
+        self.accounting = accounting
+        self.stats = accounting.stats
+        self.scheduler = scheduler
+        self.rng_arrival = rng_arrival
+        self.rng_job = rng_job
+        self.emit = emit
+        self.pools = {p.name: p for p in scenario.pools}
+        # Peak FLOP/s of one device of each pool at the workload's precision (the
+        # loader checked that the catalogue has them).
+        catalogue = default_catalogue()
+        self.peak: dict[str, float] = {}
+        for p in scenario.pools:
+            peak = catalogue.peak(p.model, scenario.workload.precision)
+            if peak is None:
+                raise ValueError(
+                    f"pool {p.name}: no {scenario.workload.precision} peak for {p.model!r} "
+                    "in the device catalogue (load the scenario with load_scenario)"
+                )
+            self.peak[p.name] = peak
+        self.jobs: dict[str, Job] = {}
+        self.job_by_index: list[Job] = []
+        # One FIFO queue per set of pools that jobs may use.
+        self.pending: dict[tuple[str, ...], dict[str, None]] = {(p,): {} for p in self.pools}
+        self._eligible: dict[tuple[str, int], tuple[str, ...]] = {}
+        self.running: set[str] = set()
+        # Queues that gained a job: what to schedule next, with the pools whose
+        # nodes changed (``MachineSet.changed_pools``).
+        self._queues_dirty: set[tuple[str, ...]] = set()
+        self._disrupted: dict[str, int] = {}  # namespace -> evicted, not yet running
+        self._job_seq = 0
+
+    def start(self) -> None:
+        for ns in range(self.scenario.workload.namespaces):
+            self._disrupted[_namespace(ns)] = 0
+        self._schedule_arrival(self.time.now)
+
+    # -- scheduling ------------------------------------------------------------------
+
+    def wants_schedule(self) -> bool:
+        return bool(self.machines.changed_pools or self._queues_dirty)
+
+    def schedule(self) -> None:
+        pools, self.machines.changed_pools = self.machines.changed_pools, set()
+        queues, self._queues_dirty = self._queues_dirty, set()
+        for group in sorted(self.pending):
+            queue = self.pending[group]
+            if not queue or (group not in queues and pools.isdisjoint(group)):
+                continue
+            views = self.machines.views(group)
+            if not views:
+                continue
+            smallest_failed = math.inf
+            for job_name in list(queue):
+                job = self.jobs[job_name]
+                if job.size >= smallest_failed:
+                    continue
+                request = Request(
+                    job.name,
+                    job.pool,
+                    job.size,
+                    () if job.bound else group,
+                    job.flops,
+                    self.scenario.workload.precision,
+                )
+                placement = self.scheduler.place(request, views)
+                if placement is None:
+                    smallest_failed = job.size
+                    if not views:
+                        break
+                    continue
+                self._bind(job, placement.node, placement.devices)
+                if not views:
+                    break
+
+    def _bind(self, job: Job, node: str, devices: Sequence[int]) -> None:
+        m = self.machines
+        now = self.time.now
+        slot = m.slots[m.node_slot[node]]
+        pool = slot.pool
+        if len(devices) != job.size or any(d not in slot.free for d in devices):
+            raise RuntimeError(
+                f"scheduler {self.scheduler.name} placed {job.name} on devices {list(devices)} "
+                f"of {node}, which has {slot.free} free and the job needs {job.size}"
+            )
+        if pool.name not in job.pools:
+            raise RuntimeError(
+                f"scheduler {self.scheduler.name} placed {job.name} on {node} of pool "
+                f"{pool.name}; the job may only use {', '.join(job.pools)}"
+            )
+        del self.pending[job.pools][job.name]
+        for d in devices:
+            slot.free.remove(d)
+        m.update_schedulable(slot)
+        assert job.pod is not None
+        self.kube.bind_pod(job.namespace, job.pod, node)
+        g = tuple(slot.base + d for d in devices)
+        job.slot, job.devices = slot.index, g
+        job.state = "running"
+        job.bound_at = now
+        job.links = slowdown(pool.topology, list(devices))
+        job.factor = self.peak[job.pool] / self.peak[pool.name] * job.links
+        job.speed = 1.0 / job.factor
+        job.work = job.run_start_work
+        job.mark = now
+        job.overhead_until = now + (
+            self.scenario.workload.restart_overhead if job.attempts > 1 else 0.0
+        )
+        job.stalled = False
+        job.version += 1
+        self.stats.queue_wait.append(now - job.pod_created)
+        if job.started is None:
+            job.started = now
+            self._schedule_deadline(job)
+        if job.disrupted:
+            job.disrupted = False
+            self._disrupted[job.namespace] -= 1
+        idx = np.array(g)
+        m.dev_job[idx] = job.index
+        m.dev_util[idx] = RESTORE_UTILIZATION if job.overhead_until > now else job.utilization
+        self.accounting.hold(pool.name, job.size)
+        self.running.add(job.name)
+        if job.overhead_until > now:
+            version = job.version
+            self.time.at(job.overhead_until, lambda: self._restored(job, version))
+        self._plan_progress(job)
+        self.emit("pod_bound", job)
+
+    def _restored(self, job: Job, version: int) -> None:
+        if job.version == version and job.state == "running" and not job.stalled:
+            self.machines.dev_util[np.array(job.devices)] = job.utilization
+
+    # -- arrivals ------------------------------------------------------------------------
+
+    def _schedule_arrival(self, after: float) -> None:
+        w = self.scenario.workload
+        rate = w.arrivals_per_hour / 3600.0
+        if rate <= 0:
+            return
+        peak = rate * (1.0 + (w.swing.amplitude if w.swing else 0.0))
+        t = after
+        while True:
+            t += float(self.rng_arrival.exponential(1.0 / peak))
+            if t > self.time.end:
+                return
+            if w.swing is None:
+                break
+            phase = 2 * math.pi * (t - EPOCH) / w.swing.period
+            if self.rng_arrival.random() * peak <= rate * (1 + w.swing.amplitude * math.sin(phase)):
+                break
+        self.time.at(t, self._arrival)
+
+    def _draw_duration(self) -> float:
+        d = self.scenario.workload.duration
+        if d.distribution == "lognormal":
+            return float(d.median * math.exp(d.sigma * self.rng_job.standard_normal()))
+        if d.distribution == "exponential":
+            return float(self.rng_job.exponential(d.mean))
+        return d.value
+
+    def _arrival(self) -> None:
+        w = self.scenario.workload
+        rng = self.rng_job
+        sizes = np.array([s for s, _ in w.sizes])
+        weights = np.array([x for _, x in w.sizes], dtype=float)
+        size = int(sizes[rng.choice(len(sizes), p=weights / weights.sum())])
+        if w.pools:
+            names = [p for p, _ in w.pools]
+            pw = np.array([x for _, x in w.pools], dtype=float)
+        else:
+            names = [p.name for p in self.scenario.pools]
+            pw = np.array([p.initial * p.devices_per_node for p in self.scenario.pools], float)
+        fits = np.array([self.pools[n].devices_per_node >= size for n in names])
+        pw = np.where(fits, pw, 0.0)
+        pool = names[int(rng.choice(len(names), p=pw / pw.sum()))] if pw.sum() > 0 else names[0]
+        pools = self.eligible(pool, size)
+        total = max(60.0, self._draw_duration())
+        lo, hi = w.utilization
+        util = float(lo + (hi - lo) * rng.random())
+        stall = rng.random() < w.stall_probability
+        stall_at = float(total * rng.random()) if stall else None
+        index = self._job_seq
+        self._job_seq += 1
+        job = Job(
+            name=f"train-{index:06d}",
+            namespace=_namespace(index % w.namespaces),
+            pool=pool,
+            size=size,
+            total=total,
+            utilization=util,
+            timeout=round(total * w.timeout_factor),
+            deadline=round(total * w.deadline_factor),
+            submitted=self.time.now,
+            stall_at=stall_at,
+            index=index,
+            pools=pools,
+            flops=total * self.peak[pool] * size,
+            bound=w.eligible == "pool" or (w.eligible == "list" and pool not in w.eligible_pools),
+        )
+        self.jobs[job.name] = job
+        self.job_by_index.append(job)
+        self.stats.submitted += 1
+        self.kube.add_job(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": job.name,
+                    "namespace": job.namespace,
+                    "labels": self._labels(job),
+                    "annotations": {TIMEOUT_ANNOTATION: f"{int(job.timeout)}s"},
+                },
+                "spec": {
+                    "suspend": False,
+                    "backoffLimit": w.backoff_limit,
+                    "activeDeadlineSeconds": int(job.deadline),
+                    "template": {
+                        "metadata": {"annotations": self._annotations(job)},
+                        "spec": self._pod_spec(job),
+                    },
+                },
+                "status": {"active": 0},
+            }
+        )
+        self._new_pod(job)
+        self._schedule_arrival(self.time.now)
+
+    def eligible(self, pool: str, size: int) -> tuple[str, ...]:
+        """The pools a job of ``size`` devices drawn for ``pool`` may run on, sorted:
+        its own; with ``eligiblePools: vendor`` every pool of the vendor whose nodes
+        are big enough; with a list, the listed ones that are, if ``pool`` is one."""
+        key = (pool, size)
+        got = self._eligible.get(key)
+        if got is None:
+            w: WorkloadSpec = self.scenario.workload
+            vendor = self.pools[pool].vendor
+            if w.eligible == "vendor":
+                names = [p.name for p in self.scenario.pools if p.vendor == vendor]
+            elif w.eligible == "list" and pool in w.eligible_pools:
+                names = list(w.eligible_pools)
+            else:
+                names = [pool]
+            got = tuple(sorted(n for n in names if self.pools[n].devices_per_node >= size))
+            self._eligible[key] = got
+        return got
+
+    # -- pods ----------------------------------------------------------------------------
+
+    def _labels(self, job: Job) -> dict[str, str]:
+        return {POOL_LABEL: job.pool} if job.bound else {}
+
+    def _annotations(self, job: Job) -> dict[str, str]:
+        """The timeout the rules read, and the work the placement scorer reads."""
+        return {
+            TIMEOUT_ANNOTATION: f"{int(job.timeout)}s",
+            FLOPS_ANNOTATION: f"{job.flops:.6g}",
+            PRECISION_ANNOTATION: self.scenario.workload.precision,
+        }
+
+    def _pod_spec(self, job: Job) -> Obj:
+        """A bound job's pod selects its pool; one that may use every pool of its
+        vendor asks only for the vendor's resource, which is all it takes on a real
+        cluster; one that may use a list of pools requires them by node affinity."""
+        resource = VENDOR_RESOURCE[self.pools[job.pool].vendor]
+        n = str(job.size)
+        spec: Obj = {"restartPolicy": "Never"}
+        if job.bound:
+            spec["nodeSelector"] = {POOL_LABEL: job.pool}
+        elif self.scenario.workload.eligible == "list":
+            term = {"matchExpressions": [
+                {"key": POOL_LABEL, "operator": "In", "values": list(job.pools)}
+            ]}  # fmt: skip
+            spec["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+                }
+            }
+        spec["containers"] = [
+            {
+                "name": "main",
+                "image": "registry.example/train:latest",
+                "resources": {"requests": {resource: n}, "limits": {resource: n}},
+            }
+        ]
+        return spec
+
+    def _new_pod(self, job: Job) -> None:
+        job.attempts += 1
+        job.pod = f"{job.name}-{job.attempts}"
+        job.pod_created = self.time.now
+        job.state = "pending"
+        kjob = self.kube.jobs[(job.namespace, job.name)]
+        self.kube.add_pod(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": job.pod,
+                    "namespace": job.namespace,
+                    "labels": {
+                        JOB_LABEL: job.name,
+                        JOB_NAME_LABEL: job.name,
+                        **self._labels(job),
+                    },
+                    "annotations": self._annotations(job),
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": job.name,
+                            "uid": kjob["metadata"]["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": self._pod_spec(job),
+                "status": {"phase": "Pending"},
+            }
+        )
+        kjob["status"]["active"] = 1
+        self.kube.touch(kjob)
+        self._enqueue(job)
+
+    def _enqueue(self, job: Job) -> None:
+        self.pending.setdefault(job.pools, {})[job.name] = None
+        self._queues_dirty.add(job.pools)
+
+    def waiting_devices(self, registered: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Devices asked for by pending pods, by pool, as ``clusterstate.pool_rows``
+        counts them from the API: a pod that several pools can satisfy (nodes
+        registered, big enough) counts towards the one with the most room to grow,
+        then the first by name; a pod that none can satisfy counts nowhere.
+        ``registered``: nodes per pool, when the caller has counted them."""
+        if registered is None:
+            registered = {p: self.machines.pool_nodes(p) for p in self.pools}
+        pool_machines = self.machines.pool_machines
+        room = {p.name: p.max - pool_machines[p.name] for p in self.scenario.pools}
+        out = dict.fromkeys(self.pools, 0)
+        for group, queue in self.pending.items():
+            fitting = [p for p in group if registered[p]]
+            if not fitting or not queue:
+                continue
+            chosen = min(fitting, key=lambda p: (-room[p], p))
+            out[chosen] += sum(self.jobs[j].size for j in queue if self.jobs[j].pod is not None)
+        return out
+
+    # -- progress ------------------------------------------------------------------------
+
+    def _progress(self, job: Job) -> float:
+        if job.state != "running" or job.stalled:
+            return job.work
+        start = max(job.mark, job.overhead_until)
+        return job.work + max(0.0, self.time.now - start) * job.speed
+
+    def _plan_progress(self, job: Job) -> None:
+        """Schedules the job's next milestone: completion, or the stall it carries."""
+        if job.state != "running" or job.stalled:
+            return
+        start = max(job.mark, job.overhead_until)
+        version = job.version
+        if job.stall_at is not None and job.work < job.stall_at < job.total:
+            t = start + (job.stall_at - job.work) / job.speed
+            self.time.at(t, lambda: self.stall(job, version, "stall"))
+            return
+        t = start + (job.total - job.work) / job.speed
+        self.time.at(t, lambda: self._complete(job, version))
+
+    def stall(self, job: Job, version: int, why: str) -> None:
+        """The job stops making progress but holds its devices (a deadlock, or a
+        fault of kind ``why``), if ``version`` is still its current run."""
+        if job.version != version or job.state != "running" or job.stalled:
+            return
+        if why == "stall":
+            job.stall_at = None  # a deadlock that a restart cures
+        job.work = self._progress(job)
+        job.mark = self.time.now
+        job.stalled = True
+        job.version += 1
+        self.machines.dev_util[np.array(job.devices)] = 0.0
+
+    def _complete(self, job: Job, version: int) -> None:
+        if job.version != version or job.state != "running":
+            return
+        job.work = job.total
+        self._release(job, kept=job.total)
+        job.state = "done"
+        self.stats.completed += 1
+        assert job.pod is not None
+        self.kube.remove_pod(job.namespace, job.pod)
+        self.kube.remove_job(job.namespace, job.name)
+        job.pod = None
+        self.accounting.end_stuck(job.name, self.time.now)
+
+    def _release(self, job: Job, kept: float) -> None:
+        """The job's pod leaves its devices; ``kept`` is the work that survives."""
+        m = self.machines
+        now = self.time.now
+        self.accounting.useful(kept - job.run_start_work, job.factor, job.size)
+        job.work = kept
+        job.run_start_work = kept
+        job.mark = now
+        job.version += 1
+        idx = np.array(job.devices)
+        m.dev_job[idx] = -1
+        m.dev_util[idx] = 0.0
+        slot = m.slots[job.slot]
+        for g in job.devices:
+            d = g - slot.base
+            state = m.dev_state[g]
+            if state == BROKEN:
+                m.dev_state[g] = RESETTING
+                self.time.at(now + self.scenario.faults.reset_time, partial(m.reset, g))
+            elif state == OK and slot.node is not None:
+                bisect.insort(slot.free, d)
+        m.update_schedulable(slot)
+        m.changed_pools.add(slot.pool.name)
+        self.accounting.free(slot.pool.name, job.size)
+        self.running.discard(job.name)
+        self.emit("pod_unbound", job)
+        job.slot, job.devices = -1, ()
+
+    def _checkpoint(self, job: Job) -> float:
+        ci = self.scenario.workload.checkpoint_interval
+        work = self._progress(job)
+        if ci <= 0:
+            return job.run_start_work
+        return max(job.run_start_work, math.floor(work / ci) * ci)
+
+    # -- the Job controller ----------------------------------------------------------------
+
+    def pod_removed(self, pod: Obj, reason: str) -> None:
+        """The Job controller's reaction to a pod that is gone (see the module
+        docstring). Also called for pods the simulation itself fails."""
+        meta = pod["metadata"]
+        job = self.jobs.get(meta.get("labels", {}).get(JOB_LABEL, ""))
+        if job is None or job.pod != meta["name"] or job.state in ("done", "lost"):
+            return
+        if job.state == "running":
+            self._release(job, kept=self._checkpoint(job))
+        else:
+            self.pending[job.pools].pop(job.name, None)
+        self.accounting.end_stuck(job.name, self.time.now)
+        job.pod = None
+        job.state = "pending"
+        if reason == "Evicted" and not job.disrupted:
+            job.disrupted = True
+            self._disrupted[job.namespace] = self._disrupted.get(job.namespace, 0) + 1
+        if reason == "Failed":
+            job.failures += 1
+            if job.failures > self.scenario.workload.backoff_limit:
+                self._lose(job, "BackoffLimitExceeded")
+                return
+        if not job.suspended:
+            self._new_pod(job)
+
+    def pod_created(self, pod: Obj) -> None:
+        """A pod someone else created (``migrate_jobs`` recreating a bare pod): it
+        joins its job if the job has no pod; otherwise nothing runs it."""
+        job = self.jobs.get(pod["metadata"].get("labels", {}).get(JOB_LABEL, ""))
+        if job is None or job.pod is not None or job.state in ("done", "lost"):
+            return
+        job.pod = pod["metadata"]["name"]
+        job.pod_created = self.time.now
+        job.attempts += 1
+        self._enqueue(job)
+
+    def fail_pod(self, job: Job) -> None:
+        """The job's pod fails (its device was lost)."""
+        if job.pod is None:
+            return
+        pod = self.kube.remove_pod(job.namespace, job.pod)
+        if pod is not None:
+            self.pod_removed(pod, "Failed")
+
+    def job_changed(self, kjob: Obj) -> None:
+        job = self.jobs.get(kjob["metadata"]["name"])
+        if job is None or job.state in ("done", "lost"):
+            return
+        suspend = bool(kjob.get("spec", {}).get("suspend"))
+        if suspend and not job.suspended:
+            job.suspended = True
+            if job.pod is not None:
+                pod = self.kube.remove_pod(job.namespace, job.pod)
+                if pod is not None:
+                    self.pod_removed(pod, "Deleted")
+        elif not suspend and job.suspended:
+            job.suspended = False
+            job.started = self.time.now  # resuming resets the deadline clock
+            self._schedule_deadline(job)
+            if job.pod is None:
+                self._new_pod(job)
+
+    def _schedule_deadline(self, job: Job) -> None:
+        started = job.started
+        self.time.at(self.time.now + job.deadline, lambda: self._deadline(job, started))
+
+    def _deadline(self, job: Job, started: float | None) -> None:
+        if job.started != started or job.state in ("done", "lost"):
+            return
+        self._lose(job, "DeadlineExceeded")
+
+    def _lose(self, job: Job, reason: str) -> None:
+        if job.state == "running":
+            self._release(job, kept=self._checkpoint(job))
+        elif job.name in self.pending[job.pools]:
+            del self.pending[job.pools][job.name]
+        if job.pod is not None:
+            self.kube.remove_pod(job.namespace, job.pod)
+            job.pod = None
+        if job.disrupted:
+            job.disrupted = False
+            self._disrupted[job.namespace] -= 1
+        self.accounting.end_stuck(job.name, self.time.now)
+        job.state = "lost"
+        self.stats.lost += 1
+        self.kube.remove_job(job.namespace, job.name)
+        self.emit("job_lost", (job, reason))
+
+    def eviction_allowed(self, pod: Obj) -> bool:
+        limit = self.scenario.workload.pdb_max_unavailable
+        if limit is None:
+            return True
+        return self._disrupted.get(pod["metadata"]["namespace"], 0) < limit
+
+    def finish(self) -> None:
+        """At the scenario's end: the running jobs' progress counts as kept, the
+        stuck ones count as remediated at the end, the pending ones waited until it."""
+        end = self.time.end
+        for name in sorted(self.running):
+            job = self.jobs[name]
+            kept = self._progress(job)
+            self.accounting.useful(kept - job.run_start_work, job.factor, job.size)
+        self.accounting.end_all_stuck(end)
+        for queue in self.pending.values():
+            for name in queue:
+                self.stats.queue_wait.append(end - self.jobs[name].pod_created)
+
+
+def _namespace(i: int) -> str:
+    return f"team-{chr(ord('a') + i % 26)}{'' if i < 26 else i // 26}"
+
+
+__all__ = ["Job", "JobController"]

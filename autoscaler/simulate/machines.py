@@ -1,0 +1,454 @@
+"""Machines, nodes and devices of the simulated fleet: Cluster API's MachineSet
+controller and the node lifecycle.
+
+Why a module of its own: this is the part of the cluster the node-pool actions
+act on, and the part every other one reads (the jobs bind to its devices, faults
+break them, telemetry scrapes them). It owns:
+
+- **Slots**: a place for one node of a pool; its devices are a fixed range of the
+  fleet's device arrays (``dev_*``, numpy, indexed by a global device number), so
+  that telemetry reads every device of the fleet with one slice per column. The
+  next node of the pool reuses a deleted node's slot.
+- **MachineSet controller**: a MachineDeployment's replicas become Machines; a
+  new Machine is a Node after the pool's ``provisionTime``; on scale-down the
+  Machines annotated ``cluster.x-k8s.io/delete-machine`` go first, then those
+  still provisioning, then the newest.
+- **Schedulability**: per pool, the sorted names of the nodes that can take a pod
+  now (Ready, not cordoned, no ``NoSchedule`` or ``NoExecute`` taint, a free
+  device); a device that is lost, or resetting after a fatal fault, is not
+  offered (the device plugin reports it unhealthy).
+
+What happens to pods when a node goes (deleted, or a ``NoExecute`` taint) is the
+Job controller's business: they are handed to ``pod_gone``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+import numpy as np
+
+from accel_common.names import (
+    CAPI_MACHINE_ANNOTATION,
+    HOSTNAME_LABEL,
+    VENDOR_LABEL,
+    VENDOR_RESOURCE,
+)
+from autoscaler.kube.protocol import Obj
+from autoscaler.simulate.clock import EPOCH, SimClock
+from autoscaler.simulate.kube import (
+    CAPI_API_VERSION,
+    CLUSTER_LABEL,
+    DELETE_ANNOTATION,
+    DEPLOYMENT_LABEL,
+    MAX_ANNOTATION,
+    MIN_ANNOTATION,
+    POOL_LABEL,
+    SimKube,
+)
+from autoscaler.simulate.scenario import PoolSpec, Scenario, node_name
+from autoscaler.simulate.scheduler import NodeView
+
+CAPI_NAMESPACE = "default"
+# Device states.
+OK, BROKEN, LOST, RESETTING = 0, 1, 2, 3
+
+
+@dataclass
+class Slot:
+    """A place for one node of a pool: its devices are a fixed range of the fleet's
+    device arrays, reused by the next node of the pool when this one is deleted."""
+
+    index: int
+    pool: PoolSpec
+    base: int  # first global device index
+    node: str | None = None
+    ready: bool = False
+    blocked: bool = False  # cordoned, or a NoSchedule/NoExecute taint
+    avoid: bool = False  # a PreferNoSchedule taint
+    free: list[int] = field(default_factory=list)
+    created: float = 0.0
+
+
+@dataclass
+class Machine:
+    name: str
+    pool: str
+    created: float
+    slot: int = -1  # -1 while provisioning
+    deleted: bool = False
+
+
+class NodeViews(Sequence[NodeView]):
+    """The schedulable nodes of some pools that have a free device, in name order,
+    each built only when the scheduler looks at it. ``lists`` are the pools' live
+    name lists (``MachineSet.schedulable``), so a node that fills up during a pass
+    drops out of the next request's view."""
+
+    def __init__(self, machines: MachineSet, lists: list[list[str]]) -> None:
+        self.machines = machines
+        self.lists = lists
+
+    def _names(self) -> list[str]:
+        if len(self.lists) == 1:
+            return list(self.lists[0])
+        return list(heapq.merge(*self.lists))
+
+    def __len__(self) -> int:
+        return sum(len(names) for names in self.lists)
+
+    @overload
+    def __getitem__(self, i: int) -> NodeView: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[NodeView]: ...
+    def __getitem__(self, i: int | slice) -> NodeView | Sequence[NodeView]:
+        if isinstance(i, slice):
+            return [self.machines.view(n) for n in self._names()[i]]
+        return self.machines.view(self._names()[i])
+
+    def __iter__(self) -> Iterator[NodeView]:
+        for n in self._names():
+            yield self.machines.view(n)
+
+
+class MachineSet:
+    """The fleet's machines, nodes and devices; see the module docstring."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        kube: SimKube,
+        time: SimClock,
+        *,
+        static_pools: bool,
+        emit: Callable[[str, Any], None],
+        pod_gone: Callable[[Obj, str], None],
+    ) -> None:
+        self.scenario = scenario
+        self.kube = kube
+        self.time = time
+        self.emit = emit
+        self.pod_gone = pod_gone
+        self.pools = {p.name: p for p in scenario.pools}
+        self.by_name: dict[str, Machine] = {}
+        self._machine_counter = dict.fromkeys(self.pools, 0)
+        self.pool_machines = dict.fromkeys(self.pools, 0)  # not deleted, incl. provisioning
+        self.alive = 0  # machines not deleted, provisioning included
+        # Pools whose nodes changed: where the scheduler should look next.
+        self.changed_pools: set[str] = set()
+        self._build_slots(static_pools)
+
+    def _build_slots(self, static_pools: bool) -> None:
+        self.slots: list[Slot] = []
+        self.pool_slots: dict[str, list[int]] = {}
+        base = 0
+        for pool in self.scenario.pools:
+            count = pool.initial if static_pools else pool.max
+            ids = []
+            for _ in range(count):
+                self.slots.append(Slot(len(self.slots), pool, base))
+                ids.append(len(self.slots) - 1)
+                base += pool.devices_per_node
+            self.pool_slots[pool.name] = ids
+        self.device_count = base
+        g = base
+        self.dev_job = np.full(g, -1, dtype=np.int64)  # job index, -1 when free
+        self.dev_state = np.zeros(g, dtype=np.int8)
+        self.dev_util = np.zeros(g, dtype=np.float64)  # base utilization
+        self.dev_fatal = np.zeros(g, dtype=np.float64)
+        self.dev_recoverable = np.zeros(g, dtype=np.float64)
+        self.dev_ecc_uncorrected = np.zeros(g, dtype=np.float64)
+        self.dev_slot = np.zeros(g, dtype=np.int64)
+        for s in self.slots:
+            self.dev_slot[s.base : s.base + s.pool.devices_per_node] = s.index
+        self.node_slot: dict[str, int] = {}
+        self.schedulable: dict[str, list[str]] = {p: [] for p in self.pools}
+        self._views: dict[str, NodeView] = {}
+
+    def start(self) -> None:
+        """The pools' MachineDeployments, and their initial nodes, Ready at once."""
+        for pool in self.scenario.pools:
+            self.kube.add_custom(
+                "machinedeployments",
+                {
+                    "apiVersion": CAPI_API_VERSION,
+                    "kind": "MachineDeployment",
+                    "metadata": {
+                        "name": pool.name,
+                        "namespace": CAPI_NAMESPACE,
+                        "labels": {CLUSTER_LABEL: "sim"},
+                        "annotations": {
+                            MIN_ANNOTATION: str(pool.min),
+                            MAX_ANNOTATION: str(pool.max),
+                        },
+                    },
+                    "spec": {
+                        "clusterName": "sim",
+                        "replicas": pool.initial,
+                        "selector": {"matchLabels": {DEPLOYMENT_LABEL: pool.name}},
+                        "template": {"spec": {"clusterName": "sim"}},
+                    },
+                    "status": {"replicas": pool.initial, "readyReplicas": pool.initial},
+                },
+            )
+            for name in self.scenario.initial_nodes[pool.name]:
+                self._new_machine(pool, name, ready=True)
+
+    # -- machines and nodes ------------------------------------------------------------
+
+    def _new_machine(self, pool: PoolSpec, name: str | None = None, *, ready: bool) -> Machine:
+        if name is None:
+            while True:
+                name = node_name(pool.name, self._machine_counter[pool.name])
+                self._machine_counter[pool.name] += 1
+                if name not in self.by_name:
+                    break
+        else:
+            self._machine_counter[pool.name] += 1
+        m = Machine(name, pool.name, self.time.now)
+        self.by_name[name] = m
+        self.alive += 1
+        self.pool_machines[pool.name] += 1
+        self.kube.add_custom(
+            "machines",
+            {
+                "apiVersion": CAPI_API_VERSION,
+                "kind": "Machine",
+                "metadata": {
+                    "name": name,
+                    "namespace": CAPI_NAMESPACE,
+                    "labels": {DEPLOYMENT_LABEL: pool.name, CLUSTER_LABEL: "sim"},
+                    "annotations": {},
+                },
+                "spec": {"clusterName": "sim", "providerID": f"sim:///{name}"},
+                "status": {"phase": "Provisioning"},
+            },
+        )
+        if ready:
+            self._machine_ready(name)
+        else:
+            self.time.at(self.time.now + pool.provision_time, lambda: self._machine_ready(name))
+        return m
+
+    def _machine_ready(self, name: str) -> None:
+        m = self.by_name.get(name)
+        if m is None or m.deleted:
+            return
+        pool = self.pools[m.pool]
+        free_slots = [i for i in self.pool_slots[pool.name] if self.slots[i].node is None]
+        if not free_slots:
+            return  # more machines than the pool's max: the extra never joins
+        slot = self.slots[free_slots[0]]
+        m.slot = slot.index
+        slot.node, slot.ready, slot.blocked, slot.avoid = name, True, False, False
+        slot.created = self.time.now
+        d = pool.devices_per_node
+        slot.free = list(range(d))
+        g = slice(slot.base, slot.base + d)
+        self.dev_job[g] = -1
+        self.dev_state[g] = OK
+        self.dev_util[g] = 0.0
+        self.dev_fatal[g] = 0.0
+        self.dev_recoverable[g] = 0.0
+        self.dev_ecc_uncorrected[g] = 0.0
+        self.node_slot[name] = slot.index
+        resource = VENDOR_RESOURCE[pool.vendor]
+        self.kube.add_node(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        POOL_LABEL: pool.name,
+                        DEPLOYMENT_LABEL: pool.name,
+                        HOSTNAME_LABEL: name,
+                        VENDOR_LABEL: pool.vendor,
+                    },
+                    "annotations": {CAPI_MACHINE_ANNOTATION: name},
+                },
+                "spec": {"providerID": f"sim:///{name}"},
+                "status": {
+                    "capacity": {resource: str(d)},
+                    "allocatable": {resource: str(d)},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                },
+            }
+        )
+        machine = self.kube.custom[("machines", CAPI_NAMESPACE, name)]
+        machine["status"] = {"phase": "Running", "nodeRef": {"kind": "Node", "name": name}}
+        self.kube.touch(machine)
+        self._deployment_status(pool.name)
+        self.update_schedulable(slot)
+        self.emit("node_added", slot)
+        self.changed_pools.add(pool.name)
+
+    def _deployment_status(self, pool: str) -> None:
+        md = self.kube.custom[("machinedeployments", CAPI_NAMESPACE, pool)]
+        alive = [m for m in self.by_name.values() if m.pool == pool and not m.deleted]
+        md["status"] = {
+            "replicas": len(alive),
+            "readyReplicas": sum(1 for m in alive if m.slot >= 0),
+        }
+        self.kube.touch(md)
+
+    def _delete_machine(self, name: str) -> None:
+        m = self.by_name[name]
+        m.deleted = True
+        self.alive -= 1
+        self.pool_machines[m.pool] -= 1
+        self.kube.remove_custom("machines", CAPI_NAMESPACE, name)
+        if m.slot >= 0:
+            slot = self.slots[m.slot]
+            for key in list(self.kube.pods_by_node.get(name, {})):
+                pod = self.kube.remove_pod(*key)
+                if pod is not None:
+                    self.pod_gone(pod, "NodeDeleted")
+            self.set_unschedulable(slot)
+            self.emit("node_removed", slot)
+            self.kube.remove_node(name)
+            del self.node_slot[name]
+            slot.node, slot.ready, slot.free = None, False, []
+        del self.by_name[name]
+        self._deployment_status(m.pool)
+
+    def replicas_changed(self, deployment: Obj) -> None:
+        pool = self.pools.get(deployment["metadata"]["name"])
+        if pool is None:
+            return
+        want = int(deployment.get("spec", {}).get("replicas", 0))
+        alive = [m for m in self.by_name.values() if m.pool == pool.name and not m.deleted]
+        if want > len(alive):
+            for _ in range(want - len(alive)):
+                self._new_machine(pool, ready=False)
+        elif want < len(alive):
+
+            def order(m: Machine) -> tuple[int, float]:
+                obj = self.kube.custom.get(("machines", CAPI_NAMESPACE, m.name), {})
+                marked = DELETE_ANNOTATION in obj.get("metadata", {}).get("annotations", {})
+                return (0 if marked else 1 if m.slot < 0 else 2, -m.created)
+
+            # Newest first; among machines made at once, the highest name first.
+            by_name = sorted(alive, key=lambda m: m.name, reverse=True)
+            for m in sorted(by_name, key=order)[: len(alive) - want]:
+                self._delete_machine(m.name)
+        self._deployment_status(pool.name)
+
+    def node_changed(self, node: Obj) -> None:
+        name = node["metadata"]["name"]
+        slot_id = self.node_slot.get(name)
+        if slot_id is None:
+            return
+        slot = self.slots[slot_id]
+        taints = node.get("spec", {}).get("taints") or []
+        effects = {t.get("effect") for t in taints}
+        slot.blocked = bool(node.get("spec", {}).get("unschedulable")) or bool(
+            effects & {"NoSchedule", "NoExecute"}
+        )
+        slot.avoid = "PreferNoSchedule" in effects
+        self.update_schedulable(slot)
+        self.changed_pools.add(slot.pool.name)
+        if "NoExecute" in effects:
+            for key in list(self.kube.pods_by_node.get(name, {})):
+                pod = self.kube.remove_pod(*key)
+                if pod is not None:
+                    self.pod_gone(pod, "TaintEviction")
+
+    # -- devices -----------------------------------------------------------------------
+
+    def take_device(self, slot: Slot, g: int, state: int) -> None:
+        """Device ``g`` of ``slot`` stops being offered, in ``state``."""
+        d = g - slot.base
+        if d in slot.free:
+            slot.free.remove(d)
+            self.update_schedulable(slot)
+        self.dev_state[g] = state
+
+    def reset(self, g: int) -> None:
+        """A lost or resetting device is healthy again, and offered if free."""
+        slot = self.slots[int(self.dev_slot[g])]
+        if self.dev_state[g] not in (LOST, RESETTING):
+            return
+        self.dev_state[g] = OK
+        d = g - slot.base
+        if slot.node is not None and self.dev_job[g] < 0 and d not in slot.free:
+            bisect.insort(slot.free, d)
+            self.update_schedulable(slot)
+            self.changed_pools.add(slot.pool.name)
+
+    # -- what the scheduler sees ---------------------------------------------------------
+
+    def view(self, name: str) -> NodeView:
+        v = self._views.get(name)
+        if v is None:
+            slot = self.slots[self.node_slot[name]]
+            pool = slot.pool
+            v = NodeView(
+                name,
+                pool.name,
+                pool.topology,
+                pool.devices_per_node,
+                tuple(slot.free),
+                slot.avoid,
+                pool.model,
+                pool.vendor,
+            )
+            self._views[name] = v
+        return v
+
+    def views(self, pools: Sequence[str]) -> NodeViews:
+        """The schedulable nodes of ``pools``, as the scheduler sees them."""
+        return NodeViews(self, [self.schedulable[p] for p in pools])
+
+    def update_schedulable(self, slot: Slot) -> None:
+        """Keeps ``schedulable[pool]`` (sorted names of nodes that can take a pod now
+        and have a free device) and the view cache current for one node."""
+        if slot.node is None:
+            return
+        self._views.pop(slot.node, None)
+        names = self.schedulable[slot.pool.name]
+        i = bisect.bisect_left(names, slot.node)
+        present = i < len(names) and names[i] == slot.node
+        want = slot.ready and not slot.blocked and bool(slot.free)
+        if want and not present:
+            names.insert(i, slot.node)
+        elif present and not want:
+            del names[i]
+
+    def set_unschedulable(self, slot: Slot) -> None:
+        slot.ready = False
+        self.update_schedulable(slot)
+
+    # -- what the rest of the simulation reads ---------------------------------------------
+
+    def scraped_nodes(self) -> frozenset[str]:
+        """The nodes whose exporter answers: registered and Ready."""
+        return frozenset(s.node for s in self.slots if s.node is not None and s.ready)
+
+    def registered_since(self, since: float) -> dict[str, float]:
+        """Nodes that joined at or after ``since`` (not the initial ones), and when."""
+        return {
+            s.node: s.created
+            for s in self.slots
+            if s.node is not None and s.created >= since and s.created > EPOCH
+        }
+
+    def pool_nodes(self, pool: str) -> int:
+        return sum(1 for i in self.pool_slots[pool] if self.slots[i].node is not None)
+
+
+__all__ = [
+    "BROKEN",
+    "CAPI_NAMESPACE",
+    "LOST",
+    "OK",
+    "RESETTING",
+    "Machine",
+    "MachineSet",
+    "NodeViews",
+    "Slot",
+]

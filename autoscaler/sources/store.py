@@ -1,0 +1,97 @@
+"""A source over an in-memory series store and the built-in evaluator.
+
+Three things hold their series in memory and ask the built-in evaluator: the
+``scrape`` source (filled by HTTP scrapes), the fleet simulator (filled by its
+telemetry) and the rule unit tests (filled from a test file's input series). They
+answer queries the same way, from this one class, so that a rule decides the same
+thing in all three for the same samples:
+
+- an evaluation error is ``Unknown`` with the reason, never an exception and
+  never an empty vector;
+- a range vector is ``Unknown``: a rule's condition is an instant vector;
+- ``query_targets`` cuts a result down to some targets before the evaluator
+  decodes it, which the evaluation cycle uses for a rule's recover condition
+  (``engine/cycle.py``): at 8,000 devices a result such as ``accel_up == 1`` costs
+  more to decode than to evaluate.
+
+Subclasses decide what ``refresh`` does (scrape, simulate, nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+
+from autoscaler.promql.errors import EvalError
+from autoscaler.promql.evaluator import Evaluator
+from autoscaler.promql.store import SeriesStore
+from autoscaler.promql.support import LOOKBACK_DELTA, required_retention
+from autoscaler.types import Matrix, QueryResult, Unknown
+
+log = logging.getLogger("accel_autoscaler.sources.store")
+
+
+class StoreSource:
+    """A ``Source`` (``sources/base.py``) over ``store``. ``refresh`` reports the
+    source healthy; ``threaded`` runs each evaluation in a thread, for a server
+    whose event loop must keep answering while a large fleet is evaluated."""
+
+    name = "store"
+
+    def __init__(
+        self,
+        store: SeriesStore | None = None,
+        *,
+        lookback_delta: float = LOOKBACK_DELTA,
+        threaded: bool = False,
+        retention_floor: float = 0.0,
+    ) -> None:
+        self.store = store if store is not None else SeriesStore()
+        self.evaluator = Evaluator(self.store, lookback_delta=lookback_delta)
+        self.threaded = threaded
+        self.retention_floor = retention_floor
+
+    def retain(self, exprs: Sequence[str]) -> None:
+        """Keeps exactly the history the rules need (their longest range, offset and
+        the lookback), at least ``retention_floor`` seconds, so memory follows the
+        rules, not the uptime."""
+        if exprs:
+            need = max(required_retention(e) for e in exprs)
+            self.store.retention = max(need, self.retention_floor)
+
+    async def refresh(self, at: float) -> bool:
+        return True
+
+    async def query(self, expr: str, at: float) -> QueryResult:
+        return await self._answer(expr, at, None)
+
+    async def query_targets(
+        self, expr: str, at: float, names: tuple[str, ...], targets: Iterable[tuple[str, ...]]
+    ) -> QueryResult:
+        """``query``, keeping only the samples whose ``names`` labels have one of the
+        value tuples in ``targets``."""
+        return await self._answer(expr, at, (names, targets))
+
+    async def _answer(
+        self,
+        expr: str,
+        at: float,
+        only: tuple[tuple[str, ...], Iterable[tuple[str, ...]]] | None,
+    ) -> QueryResult:
+        try:
+            start = time.perf_counter()
+            if self.threaded:
+                result = await asyncio.to_thread(self.evaluator.instant, expr, at, only=only)
+            else:
+                result = self.evaluator.instant(expr, at, only=only)
+            log.debug("evaluated %r in %.1f ms", expr, (time.perf_counter() - start) * 1e3)
+        except EvalError as e:
+            return Unknown(f"evaluation failed: {e}")
+        if isinstance(result, Matrix):
+            return Unknown("a rule must yield an instant vector, not a range vector")
+        return result
+
+    async def close(self) -> None:
+        return None

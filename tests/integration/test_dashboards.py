@@ -1,0 +1,418 @@
+"""The Grafana dashboards in dashboards/.
+
+The committed JSON is what ``dashboards/generate.py`` writes, and every PromQL
+expression of every panel runs against a real Prometheus (Debian's) that scrapes a
+simulated fleet with every vendor, partitions, pods and faults, and the autoscaler
+running in dry-run with ``--source scrape``. Template variables take real values
+from their own ``label_values(...)`` queries, Grafana's interval variables are
+replaced, and each query must parse and return data: a panel that would show "No
+data" on a fleet that has what it charts fails, named by dashboard and panel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from autoscaler.actions.ownership import ANNOTATION, Entry, iso
+from tests.support.fakes.apiserver import running_apiserver
+from tests.support.paths import REPO
+from tests.support.procs import _run_prometheus, autoscaler, exporter, free_port, http_get
+
+# Slow (a simulated fleet, Prometheus and the controller answer every panel):
+# `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
+DASHBOARDS = REPO / "dashboards"
+REQUIRED_VARIABLES = ("cluster", "node", "vendor", "namespace")
+
+# Grafana's own variables, as Grafana would set them for this Prometheus (1 s
+# scrapes): $__rate_interval is max($__interval + scrape interval, 4 × scrape interval).
+BUILTINS = {
+    "__rate_interval": "4s",
+    "__interval": "1s",
+    "__interval_ms": "1000",
+    "__range": "1m",
+}
+
+FAULTS = """\
+events:
+  - {at: 6s, device: nvidia1, fault: 79, lost: true}
+  - {at: 6s, device: amd1, ecc: {uncorrected: 3}}
+  - {at: 6s, device: amd0, fault: ras_uncorrectable}
+  - {at: 6s, device: oneapi0, fault: ras_fatal}
+"""
+
+# Rules the dry-run controller evaluates every second: the fatal fault and the ECC
+# burst give decisions, the lost device stays pending (its `for` is long).
+RULES = """\
+apiVersion: accel-fleet/v1
+kind: RuleSet
+spec:
+  evaluationInterval: 1s
+  limits: {maxUnhealthyNodes: 10}
+  rules:
+    - name: fatal-device-fault
+      expr: increase(accel_fault_events_total{severity="fatal"}[1m]) > 0
+      target: device
+      action: {type: migrate_jobs}
+      cooldown: 30m
+    - name: uncorrected-ecc-burst
+      expr: increase(accel_ecc_errors_total{type="uncorrected"}[1m]) >= 3
+      target: device
+      action: {type: migrate_jobs, deviceOnly: true}
+      cooldown: 1h
+    - name: device-lost
+      expr: accel_up == 0
+      for: 1h
+      target: device
+      action: {type: cordon}
+"""
+
+# Each simulated node: its exporter's flags. node-a carries the faults, the
+# partitions and the pods; node-b is a second, healthy node.
+NODES = {
+    "node-a": [
+        "--sim-devices",
+        "nvidia:8,amd:4,oneapi:2",
+        "--sim-partitions",
+        "--sim-pods",
+        "6",
+        "--sim-seed",
+        "1",
+    ],
+    "node-b": ["--sim-devices", "nvidia:4,amd:2,oneapi:1", "--sim-pods", "3", "--sim-seed", "2"],
+}
+
+
+def load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dashboards_generate", DASHBOARDS / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def committed() -> dict[str, dict[str, Any]]:
+    boards: dict[str, dict[str, Any]] = {}
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        boards[path.name] = json.loads(path.read_text())
+    return boards
+
+
+def panels(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel that queries, including those nested in collapsed rows."""
+    for p in board["panels"]:
+        if p["type"] == "row":
+            yield from panels({"panels": p.get("panels", [])})
+        else:
+            yield p
+
+
+# --- the JSON itself ----------------------------------------------------------------
+
+
+def test_committed_json_is_what_the_generator_writes() -> None:
+    built: dict[str, str] = load_generator().build()
+    on_disk = {p.name: p.read_text() for p in sorted(DASHBOARDS.glob("*.json"))}
+    assert sorted(on_disk) == sorted(built), (
+        f"dashboards/ holds {sorted(on_disk)} but the generator writes {sorted(built)}; "
+        "run `python dashboards/generate.py` and commit the JSON"
+    )
+    stale = [name for name, text in built.items() if on_disk[name] != text]
+    assert not stale, (
+        f"{', '.join(stale)} differ from dashboards/generate.py's output; "
+        "run `python dashboards/generate.py` and commit the JSON"
+    )
+
+
+def test_generator_check_mode_reports_stale_json(tmp_path: Path) -> None:
+    gen = load_generator()
+    assert gen.main(["--check"]) == 0
+    gen.__dict__["HERE"] = tmp_path  # an empty directory: every dashboard is missing
+    assert gen.main(["--check"]) == 1
+
+
+@pytest.mark.parametrize("name", sorted(committed()))
+def test_dashboard_shape(name: str) -> None:
+    board = committed()[name]
+    title = board["title"]
+    assert board["schemaVersion"] >= 39, f"{name}: schemaVersion {board['schemaVersion']}"
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    datasources = [v for v in variables.values() if v["type"] == "datasource"]
+    assert [(d["name"], d["query"]) for d in datasources] == [("datasource", "prometheus")]
+    for var in REQUIRED_VARIABLES:
+        assert var in variables, f"{title}: no template variable {var}"
+        assert variables[var]["type"] == "query"
+        assert variables[var]["definition"].startswith("label_values(")
+        assert variables[var]["datasource"]["uid"] == "${datasource}"
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)), f"{title}: duplicate panel ids"
+    for p in panels(board):
+        where = f"{title} / {p['title']}"
+        assert p.get("description"), f"{where}: no description"
+        assert p["datasource"]["uid"] == "${datasource}", where
+        assert p["targets"], f"{where}: no query"
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] == "${datasource}", where
+            assert t["expr"].strip(), f"{where}: empty expression"
+
+
+def test_the_four_dashboards_exist() -> None:
+    titles = {b["title"] for b in committed().values()}
+    for want in ("Fleet overview", "Node detail", "Remediation", "Chargeback"):
+        assert any(want in t for t in titles), f"no {want} dashboard among {sorted(titles)}"
+
+
+# --- every query against a real Prometheus ------------------------------------------
+
+
+def node_object(name: str) -> dict[str, Any]:
+    """A Node named like its exporter target. node-b carries a finished remediation
+    of this controller (a cordon by device-lost), as a replica before a restart
+    would have left it: the controller reads it back for
+    accel_autoscaler_nodes_under_remediation."""
+    meta: dict[str, Any] = {"name": name, "labels": {"kubernetes.io/hostname": name}}
+    spec: dict[str, Any] = {}
+    if name == "node-b":
+        entry = Entry(
+            action="cordon",
+            phase="cordoned",
+            started=iso(time.time() - 600),
+            controller="accel-autoscaler",
+            target={"node": name, "device": "amd0"},
+            cordoned=True,
+        )
+        meta["annotations"] = {ANNOTATION: json.dumps({"device-lost": entry.as_json()})}
+        spec["unschedulable"] = True
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec}
+
+
+def autoscaler_args(tmp: Path, targets: dict[str, str], kubeconfig: Path) -> list[str]:
+    """``accel-autoscaler run --dry-run --source scrape`` against the fake API server
+    (dry-run: it reads the cluster, plans, and writes nothing)."""
+    rules = tmp / "rules.yaml"
+    rules.write_text(RULES)
+    return [
+        "--rules",
+        str(rules),
+        "--source",
+        "scrape",
+        "--dry-run",
+        "--targets",
+        ",".join(f"{node}={url}" for node, url in targets.items()),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--no-leader-elect",
+        "--log.level",
+        "warn",
+    ]
+
+
+def prometheus_config(exporters: dict[str, int], autoscaler_port: int) -> str:
+    """Scrape every second; ``node`` and ``cluster`` as relabeling would add them."""
+    jobs = [
+        "global:",
+        "  scrape_interval: 1s",
+        "  evaluation_interval: 1s",
+        "scrape_configs:",
+        "  - job_name: accel-exporter",
+        "    static_configs:",
+    ]
+    for node, port in exporters.items():
+        jobs.append(
+            f"      - {{targets: ['127.0.0.1:{port}'], labels: {{cluster: lab, node: {node}}}}}"
+        )
+    jobs += [
+        "  - job_name: accel-autoscaler",
+        "    static_configs:",
+        f"      - {{targets: ['127.0.0.1:{autoscaler_port}'], labels: {{cluster: lab}}}}",
+    ]
+    return "\n".join(jobs) + "\n"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Prometheus first, then the fake API server (a Node per exporter target) and
+    the controller, then the exporters: Prometheus and the controller both see every
+    fault counter at 0 before the scripted faults, so increase() sees them."""
+    tmp = tmp_path_factory.mktemp("fleet")
+    ports = {node: free_port() for node in NODES}
+    api_port = free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(prometheus_config(ports, api_port))
+    data = tmp / "prom-data"
+    data.mkdir()
+    script = tmp / "faults.yaml"
+    script.write_text(FAULTS)
+    targets = {node: f"http://127.0.0.1:{port}/metrics" for node, port in ports.items()}
+    with contextlib.ExitStack() as stack:
+        prom = stack.enter_context(_run_prometheus(tmp, config, data, free_port()))
+        kube = stack.enter_context(running_apiserver())
+        for node in NODES:
+            kube.add(node_object(node))
+        kubeconfig = kube.write_kubeconfig(tmp / "kubeconfig")
+        stack.enter_context(autoscaler(autoscaler_args(tmp, targets, kubeconfig), api_port))
+        for node, args in NODES.items():
+            extra = ["--sim-script", str(script)] if node == "node-a" else []
+            common = ["--backends", "sim", "--poll-interval", "500ms", "--log.level", "warn"]
+            stack.enter_context(exporter([*common, *args, *extra], port=ports[node]))
+        yield prom
+
+
+def api(prom: str, path: str, **params: str) -> Any:
+    query = urllib.parse.urlencode(params, doseq=True)
+    try:
+        return json.loads(http_get(f"{prom}{path}?{query}", timeout=10))
+    except urllib.error.HTTPError as e:  # a 400 carries Prometheus's parse error
+        return json.loads(e.read())
+
+
+VARIABLE = re.compile(r"\$\{([A-Za-z_]\w*)(?::\w+)?\}|\$([A-Za-z_]\w*)")
+LABEL_VALUES = re.compile(r"label_values\((.*),\s*(\w+)\)", re.DOTALL)
+REGEX_SPECIAL = re.compile(r"([.+*?^$()\[\]{}|\\])")
+
+
+def substitute(expr: str, values: dict[str, str]) -> str:
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in values:
+            raise AssertionError(f"{expr!r} uses ${name}, which no variable defines")
+        return values[name]
+
+    return VARIABLE.sub(one, expr)
+
+
+def regex_value(values: list[str]) -> str:
+    """A multi-value selection as Grafana writes it into ``=~"..."``: escaped
+    alternatives in parentheses (the backslash doubled for the PromQL string)."""
+    escaped = [REGEX_SPECIAL.sub(r"\\\\\1", v) for v in values]
+    return "(" + "|".join(escaped) + ")"
+
+
+@dataclass
+class Variables:
+    values: dict[str, str]  # what each $name becomes in a query
+    first: dict[str, str]  # one real value each, for panels repeated by a variable
+
+
+def resolve_variables(prom: str, board: dict[str, Any], all_value: bool) -> Variables:
+    """Runs each variable's label_values() query in order (later ones use earlier
+    ones); a multi-value variable takes every value (or, with ``all_value``, what
+    Grafana's "All" writes: the variable's allValue), a single one the first."""
+    out = Variables(dict(BUILTINS), {})
+    for var in board["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        m = LABEL_VALUES.fullmatch(var["definition"].strip())
+        assert m, f"{board['title']}: variable {var['name']}: not label_values(...)"
+        selector = substitute(m.group(1), out.values)
+        body = api(prom, f"/api/v1/label/{m.group(2)}/values", **{"match[]": selector})
+        assert body["status"] == "success", f"{board['title']}: ${var['name']}: {body}"
+        found = sorted(body["data"])
+        assert found, f"{board['title']}: ${var['name']}: {var['definition']} returns nothing"
+        out.first[var["name"]] = found[0]
+        out.values[var["name"]] = regex_value(found) if var["multi"] else found[0]
+        if all_value and var.get("includeAll"):
+            out.values[var["name"]] = var["allValue"]
+    return out
+
+
+@dataclass
+class Query:
+    dashboard: str
+    panel: str
+    expr: str
+    instant: bool
+
+    @property
+    def where(self) -> str:
+        return f"{self.dashboard} / {self.panel}"
+
+
+def queries(prom: str, all_value: bool) -> list[Query]:
+    out: list[Query] = []
+    for board in committed().values():
+        variables = resolve_variables(prom, board, all_value)
+        for p in panels(board):
+            values = dict(variables.values)
+            if p.get("repeat"):
+                values[p["repeat"]] = variables.first[p["repeat"]]
+            panel = p["title"] + (" (All)" if all_value else "")
+            for t in p["targets"]:
+                expr = substitute(t["expr"], values)
+                out.append(Query(board["title"], panel, expr, bool(t.get("instant"))))
+    return out
+
+
+def run(prom: str, q: Query) -> tuple[str | None, int]:
+    """(error or None, number of series with samples)."""
+    now = time.time()
+    if q.instant:
+        body = api(prom, "/api/v1/query", query=q.expr, time=f"{now:.3f}")
+    else:
+        body = api(
+            prom,
+            "/api/v1/query_range",
+            query=q.expr,
+            start=f"{now - 10:.3f}",
+            end=f"{now:.3f}",
+            step="1",
+        )
+    if body["status"] != "success":
+        return f"{body.get('errorType')}: {body.get('error')}", 0
+    result = body["data"]["result"]
+    if body["data"]["resultType"] == "scalar":
+        return None, 1
+    return None, sum(1 for r in result if r.get("value") or r.get("values"))
+
+
+def empty_panels(prom: str, qs: list[Query]) -> tuple[list[str], list[str]]:
+    """(queries that failed to run, queries with no data), each named."""
+    errors, empty = [], []
+    for q in qs:
+        error, series = run(prom, q)
+        if error:
+            errors.append(f"{q.where}: {error}\n    {q.expr}")
+        elif not series:
+            empty.append(f"{q.where}: no data\n    {q.expr}")
+    return errors, empty
+
+
+def test_every_panel_query_returns_data(fleet: str) -> None:
+    # Variables and rate() need a few scrapes, and the faults come 6 s after the
+    # exporters start: wait, bounded, until every panel has data.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            # Every value of each variable selected, then "All" (allValue .*).
+            qs = queries(fleet, all_value=False) + queries(fleet, all_value=True)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+            continue
+        errors, empty = empty_panels(fleet, qs)
+        assert not errors, "queries Prometheus refused:\n" + "\n".join(errors)
+        if not empty:
+            break
+        assert time.monotonic() < deadline, (
+            f"{len(empty)} of {len(qs)} panel queries return no data:\n" + "\n".join(empty)
+        )
+        time.sleep(1)
+    boards = committed().values()
+    n_panels = sum(1 for b in boards for _ in panels(b))
+    print(f"\n{n_panels} panels, {len(qs)} queries (two selections), every one with data")
+    assert len(qs) >= 2 * n_panels
