@@ -12,7 +12,7 @@
 # separated choice of nvidia, amd, oneapi. A vendor left out costs nothing at run
 # time: its backend reports accel_exporter_backend_up 0 with one log line.
 #
-# tests/test_dockerfile.py lints this file (pinned bases, non-root USER, no
+# tests/integration/test_dockerfile.py lints this file (pinned bases, non-root USER, no
 # secrets, HEALTHCHECK); no container engine runs at test time.
 
 # Exact version tags, the same in both stages, so the venv built in the first

@@ -8,7 +8,7 @@ new dependency, and the JSON a reviewer reads is exactly what the code says.
     python dashboards/generate.py            # rewrites dashboards/*.json
     python dashboards/generate.py --check    # exit 1 when the committed JSON is stale
 
-``tests/test_dashboards.py`` runs every query of every panel against a real
+``tests/integration/test_dashboards.py`` runs every query of every panel against a real
 Prometheus scraping the sim exporter and the autoscaler, so a metric renamed in
 ``exporter/schema.py`` breaks a test, not a dashboard in production.
 
@@ -18,7 +18,7 @@ Conventions every panel follows:
   that "All" (``.*``) also matches series that lack the label: a single Prometheus
   usually has no ``cluster`` label at all, and the dashboards still work there.
 - Per-device series join ``accel_device_info`` on ``uuid`` (unique per device and per
-  partition, as the README's pod-attribution section does) to get ``model``; the
+  partition, as docs/exporter/pods.md does) to get ``model``; the
   fleet-wide panels keep whole devices only (``parent=""``), so that a GPU and its
   MIG instances are not counted twice.
 """
@@ -30,9 +30,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-Json = dict[str, Any]
-
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # run as a script: make the repo's packages importable
+    sys.path.insert(0, str(HERE.parent))
+
+from accel_common.names import REMEDIATION_ANNOTATION  # noqa: E402
+
+Json = dict[str, Any]
 SCHEMA_VERSION = 39
 DS: Json = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -792,7 +796,7 @@ def remediation() -> Json:
     lay.add(
         stat(
             "Nodes under remediation",
-            "Nodes carrying the accel-fleet.io/remediation annotation now.",
+            f"Nodes carrying the {REMEDIATION_ANNOTATION} annotation now.",
             f"sum(max by (node) (accel_autoscaler_nodes_under_remediation"
             f'{{{CLUSTER}, node=~"$node"}}))',
         ),
@@ -942,7 +946,7 @@ def remediation() -> Json:
     lay.add(
         table(
             "Nodes under remediation",
-            "Nodes carrying the accel-fleet.io/remediation annotation: which rule "
+            f"Nodes carrying the {REMEDIATION_ANNOTATION} annotation: which rule "
             "acts on them, with which action, and in which phase.",
             [
                 target(
