@@ -64,6 +64,20 @@ REMEDIATION_ANNOTATION: Final = f"{PREFIX}remediation"
 # When rebalance last moved a pod to or from the node (ISO time): its per-node
 # cooldown, kept on the node so that it survives a restart.
 REBALANCED_ANNOTATION: Final = f"{PREFIX}rebalanced"
+# The bare pods that migrate_jobs is moving off the node: JSON by "ns/name", each
+# with the original's uid, its replacement's name and its spec (no status, no
+# nodeName, no uid). Written before the eviction and removed once the replacement
+# exists, so a controller that dies in between still has the spec to finish with.
+BARE_PODS_ANNOTATION: Final = f"{PREFIX}bare-pods"
+
+# The controller's own record of what is not per node (autoscaler/engine/restore.py):
+# a ConfigMap named ``<controller-name>`` + this suffix, in the controller's namespace,
+# holding one JSON document under ``STATE_DATA_KEY``: whether the circuit breaker is
+# open and why, the per-target cooldowns (also of targets whose remediation ended)
+# and the last hour's actions. Rebuilt from, with the remediation annotations, at
+# start and at every leadership gain.
+STATE_CONFIGMAP_SUFFIX: Final = "-state"
+STATE_DATA_KEY: Final = "state.json"
 
 # Pod annotations, written by the people who submit jobs.
 #

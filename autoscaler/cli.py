@@ -55,7 +55,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             "  accel-autoscaler test rules/tests/               # rule unit tests\n"
             "  accel-autoscaler query 'rate(x[5m])' --series s.om --time 600\n"
             "  accel-autoscaler run --rules rules/ --source prometheus "
-            "--prometheus.url http://prometheus:9090 --dry-run\n"
+            "--prometheus.url http://prometheus:9090 --api.token-file token --dry-run\n"
             "  accel-autoscaler place pod.yaml --source prometheus --prometheus.url URL\n"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,

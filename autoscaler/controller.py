@@ -13,6 +13,15 @@ Only the replica that holds the Lease evaluates and acts; the others wait. With 
 Kubernetes API configured (``--dry-run`` only) decisions are recorded, not acted
 on, and the log says so. Flags and wiring live in ``commands/run.py``; the HTTP
 face in ``server.py``.
+
+State that survives: at start and at every leadership gain, before its first
+evaluation, the controller rebuilds the engine's memory from what it wrote on the
+cluster (``restore``: the nodes' remediation entries and its state record, the
+ConfigMap ``<controller-name>-state``; ``engine/restore.py`` says what comes from
+where), then resumes its in-flight work. Until that has succeeded it does not
+evaluate: an API server that cannot be read is no reason to act from memory. After
+each cycle the leader writes the state record when it changed (``StateRecord``),
+never in ``--dry-run``.
 """
 
 from __future__ import annotations
@@ -26,13 +35,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from accel_common.names import LEADER_LABEL
+from accel_common.names import LEADER_LABEL, STATE_DATA_KEY
 from autoscaler.actions.ownership import entries, parse_iso
 from autoscaler.clusterstate import ingest
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import NODES_QUERY, run_cycle, source_cluster
+from autoscaler.engine.restore import RecordError, parse_record, record_text, restore
 from autoscaler.engine.state import EngineState
 from autoscaler.executor import Executor
+from autoscaler.kube.errors import Conflict, KubeError, NotFound
+from autoscaler.kube.protocol import Kube, Obj
 from autoscaler.ruleset.model import RuleSet
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
@@ -54,6 +66,10 @@ class CycleStats:
     # Cycles skipped because another replica holds the Lease.
     standby: int = 0
     cluster_state_errors: int = 0
+    # Cycles skipped because the state could not be rebuilt from the cluster yet.
+    unrestored: int = 0
+    # Failed reads and writes of the state record.
+    state_record_errors: int = 0
 
 
 # The cluster-state series as (metric, labels, value) rows (autoscaler/clusterstate.py).
@@ -63,6 +79,85 @@ ClusterState = Callable[[float], Awaitable[ClusterRows]]
 
 def always_leading() -> bool:
     return True
+
+
+class StateRecord:
+    """The controller's state record: one ConfigMap in its namespace whose data key
+    ``state.json`` holds ``engine/restore.py``'s ``record_of`` the engine state.
+
+    Written by the leader only, and only when the text changed; with the
+    ConfigMap's ``resourceVersion``, so that a replica that lost the lead without
+    noticing cannot overwrite what the new leader wrote blindly: ``write`` then
+    answers False, and the controller rebuilds its state from the cluster, the new
+    record included, before its next write."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self._version: str | None = None
+        self._written: str | None = None
+
+    async def read(self) -> EngineState | None:
+        """The state the record holds; None when there is none (or it cannot be
+        read as a record: logged, and overwritten by the next write). KubeError
+        when the API server does not answer."""
+        try:
+            cm = await self.kube.get_configmap(self.namespace, self.name)
+        except NotFound:
+            self._version = self._written = None
+            return None
+        self._version = str((cm.get("metadata") or {}).get("resourceVersion") or "") or None
+        text = (cm.get("data") or {}).get(STATE_DATA_KEY)
+        self._written = text
+        if not text:
+            return None
+        try:
+            return parse_record(text)
+        except RecordError as e:
+            log.warning(
+                "configmap %s/%s: the state record cannot be read, starting from the node "
+                "entries alone: %s",
+                self.namespace,
+                self.name,
+                e,
+            )
+            self._written = None
+            return None
+
+    async def write(self, state: EngineState) -> bool:
+        """Store ``state``'s record if it changed since the last read or write.
+        True when the record is current afterwards."""
+        text = record_text(state)
+        if text == self._written:
+            return True
+        body: Obj = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "data": {STATE_DATA_KEY: text},
+        }
+        try:
+            if self._version is None:
+                try:
+                    stored = await self.kube.create_configmap(self.namespace, body)
+                except Conflict as e:
+                    if not e.already_exists:
+                        raise
+                    current = await self.kube.get_configmap(self.namespace, self.name)
+                    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                    stored = await self.kube.replace_configmap(self.namespace, self.name, body)
+            else:
+                body["metadata"]["resourceVersion"] = self._version
+                stored = await self.kube.replace_configmap(self.namespace, self.name, body)
+        except Conflict as e:
+            # Someone else wrote it (a new leader): read it again before writing.
+            self._version = self._written = None
+            log.warning("configmap %s/%s changed under us: %s", self.namespace, self.name, e)
+            return False
+        self._version = str(stored["metadata"]["resourceVersion"])
+        self._written = text
+        return True
 
 
 class Controller:
@@ -77,6 +172,7 @@ class Controller:
         executor: Executor | None = None,
         leading: Callable[[], bool] = always_leading,
         cluster_state: ClusterState | None = None,
+        record: StateRecord | None = None,
     ) -> None:
         self.watcher = watcher
         self.source = source
@@ -95,6 +191,10 @@ class Controller:
         self.stats = CycleStats()
         self.source_up = False
         self.lock = asyncio.Lock()
+        self.record = record
+        # Whether the engine state was rebuilt from the cluster since this replica
+        # started or last gained the lead; nothing to rebuild without an API.
+        self.restored = executor is None
 
     @property
     def ruleset(self) -> RuleSet:
@@ -171,15 +271,72 @@ class Controller:
         if self.executor is not None:
             self.executor.submit(d)
 
+    async def restore(self) -> bool:
+        """Rebuild the engine state from the cluster and resume the in-flight work,
+        once per start or leadership gain (a no-op when done already). False when
+        the API server could not be read: the next cycle tries again."""
+        async with self.lock:
+            return await self._restore()
+
+    def stand_down(self) -> None:
+        """This replica lost the lead: its memory is stale from now on, and the
+        next gain rebuilds it."""
+        if self.executor is not None:
+            self.restored = False
+
+    async def _restore(self) -> bool:
+        if self.restored or self.executor is None:
+            self.restored = True
+            return True
+        if not await self._rebuild():
+            return False
+        self.restored = True
+        await self.executor.resume({r.name for r in self.ruleset.rules})
+        return True
+
+    async def _rebuild(self) -> bool:
+        """The engine state from the nodes and the state record (engine/restore.py)."""
+        assert self.executor is not None
+        ctx = self.executor.ctx
+        try:
+            nodes = await ctx.kube.list_nodes()
+            record = await self.record.read() if self.record is not None else None
+        except KubeError as e:
+            self.stats.state_record_errors += 1
+            log.warning("cannot rebuild the remediation state from the cluster yet: %s", e)
+            return False
+        found = restore(self.state, nodes, record, ctx.controller, self.ruleset, self.clock())
+        log.info("remediation state rebuilt from the cluster: %s", found.summary())
+        return True
+
+    async def _persist(self) -> None:
+        if self.record is None or self.dry_run or self.executor is None:
+            return
+        try:
+            current = await self.record.write(self.state)
+        except KubeError as e:
+            self.stats.state_record_errors += 1
+            log.warning("cannot write the state record: %s", e)
+            return
+        if not current:
+            # Another replica wrote the record: this one's memory is stale. Take the
+            # cluster's word (without resuming anything: its own tasks still run).
+            self.stats.state_record_errors += 1
+            await self._rebuild()
+
     async def cycle(self) -> list[Decision]:
-        """One evaluation (``engine/cycle.py``), if this replica leads. The lock keeps
-        an API call (breaker reset) and the loop from interleaving on the engine
-        state."""
+        """One evaluation (``engine/cycle.py``), if this replica leads and its state
+        was rebuilt from the cluster. The lock keeps an API call (breaker reset) and
+        the loop from interleaving on the engine state."""
         async with self.lock:
             if not self.leading():
                 if self.stats.standby == 0:
                     log.info("standing by: another replica holds the leader lease")
                 self.stats.standby += 1
+                self.stand_down()
+                return []
+            if not await self._restore():
+                self.stats.unrestored += 1
                 return []
             start = time.perf_counter()
             if self.watcher.check() or self.stats.cycles == 0:
@@ -204,6 +361,7 @@ class Controller:
             self.stats.cycles += 1
             self.stats.last_duration = time.perf_counter() - start
             self.stats.last_timestamp = now
+            await self._persist()
             return result.decisions
 
     async def run_forever(self) -> None:

@@ -11,6 +11,8 @@ many there are.
 On taking the lead (or starting), ``resume`` re-runs the in-flight work recorded
 in node annotations by this controller: each action is idempotent, so a resumed
 drain finishes the drain and evicts nothing twice (autoscaler/actions/ownership.py).
+Work whose rule left the rule set meanwhile is ended where it stands instead: what
+it did stays done, and it starts no new step.
 
 Every outcome is counted (``accel_autoscaler_actions_total``), timed from the
 decision to the task's first API call and to its end, and kept (the last 500)
@@ -23,15 +25,17 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.actions import ACTIONS
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import IN_FLIGHT, entries, ours
+from autoscaler.actions.drain import abandon
+from autoscaler.actions.ownership import IN_FLIGHT, Entry, entries, ours
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError
+from autoscaler.kube.names import target_problems
 
 log = logging.getLogger("accel_autoscaler.executor")
 
@@ -146,8 +150,11 @@ class Executor:
             event_namespace=self.ctx.event_namespace,
         )
         started = self.ctx.clock()
+        bad_names = target_problems(d.target)
         if spec is None or spec.execute is None:
             outcome = Outcome("failed", f"action {d.action} cannot be executed")
+        elif bad_names:  # before any API call: a label like n1/status must not reach a path
+            outcome = Outcome("failed", "refused before any API call: " + "; ".join(bad_names))
         else:
             try:
                 outcome = await spec.execute(ctx, d)
@@ -177,8 +184,10 @@ class Executor:
             outcome.message,
         )
 
-    async def resume(self) -> int:
-        """Submit this controller's in-flight work recorded on the nodes."""
+    async def resume(self, rules: Collection[str] | None = None) -> int:
+        """Submit this controller's in-flight work recorded on the nodes. With
+        ``rules`` (the rule names now loaded), work whose rule is not among them is
+        not resumed but ended where it stands (``actions/drain.py``, ``abandon``)."""
         try:
             nodes = await self.ctx.kube.list_nodes()
         except KubeError as err:
@@ -188,6 +197,9 @@ class Executor:
         for node in nodes:
             for rule, e in entries(node).items():
                 if not ours(e, self.ctx) or e.phase not in IN_FLIGHT:
+                    continue
+                if rules is not None and rule not in rules:
+                    await self._abandon(node["metadata"]["name"], rule, e)
                     continue
                 target = dict(e.target) or {"node": node["metadata"]["name"]}
                 target.setdefault("node", node["metadata"]["name"])
@@ -209,6 +221,24 @@ class Executor:
         if n:
             log.info("resuming %d remediation(s) in flight", n)
         return n
+
+    async def _abandon(self, node: str, rule: str, entry: Entry) -> None:
+        started = self.ctx.clock()
+        d = Decision(
+            rule=rule,
+            kind="act",
+            action=entry.action,
+            params=entry.params,
+            target=dict(entry.target) or {"node": node},
+            sample_labels=(),
+            sample_value=0.0,
+            at=started,
+            dry_run=self.ctx.dry_run,
+            reason=f"in flight ({entry.phase}) after a restart, but its rule left the rule set",
+        )
+        outcome = await abandon(self.ctx, node, rule, entry)
+        self.outcomes[(rule, entry.action, outcome.status)] += 1
+        self.history.append(Record(d, outcome, started, None, 0.0))
 
     async def stop(self) -> None:
         """Cancel every running action (leadership lost, or shutting down). The

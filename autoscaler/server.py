@@ -5,7 +5,9 @@ reset.
 The two endpoints that change state (alerts in, breaker reset) require a bearer
 token or basic auth when one is configured; the breaker reset is refused outright
 when none is, since anyone who can reach the port could otherwise re-open the
-fleet to remediation during a fault storm.
+fleet to remediation during a fault storm. Without one, ``run`` serves the webhook
+only on a loopback address, or where ``--api.allow-unauthenticated`` says so
+(``commands/run.py`` checks that before anything listens).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from aiohttp import web
 
 from accel_common.exposition import Exposition
 from accel_common.names import REMEDIATION_ANNOTATION
+from accel_common.secrets import read_basic_auth, read_token
 from autoscaler import __version__, clusterstate
 from autoscaler.controller import Controller
 from autoscaler.engine.state import reset_breaker
@@ -141,6 +144,19 @@ def render_metrics(c: Controller) -> str:
         "Cycles in which the cluster state could not be read from the API server.",
         [({}, c.stats.cluster_state_errors)],
     )
+    family(
+        "accel_autoscaler_unrestored_cycles_total",
+        "counter",
+        "Cycles skipped because the state could not yet be rebuilt from the cluster "
+        "(node ownership entries and the state ConfigMap): nothing acts from memory alone.",
+        [({}, c.stats.unrestored)],
+    )
+    family(
+        "accel_autoscaler_state_record_errors_total",
+        "counter",
+        "Failed reads and writes of the controller's state ConfigMap.",
+        [({}, c.stats.state_record_errors)],
+    )
     counts = getattr(c.kube, "request_counts", None)
     if counts is not None:
         family(
@@ -152,11 +168,21 @@ def render_metrics(c: Controller) -> str:
                 for (v, res, code), n in sorted(counts.items())
             ],
         )
+    # Expired alerts go first, so that the gauge never counts one past its TTL.
+    c.alerts.expire(c.clock())
     family(
         "accel_autoscaler_alerts_firing",
         "gauge",
         "Alertmanager alerts currently firing, as received on the webhook.",
         [({}, len(c.alerts.firing))],
+    )
+    family(
+        "accel_autoscaler_alerts_dropped_total",
+        "counter",
+        "Alerts dropped by the webhook receiver, by reason: expired (not re-sent within "
+        "--alerts.ttl), limit (--alerts.limit held already), standby (this replica stood "
+        "down), stale (a replay of a resolved or earlier incident).",
+        [(dict(reason=r), n) for r, n in sorted(c.alerts.dropped.items())],
     )
     clusterstate.write(c.cluster_rows, out)
     return out.text()
@@ -181,11 +207,18 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Auth:
-    """Bearer token and/or basic auth, read from files at start."""
+    """Bearer token and/or basic auth, read from files at start.
+
+    A file that is empty or holds only whitespace is refused (``SecretError``), so
+    ``Authorization: Bearer `` can never match. Credentials are compared as bytes
+    with ``hmac.compare_digest``, the user and the password of basic auth each in
+    full, so the time an answer takes says nothing about how much of a guess was
+    right.
+    """
 
     def __init__(self, token_file: Path | None, basic_auth_file: Path | None) -> None:
-        self.token = token_file.read_text().strip().encode() if token_file else None
-        self.basic = basic_auth_file.read_text().strip().encode() if basic_auth_file else None
+        self.token = read_token(token_file) if token_file else None
+        self.basic = read_basic_auth(basic_auth_file) if basic_auth_file else None
 
     @property
     def configured(self) -> bool:
@@ -197,14 +230,20 @@ class Auth:
         if header is None:
             return False
         scheme, _, credentials = header.partition(" ")
+        # aiohttp decodes header bytes with surrogateescape; this gives them back.
+        given = credentials.strip().encode("utf-8", "surrogateescape")
         if scheme.lower() == "bearer" and self.token is not None:
-            return hmac.compare_digest(credentials.strip().encode(), self.token)
+            return hmac.compare_digest(given, self.token)
         if scheme.lower() == "basic" and self.basic is not None:
             try:
-                decoded = base64.b64decode(credentials.strip(), validate=True)
+                decoded = base64.b64decode(given, validate=True)
             except (binascii.Error, ValueError):
                 return False
-            return hmac.compare_digest(decoded, self.basic)
+            user, sep, password = decoded.partition(b":")
+            # Both comparisons always run: no early answer for a wrong user.
+            user_ok = hmac.compare_digest(user, self.basic[0])
+            password_ok = hmac.compare_digest(password, self.basic[1])
+            return bool(sep) and user_ok and password_ok
         return False
 
 
@@ -274,10 +313,19 @@ def make_app(
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             return refuse(400, f"malformed JSON: {e}")
         try:
-            firing, resolved = c.alerts.ingest(payload, c.clock())
+            done = c.alerts.ingest(payload, c.clock())
         except PayloadError as e:
             return refuse(400, str(e))
-        return web.json_response({"status": "success", "firing": firing, "resolved": resolved})
+        # Dropped alerts (stale replays, over the limit) still answer 200: a retry
+        # would be dropped the same way.
+        return web.json_response(
+            {
+                "status": "success",
+                "firing": done.firing,
+                "resolved": done.resolved,
+                "dropped": dict(done.dropped),
+            }
+        )
 
     async def breaker_reset(request: web.Request) -> web.StreamResponse:
         if not auth.configured:

@@ -28,6 +28,12 @@ phase ``draining``), then its pods are evicted until none is left or
 controller keeps the same deadline). The phase becomes ``drained``, or
 ``drain-incomplete`` with the pods that stayed. Events: ``DrainStarted`` and
 ``Drained``/``DrainIncomplete`` on the node, ``Evicted`` on each pod.
+
+A drain (or a migrate_jobs) found in flight after a restart whose rule is no longer
+in the rule set is not resumed (``abandon``): the pods it evicted stay evicted, the
+node stays cordoned (a person, or the ``uncordon`` action, lifts it), no new
+eviction starts, the phase becomes ``drain-incomplete`` (``migrate-incomplete``)
+and the Warning Event ``DrainAbandoned`` says why.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autoscaler.actions import barepods
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -51,7 +58,15 @@ from autoscaler.actions.base import (
 )
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import claim, node_of, undo
-from autoscaler.actions.ownership import event, iso, parse_iso
+from autoscaler.actions.ownership import (
+    INCOMPLETE,
+    Entry,
+    event,
+    iso,
+    node_ref,
+    parse_iso,
+    set_phase,
+)
 from autoscaler.actions.pods import evict_until, finish
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
@@ -245,6 +260,40 @@ async def drain_node(
         reason=reason,
     )
     return await execute(ctx, decision)
+
+
+async def abandon(ctx: ActionContext, node: str, rule: str, entry: Entry) -> Outcome:
+    """End an in-flight drain or migrate_jobs whose rule left the rule set while no
+    replica was running it: record the incomplete phase and say so, and start
+    nothing. What it did stays done (evicted pods are not brought back, the cordon
+    or taint stays, owned by the entry, for a person or ``uncordon`` to lift)."""
+    phase = INCOMPLETE.get(entry.phase, entry.phase)
+    message = (
+        f"{entry.action} on node {node} (started {entry.started}) stopped: rule {rule} is no "
+        "longer in the rule set; the pods it evicted stay evicted, the node stays as it is, "
+        "and no new eviction starts"
+    )
+    if entry.action == "migrate_jobs":
+        # Not a new step but the end of one: a bare pod already evicted gets the
+        # replacement its kept spec is for, or it would be lost (actions/barepods.py).
+        try:
+            recreated = (await barepods.settle(ctx, node, final=True)).recreated
+        except NotFound:
+            return Outcome("skipped", f"node {node} no longer exists")
+        except KubeError as e:
+            recreated = []
+            message += f"; could not finish its bare pods' replacements: {e}"
+        if recreated:
+            message += f"; recreated {len(recreated)} bare pod(s) it had evicted"
+    log.warning("%s", message)
+    try:
+        await set_phase(ctx, node, rule, phase, message)
+    except NotFound:
+        return Outcome("skipped", f"node {node} no longer exists")
+    except KubeError as e:
+        return Outcome("failed", f"node {node}: could not record phase {phase}: {e}")
+    await event(ctx, node_ref(node), "DrainAbandoned", message, warning=True, action=entry.action)
+    return Outcome("skipped", message, {"phase": phase})
 
 
 SPEC = ActionSpec(

@@ -15,13 +15,23 @@ keeps replacements off the node from then on. Then the pods are evicted through
 the Eviction API (PodDisruptionBudgets are honoured: a refusal is retried until
 ``drainTimeout``). A pod owned by a Job, JobSet, StatefulSet or ReplicaSet is
 recreated elsewhere by its owner. A bare pod has no owner to do that, so it is
-recreated here before it is evicted, with its spec intact but for ``nodeName``
-and a required node affinity that excludes the failed node; its name is derived
-from the original's uid, so a retry after a crash finds the replacement already
-there instead of making a second one. With ``deviceOnly`` the pods holding the
-device come from the exporter's ``accel_device_pod_info`` (the kubelet's
-assignment); when that is unknown every device-using pod of the node goes, and
-the Event says so. Phase ``migrated`` (or ``migrate-incomplete``). Events:
+recreated here, and never runs twice: its spec is kept in the node annotation
+``accel-fleet.io/bare-pods`` first, then it is evicted, and only once it is gone
+is the replacement created (the same spec but for ``nodeName``, a required node
+affinity that excludes the failed node, a name derived from the original's uid)
+and the record removed. A refused eviction leaves the original as the one copy;
+a controller that dies in between finishes from the record when it resumes
+(``autoscaler/actions/barepods.py`` walks through every cut point). A bare pod
+whose spec would take the node's annotations past Kubernetes' 256 KiB is left in
+place, and the outcome says so.
+
+With ``deviceOnly`` the pods holding the device come from the exporter's
+``accel_device_pod_info`` (the kubelet's assignment). When that is unknown (no
+series for the device, a failed query, no source) nothing is evicted and nothing
+is tainted: the outcome is ``skipped`` with ``unknown holders`` and the reason, as
+missing data must never act more widely than known data would. Phase
+``migrated`` (or ``migrate-incomplete``; it stays ``migrating``, to be resumed,
+while a bare pod's replacement waits for its original to terminate). Events:
 ``MigrationStarted`` and ``Migrated``/``MigrationIncomplete`` on the node,
 ``Evicted`` on each pod, ``Recreated`` on each bare pod's replacement.
 
@@ -34,20 +44,21 @@ Parameters:
                                                                ``true:NoSchedule``
 ``drainTimeout``  how long to keep evicting (duration, > 0)    ``10m``
 ``deviceOnly``    evict only pods holding the target device;   ``false``
-                  needs target ``device``
+                  needs target ``device``; unknown holders
+                  evict nothing
 ================  ===========================================  ===========================
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accel_common.names import DEFAULT_TAINT, KUBELET_CONFIG_PREFIX
+from accel_common.names import BARE_PODS_ANNOTATION as BARE_PODS
+from accel_common.names import DEFAULT_TAINT
+from autoscaler.actions import barepods
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -61,7 +72,7 @@ from autoscaler.actions.base import (
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT
 from autoscaler.actions.nodeops import claim, node_of, undo
-from autoscaler.actions.ownership import MIGRATED_FROM, event, iso, parse_iso
+from autoscaler.actions.ownership import event, iso, parse_iso
 from autoscaler.actions.pods import (
     controller_owner,
     evict_until,
@@ -71,10 +82,10 @@ from autoscaler.actions.pods import (
     uses_devices,
 )
 from autoscaler.decision import Decision
-from autoscaler.kube.errors import Conflict, KubeError, NotFound
+from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
 from autoscaler.promql.matchers import quote
-from autoscaler.types import Vector
+from autoscaler.types import Unknown, Vector
 
 log = logging.getLogger("accel_autoscaler.actions")
 
@@ -108,48 +119,24 @@ def check_target(params: Mapping[str, Any], target: str) -> list[ParamProblem]:
     return []
 
 
-def replacement(pod: Obj, node: str) -> Obj:
-    """A bare pod's replacement: the same spec, minus ``nodeName``, plus a required
-    node affinity that excludes ``node``; named after the original's uid so that
-    creating it twice is a Conflict, not a second copy."""
-    m = meta(pod)
-    uid = str(m.get("uid") or pod_key(pod))
-    suffix = hashlib.sha256(uid.encode()).hexdigest()[:6]
-    spec = copy.deepcopy(pod.get("spec") or {})
-    spec.pop("nodeName", None)
-    avoid = {"key": "metadata.name", "operator": "NotIn", "values": [node]}
-    affinity = spec.setdefault("affinity", {})
-    node_affinity = affinity.setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms = required.get("nodeSelectorTerms") or [{}]
-    for term in terms:
-        term.setdefault("matchFields", []).append(dict(avoid))
-    required["nodeSelectorTerms"] = terms
-    annotations = {
-        k: v
-        for k, v in (m.get("annotations") or {}).items()
-        if not k.startswith(KUBELET_CONFIG_PREFIX)
-    }
-    annotations[MIGRATED_FROM] = f"{pod_key(pod)}@{node}"
-    metadata: Obj = {
-        "name": f"{m['name'][:240]}-m{suffix}",
-        "namespace": m.get("namespace", "default"),
-        "annotations": annotations,
-    }
-    if m.get("labels"):
-        metadata["labels"] = dict(m["labels"])
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-async def _device_pods(ctx: ActionContext, node: str, device: str) -> set[str] | None:
-    """``namespace/pod`` of the pods holding ``device``, or None when unknown."""
+async def _device_pods(ctx: ActionContext, node: str, device: str) -> tuple[set[str] | None, str]:
+    """``namespace/pod`` of the pods holding ``device``, or None and why that is
+    unknown. No series is unknown too: the exporter publishes
+    ``accel_device_pod_info`` only for what the kubelet assigned, and "no pod" and
+    "the kubelet could not be asked" look the same from here."""
+    if not device:
+        return None, "the target names no device"
     if ctx.query is None:
-        return None
+        return None, "no metrics source to ask"
     expr = f"accel_device_pod_info{{node={quote(node)},device={quote(device)}}}"
     result = await ctx.query(expr, ctx.clock())
+    if isinstance(result, Unknown):
+        return None, f"accel_device_pod_info is unknown: {result.reason}"
     if not isinstance(result, Vector):
-        return None
-    return {f"{s.get('namespace')}/{s.get('pod')}" for s in result.samples}
+        return None, "accel_device_pod_info is not a vector"
+    if not result.samples:
+        return None, f"no accel_device_pod_info series for {device} on {node}"
+    return {f"{s.get('namespace')}/{s.get('pod')}" for s in result.samples}, ""
 
 
 async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
@@ -160,12 +147,11 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     device = decision.target.get("device", "")
     holders: set[str] | None = None
     scope = f"every device-using pod of node {name}"
-    if params.device_only and device:
-        holders = await _device_pods(ctx, name, device)
+    if params.device_only:
+        holders, why = await _device_pods(ctx, name, device)
         if holders is None:
-            scope += f" (which pods hold {device} is unknown: no accel_device_pod_info)"
-        else:
-            scope = f"the {len(holders)} pod(s) holding {device}"
+            return await _unknown_holders(ctx, decision, name, device, why)
+        scope = f"the {len(holders)} pod(s) holding {device}"
     try:
         claimed = await claim(ctx, decision, phase="migrating", taint=params.taint)
     except NotFound:
@@ -182,34 +168,44 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         action=NAME,
     )
     recreated: list[str] = []
+    # Whether the node may hold bare-pod records: skip the final read when not.
+    saved = [bool((meta(claimed.node).get("annotations") or {}).get(BARE_PODS))]
 
     def select(pod: Obj) -> bool:
         if holders is not None:
             return pod_key(pod) in holders
         return uses_devices(pod)
 
-    async def before_evict(pod: Obj) -> None:
+    async def before_evict(pod: Obj) -> str | None:
         if controller_owner(pod) is not None:
-            return  # its owner makes a new one; the taint keeps it off this node
-        body = replacement(pod, name)
-        namespace = body["metadata"]["namespace"]
-        try:
-            created = await ctx.kube.create_pod(namespace, body)
-        except Conflict as e:
-            if not e.already_exists:
-                raise
-            log.info("replacement %s/%s already exists", namespace, body["metadata"]["name"])
+            return None  # its owner makes a new one; the taint keeps it off this node
+        saved[0] = True
+        return await barepods.save(ctx, name, pod, decision.rule)
+
+    async def after_evict(pod: Obj) -> None:
+        if controller_owner(pod) is not None:
             return
-        recreated.append(f"{namespace}/{body['metadata']['name']}")
-        await event(
-            ctx,
-            created if created.get("metadata") else body,
-            "Recreated",
-            f"replaces bare pod {pod_key(pod)} moved off node {name} by rule {decision.rule}",
-            action="Create",
+        record = barepods.Record(
+            str(meta(pod).get("uid") or ""),
+            decision.rule,
+            barepods.replacement_name(pod),
+            barepods.sanitised(pod),
         )
+        key = pod_key(pod)
+        if ctx.dry_run:
+            # The original stays in a dry run; show the create that would follow.
+            state = await barepods.create(ctx, name, key, record)
+        else:
+            state = await barepods.complete(ctx, name, key, record)
+            if state in ("recreated", "exists"):
+                await barepods.drop(ctx, name, {key: record.uid})
+        if state == "recreated":
+            recreated.append(f"{meta(pod).get('namespace', 'default')}/{record.replacement}")
 
     try:
+        # First what an earlier run left: replacements of pods it evicted.
+        earlier = await barepods.settle(ctx, name, final=False, read=claimed.node)
+        recreated.extend(earlier.recreated)
         result = await evict_until(
             ctx,
             name,
@@ -218,7 +214,12 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             rule=decision.rule,
             why=f"migrated off failing node ({decision.rule})",
             before_evict=before_evict,
+            after_evict=after_evict,
         )
+        if saved[0] and not result.stopped:
+            settled = await barepods.settle(ctx, name, final=True)
+            recreated.extend(settled.recreated)
+            result.waiting.update(settled.waiting)
     except KubeError as e:
         return Outcome("failed", f"node {name}: {e}")
     return await finish(
@@ -227,11 +228,38 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         decision.rule,
         NAME,
         result,
-        phases=("migrated", "migrate-incomplete"),
+        # A replacement still to create keeps the work in flight: the next leader
+        # (or this one after a restart) resumes it from the node annotation.
+        phases=("migrated", "migrating" if result.waiting else "migrate-incomplete"),
         reasons=("Migrated", "MigrationIncomplete"),
         extra=f", recreated {len(recreated)} bare pod(s) elsewhere" if recreated else "",
         details={"recreated": recreated},
     )
+
+
+async def _unknown_holders(
+    ctx: ActionContext, decision: Decision, node: str, device: str, why: str
+) -> Outcome:
+    """``deviceOnly`` with unknown holders: evict nothing, since missing data must
+    never act more widely than known data would. Only the replacements of bare pods
+    that an earlier run already evicted are finished (that loses nothing and moves
+    nothing)."""
+    message = (
+        f"node {node}: unknown holders: which pods hold {device or 'the device'} is unknown "
+        f"({why}); deviceOnly evicts nothing rather than every device pod of the node"
+    )
+    details: dict[str, object] = {"unknown": "holders", "device": device, "evicted": []}
+    try:
+        settled = await barepods.settle(ctx, node, final=True)
+    except NotFound:
+        return Outcome("skipped", message, details)
+    except KubeError as e:
+        return Outcome("failed", f"{message}; finishing earlier bare-pod moves: {e}", details)
+    if settled.recreated:
+        details["recreated"] = settled.recreated
+        message += f"; recreated {len(settled.recreated)} bare pod(s) an earlier run evicted"
+    log.warning("rule %s: %s", decision.rule, message)
+    return Outcome("skipped", message, details)
 
 
 SPEC = ActionSpec(

@@ -24,6 +24,13 @@ What it is for:
   entries of its own controller name; each action is idempotent (a pod already gone
   is not evicted again), so a resumed drain finishes the drain and nothing else.
   ``started`` is kept across the restart, so the drain's deadline does not move.
+  An in-flight entry whose rule left the rule set meanwhile is not resumed: it ends
+  ``drain-incomplete`` (``migrate-incomplete``), the pods already evicted stay
+  evicted, and no new eviction starts (``actions/drain.py``, ``abandon``).
+- **Remember across restarts.** The entries of this controller are also what the
+  engine's memory is rebuilt from at start and at every leadership gain: which
+  targets are under remediation, the nodes the circuit breaker counts, and when
+  each remediation started (``autoscaler/engine/restore.py``).
 
 Changes are read-modify-write with the node's ``resourceVersion`` (``update_node``),
 so two writers (a person with kubectl, a second rule) never overwrite each other:
@@ -55,6 +62,9 @@ COMPONENT = "accel-autoscaler"
 
 # Phases whose work is not finished: resumed after a restart or a new leader.
 IN_FLIGHT = ("draining", "migrating")
+# The finished phase that an in-flight one ends in when it stops short of its end
+# (its pods left, or its rule left the rule set before a restart resumed it).
+INCOMPLETE = {"draining": "drain-incomplete", "migrating": "migrate-incomplete"}
 
 
 def iso(t: float) -> str:
@@ -250,6 +260,7 @@ def node_ref(name: str) -> Obj:
 
 __all__ = [
     "ANNOTATION",
+    "INCOMPLETE",
     "IN_FLIGHT",
     "MIGRATED_FROM",
     "NO_REBALANCE",

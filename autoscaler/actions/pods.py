@@ -7,13 +7,15 @@ the deadline, re-reading the node's pods each round, so a pod that its owner
 already replaced, or that finished, is not evicted again; a pod that is already
 terminating (``deletionTimestamp``) counts as gone. Across a restart the deadline
 is the one recorded in the node annotation, so a resumed drain does not start
-its clock again.
+its clock again. Two hooks let an action do its own part around each eviction
+without a loop of its own: ``migrate_jobs`` keeps a bare pod's spec before it and
+creates the replacement after it (``autoscaler/actions/barepods.py``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from accel_common.names import MIRROR_POD_ANNOTATION, is_device_resource
@@ -86,11 +88,16 @@ class EvictionResult:
     refused: dict[str, str] = field(default_factory=dict)
     forced: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    # Pods that ``before_evict`` kept in place, with why (a bare pod whose spec
+    # cannot be kept), and work begun but not finished (a bare pod's replacement
+    # that waits for its original to terminate).
+    held: dict[str, str] = field(default_factory=dict)
+    waiting: dict[str, str] = field(default_factory=dict)
     stopped: str = ""
 
     @property
     def complete(self) -> bool:
-        return not self.refused and not self.failed and not self.stopped
+        return not (self.refused or self.failed or self.held or self.waiting or self.stopped)
 
 
 async def evict_until(
@@ -103,15 +110,18 @@ async def evict_until(
     why: str,
     grace_period_seconds: int | None = None,
     force_after_deadline: bool = False,
-    before_evict: Callable[[Obj], object] | None = None,
+    before_evict: Callable[[Obj], Awaitable[str | None]] | None = None,
+    after_evict: Callable[[Obj], Awaitable[None]] | None = None,
 ) -> EvictionResult:
     """Evict the node's pods that ``select`` picks (and ``evictable`` allows) until
     none is left or ``deadline`` (``ctx.clock()`` time) passes.
 
-    ``before_evict(pod)`` (a coroutine function) runs before each first eviction
-    attempt of a pod, e.g. to create a bare pod's replacement. With
-    ``force_after_deadline`` the pods a PDB still protects at the deadline are
-    deleted; otherwise they stay, and are reported.
+    ``before_evict(pod)`` runs before the first eviction attempt of each pod (to
+    keep a bare pod's spec); a reason it returns keeps the pod in place
+    (``result.held``). ``after_evict(pod)`` runs after each successful eviction (to
+    create a bare pod's replacement). With ``force_after_deadline`` the pods a PDB
+    still protects at the deadline are deleted; otherwise they stay, and are
+    reported.
     """
     result = EvictionResult()
     prepared: set[str] = set()
@@ -124,7 +134,10 @@ async def evict_until(
         pods = [
             p
             for p in await ctx.kube.list_pods(node=node)
-            if select(p) and evictable(p) is None and meta(p).get("uid", pod_key(p)) not in gone
+            if select(p)
+            and evictable(p) is None
+            and meta(p).get("uid", pod_key(p)) not in gone
+            and pod_key(p) not in result.held
         ]
         if not pods:
             result.refused.clear()
@@ -144,7 +157,11 @@ async def evict_until(
             key = pod_key(p)
             uid = meta(p).get("uid")
             if before_evict is not None and key not in prepared:
-                await _maybe_await(before_evict(p))
+                held = await before_evict(p)
+                if held is not None:
+                    log.warning("%s stays on node %s: %s", key, node, held)
+                    result.held[key] = held
+                    continue
                 prepared.add(key)
             try:
                 await ctx.kube.evict_pod(
@@ -175,6 +192,8 @@ async def evict_until(
                 f"evicted from node {node} by rule {rule}: {why}",
                 action="Evict",
             )
+            if after_evict is not None:
+                await after_evict(p)
         if ctx.dry_run:
             # Nothing a dry run evicts goes away; one pass shows what would happen.
             return result
@@ -183,13 +202,6 @@ async def evict_until(
         if not refused_now:
             continue
         await ctx.sleep(min(ctx.retry_interval, max(0.0, deadline - ctx.clock())) or 0.001)
-
-
-async def _maybe_await(value: object) -> None:
-    import inspect
-
-    if inspect.isawaitable(value):
-        await value
 
 
 async def _force(
@@ -264,6 +276,12 @@ def summary(result: EvictionResult, kept: Sequence[str] = ()) -> str:
     if result.failed:
         sample = "; ".join(f"{k}: {v}" for k, v in list(result.failed.items())[:3])
         parts.append(f"{len(result.failed)} failed ({sample})")
+    if result.held:
+        sample = "; ".join(f"{k}: {v}" for k, v in list(result.held.items())[:3])
+        parts.append(f"kept {len(result.held)} in place ({sample})")
+    if result.waiting:
+        sample = "; ".join(f"{k}: {v}" for k, v in list(result.waiting.items())[:3])
+        parts.append(f"{len(result.waiting)} replacement(s) not created yet ({sample})")
     if kept:
         parts.append(f"left {len(kept)} in place")
     if result.stopped:
@@ -281,7 +299,9 @@ __all__ = [
     "finish",
     "is_daemonset_pod",
     "is_device_resource",
+    "is_finished",
     "is_mirror_pod",
+    "is_terminating",
     "meta",
     "pod_key",
     "summary",

@@ -5,8 +5,11 @@ Deleting, not evicting: the pod is the problem, not the node, and its
 PodDisruptionBudget exists to protect healthy replicas, not to keep a hung one
 holding a device. ``maxRequeues`` stops a job that hangs every time from cycling
 forever (the count lives in an ``accel-fleet.io/`` annotation on the owner), and
-``backoff`` spaces the requeues of one job. There is nothing to undo, so a rule
-with this action has no ``recover``.
+the requeues of one job are spaced exponentially, in Kueue's shape
+(``waitForPodsReady.requeuingStrategy``): after the n-th requeue the next waits
+``backoff`` × 2^(n-1), at most ``maxBackoff``. A job that hangs every time costs its
+devices less and less often, while one that hung once is retried soon. There is
+nothing to undo, so a rule with this action has no ``recover``.
 
 Targets: ``pod``.
 
@@ -14,8 +17,13 @@ Parameters:
 
 ===============  ===========================================  =======
 ``maxRequeues``  requeues per job before giving up (>= 0)     ``3``
-``backoff``      least time between two requeues of a job     ``1m``
-                 (duration)
+``backoff``      least time between the first and second      ``1m``
+                 requeue of a job; it doubles after each
+                 requeue (duration)
+``maxBackoff``   the most the doubled backoff grows to        ``1h``
+                 (duration, at least ``backoff``; raised to
+                 ``backoff`` when that is longer and this is
+                 not given)
 ``via``          ``delete`` the pod (the Job controller       ``delete``
                  makes a new one), or ``suspend`` the Job
                  and resume it (its pods go without counting
@@ -28,7 +36,9 @@ left alone with a ``RequeueSkipped`` Event, since nothing would retry it as a jo
 The attempt is recorded on the Job first, in the annotation
 ``accel-fleet.io/requeues`` (``{"count", "last", "pods"}``, written conditionally on
 the Job's resourceVersion), and only then is the pod deleted (with its uid as a
-precondition, so a retry never deletes its replacement). A restart that finds the
+precondition, so a retry never deletes its replacement). The backoff runs from
+``last``, the time of the latest requeue recorded there, whichever replica made it,
+and its length from ``count``. A restart that finds the
 pod's uid already recorded finishes that requeue without counting it again. At
 ``maxRequeues`` the Job gets a ``RequeueLimitReached`` Event and nothing else
 happens: it needs a person.
@@ -70,6 +80,8 @@ TARGETS = ("pod",)
 class RequeueJobParams:
     max_requeues: int = param("maxRequeues", 3)
     backoff: float = param("backoff", 60.0)
+    # Kueue's backoffMaxSeconds default: an hour.
+    max_backoff: float = param("maxBackoff", 3600.0)
     via: str = param("via", "delete")
 
 
@@ -78,12 +90,32 @@ DEFAULTS = RequeueJobParams()
 
 def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]]:
     r = ParamReader(NAME, raw, param_keys(RequeueJobParams))
+    max_requeues = r.integer("maxRequeues", DEFAULTS.max_requeues, minimum=0)
+    backoff = r.duration("backoff", DEFAULTS.backoff)
+    ceiling = max(DEFAULTS.max_backoff, backoff)
+    max_backoff = r.duration("maxBackoff", ceiling)
+    if max_backoff < backoff:
+        r.problem(
+            "maxBackoff",
+            f"must be at least backoff ({backoff:g}s), got {max_backoff:g}s: "
+            "the first wait would already be longer than the cap",
+        )
+        max_backoff = ceiling
     params = RequeueJobParams(
-        max_requeues=r.integer("maxRequeues", DEFAULTS.max_requeues, minimum=0),
-        backoff=r.duration("backoff", DEFAULTS.backoff),
+        max_requeues=max_requeues,
+        backoff=backoff,
+        max_backoff=max_backoff,
         via=r.choice("via", VIA, DEFAULTS.via) or DEFAULTS.via,
     )
     return to_params(params), r.problems
+
+
+def backoff_after(requeues: int, params: RequeueJobParams) -> float:
+    """The least time after a job's ``requeues``-th requeue before the next one:
+    ``backoff`` × 2^(requeues-1), capped at ``maxBackoff`` (Kueue's requeuing
+    backoff, without its jitter: one controller requeues, not a fleet)."""
+    doublings = min(max(requeues, 1) - 1, 64)  # 2^64 × any backoff is past any cap
+    return float(min(params.backoff * 2.0**doublings, params.max_backoff))
 
 
 def _record(job: Obj) -> dict[str, Any]:
@@ -115,8 +147,13 @@ async def _count(
             )
         last = rec.get("last")
         now = ctx.clock()
-        if isinstance(last, str) and now - parse_iso(last) < params.backoff:
-            return job, f"last requeued at {last}; backoff is {params.backoff:g}s", False
+        wait = backoff_after(count, params)
+        if isinstance(last, str) and now - parse_iso(last) < wait:
+            return (
+                job,
+                f"last requeued at {last}; after {count} requeue(s) the backoff is {wait:g}s",
+                False,
+            )
         rec.update(count=count + 1, last=iso(now), pods=[*pods, pod_uid][-KEEP_PODS:])
         patch: Obj = {
             "metadata": {

@@ -3,7 +3,16 @@
 
 With ``--source scrape`` it also refuses the PromQL that the built-in evaluator
 cannot run, so that a rule set meant for the scrape source fails here and not in
-a running controller."""
+a running controller.
+
+A rule set that loads can still surprise: a rule acts once per *incident*
+(``engine/evaluate.py``), and what ends one, or undoes what the rule did, is easy
+to misjudge from the YAML. ``--verbose`` says, per rule, when it acts and when it
+may act again. A destructive action (one that a ``recover`` could undo: cordon,
+taint, drain, migrate_jobs) without ``recover`` stays until a person undoes it;
+that is worth a warning on stderr whether or not ``--verbose`` is given, but it is
+not an error (exit 0): some teams want a person in that loop.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +21,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from autoscaler.actions import ACTIONS
+from autoscaler.engine.evaluate import format_duration
 from autoscaler.ruleset.loader import RuleSetError, load_ruleset
+from autoscaler.ruleset.model import TARGET_LABELS, Rule
+
+# How much of a rule's expression a verbose line quotes; the file has the rest.
+_EXPR_WIDTH = 60
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
@@ -23,20 +38,79 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         default="prometheus",
         help="also refuse PromQL the built-in evaluator cannot run (scrape) (default %(default)s)",
     )
+    c.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="explain, for each rule, when it acts and when it may act again (its incidents)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    return check(args.paths, source=args.source)
+    return check(args.paths, source=args.source, verbose=args.verbose)
 
 
-def check(paths: Sequence[str | Path], source: str = "prometheus") -> int:
+def check(paths: Sequence[str | Path], source: str = "prometheus", verbose: bool = False) -> int:
     try:
         ruleset = load_ruleset(paths, source=source)
     except RuleSetError as e:
         for problem in e.problems:
             print(problem, file=sys.stderr)
         return 1
+    for rule in ruleset.rules:
+        if verbose:
+            print(f"{rule.position}: {rule.name}: {incident_boundary(rule)}")
+        warning = destructive_without_recover(rule)
+        if warning is not None:
+            print(f"{rule.position}: warning: {rule.name}: {warning}", file=sys.stderr)
     n = len(ruleset.rules)
     where = ", ".join(str(p) for p in paths)
     print(f"{where}: {n} rule{'' if n == 1 else 's'} OK")
     return 0
+
+
+def incident_boundary(rule: Rule) -> str:
+    """One sentence: what starts an incident of the rule, what ends it, and how far
+    apart two acts on one target can be."""
+    names = ", ".join(TARGET_LABELS[rule.target])
+    target = f"a {rule.target} ({names})"
+    waits = f" and has held for {format_duration(rule.for_)}" if rule.for_ else ""
+    if rule.alertname is not None:
+        starts = f"acts once per {rule.alertname} alert firing for {target}{waits}"
+        ends = (
+            "a new incident is a new alert (another fingerprint or startsAt) after this "
+            "one resolves"
+        )
+    else:
+        expr = " ".join((rule.expr or "").split())
+        if len(expr) > _EXPR_WIDTH:
+            expr = expr[: _EXPR_WIDTH - 3] + "..."
+        starts = f"acts once when `{expr}` starts holding for {target}{waits}"
+        ends = "a new incident after it stops holding for one evaluation"
+    if rule.recover is not None:
+        ends += (
+            f" (or its recover holds for {format_duration(rule.recover.for_)}, which "
+            f"undoes the {rule.action.type}, and then the condition must stop holding first)"
+        )
+    gap = (
+        f"at least {format_duration(rule.cooldown)} after the last act"
+        if rule.cooldown
+        else "with no cooldown"
+    )
+    repeat = (
+        f"; while one incident lasts it acts again every {format_duration(rule.repeat)}"
+        if rule.repeat
+        else ""
+    )
+    return f"{starts}; {ends}, {gap}{repeat}"
+
+
+def destructive_without_recover(rule: Rule) -> str | None:
+    """Why a rule deserves a warning, or None."""
+    spec = ACTIONS.get(rule.action.type)
+    if spec is None or not spec.reversible or rule.recover is not None:
+        return None
+    return (
+        f"{rule.action.type} is destructive and the rule has no recover: what it does "
+        "stays until a person undoes it (add recover to undo it when the target is well)"
+    )

@@ -9,6 +9,7 @@ import inspect
 from pathlib import Path
 
 from accel_common.durations import parse_duration
+from accel_common.secrets import SecretError, read_basic_auth, read_token
 from autoscaler.kube.client import ClientKube, KubeConfigError
 from autoscaler.kube.protocol import Kube
 from autoscaler.sources.build import SourceOptions
@@ -36,6 +37,30 @@ def existing_file(text: str) -> Path:
 existing_file.__name__ = "file"
 
 
+def token_file(text: str) -> Path:
+    """A file holding a bearer token. Checked when the flags are parsed, so that an
+    empty or whitespace-only token (a Secret made from an unset variable) stops the
+    command at start, with exit status 2 and the flag and file named, instead of
+    letting ``Authorization: Bearer `` through or sending it."""
+    path = existing_file(text)
+    try:
+        read_token(path)
+    except SecretError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return path
+
+
+def basic_auth_file(text: str) -> Path:
+    """A file holding one line ``user:password``, both parts non-empty; checked when
+    the flags are parsed, as ``token_file`` is."""
+    path = existing_file(text)
+    try:
+        read_basic_auth(path)
+    except SecretError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return path
+
+
 def add_source_arguments(p: argparse.ArgumentParser, *, what: str = "rule results") -> None:
     """``--source`` and the flags of the ``prometheus`` and ``scrape`` sources."""
     p.add_argument(
@@ -49,20 +74,21 @@ def add_source_arguments(p: argparse.ArgumentParser, *, what: str = "rule result
         "--prometheus.url",
         dest="prometheus_url",
         metavar="URL",
-        help="Prometheus base URL, e.g. http://prometheus:9090",
+        help="Prometheus base URL, e.g. http://prometheus:9090; a password in it is never logged",
     )
     prom.add_argument(
         "--prometheus.bearer-token-file",
         dest="prometheus_token_file",
-        type=existing_file,
+        type=token_file,
         metavar="FILE",
+        help="bearer token sent to Prometheus; an empty file is refused",
     )
     prom.add_argument(
         "--prometheus.basic-auth-file",
         dest="prometheus_basic_auth_file",
-        type=existing_file,
+        type=basic_auth_file,
         metavar="FILE",
-        help="one line: user:password",
+        help="one line: user:password, both non-empty",
     )
     prom.add_argument(
         "--prometheus.ca-file", dest="prometheus_ca_file", type=existing_file, metavar="FILE"
@@ -152,9 +178,11 @@ __all__ = [
     "InputError",
     "add_placement_source_arguments",
     "add_source_arguments",
+    "basic_auth_file",
     "close_kube",
     "duration",
     "existing_file",
     "open_kube",
     "source_options",
+    "token_file",
 ]

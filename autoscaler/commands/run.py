@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
@@ -20,16 +21,24 @@ from typing import Any
 
 from accel_common import logs
 from accel_common.listen import Listener, ListenError, split_listen_address
-from accel_common.names import REMEDIATION_ANNOTATION
+from accel_common.names import REMEDIATION_ANNOTATION, STATE_CONFIGMAP_SUFFIX
+from accel_common.secrets import SecretError, redact
 from autoscaler.actions.context import ActionContext
 from autoscaler.clusterstate import collect
-from autoscaler.commands.flags import add_source_arguments, duration, existing_file, source_options
+from autoscaler.commands.flags import (
+    add_source_arguments,
+    basic_auth_file,
+    duration,
+    source_options,
+    token_file,
+)
 from autoscaler.controller import (
     DEFAULT_PORT,
     ClusterRows,
     ClusterState,
     Controller,
     LeaderLabel,
+    StateRecord,
     always_leading,
 )
 from autoscaler.executor import Executor
@@ -41,11 +50,22 @@ from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.ruleset.loader import RuleSetError
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.server import make_app
-from autoscaler.sources.alertmanager import AlertReceiver
+from autoscaler.sources.alertmanager import DEFAULT_LIMIT, DEFAULT_TTL, AlertReceiver
 from autoscaler.sources.base import Source
 from autoscaler.sources.build import build_source
+from autoscaler.sources.scrape import parse_targets
 
 log = logging.getLogger("accel_autoscaler")
+
+
+def _alert_limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,16 +94,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--api.token-file",
         dest="token_file",
-        type=existing_file,
+        type=token_file,
         metavar="FILE",
-        help="bearer token that POST /api/v1/alerts and /api/v1/breaker/reset require",
+        help="bearer token that POST /api/v1/alerts and /api/v1/breaker/reset require; "
+        "an empty file is refused",
     )
     p.add_argument(
         "--api.basic-auth-file",
         dest="basic_auth_file",
-        type=existing_file,
+        type=basic_auth_file,
         metavar="FILE",
         help="user:password that the same endpoints accept as basic auth",
+    )
+    p.add_argument(
+        "--api.allow-unauthenticated",
+        dest="allow_unauthenticated",
+        action="store_true",
+        help="serve the Alertmanager webhook without auth on a non-loopback address "
+        "(refused otherwise; a warning at every start)",
+    )
+    alerts = p.add_argument_group("alertmanager webhook")
+    alerts.add_argument(
+        "--alerts.ttl",
+        dest="alerts_ttl",
+        type=duration,
+        default=DEFAULT_TTL,
+        metavar="DURATION",
+        help="drop a firing alert that Alertmanager has not re-sent for this long (its "
+        "resolve was lost); keep it above Alertmanager's repeat_interval (default 12h: "
+        "three of Alertmanager's default 4h)",
+    )
+    alerts.add_argument(
+        "--alerts.limit",
+        dest="alerts_limit",
+        type=_alert_limit,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help="most firing alerts held; new ones beyond it are dropped and counted "
+        "(default %(default)s)",
     )
     kube = p.add_argument_group("kubernetes")
     kube.add_argument(
@@ -137,7 +185,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         dest="lease_namespace",
         default=os.environ.get("POD_NAMESPACE", "default"),
         metavar="NS",
-        help="the Lease's namespace (default $POD_NAMESPACE, else default)",
+        help="the Lease's namespace, and the state record's (the ConfigMap "
+        "<controller-name>-state; default $POD_NAMESPACE, else default)",
     )
     le.add_argument(
         "--leader-elect.lease-name",
@@ -152,7 +201,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=duration,
         default=15.0,
         metavar="DURATION",
-        help="how long a standby waits after the last renewal before taking over (default 15s)",
+        help="how long a standby waits, on its own clock, after it last saw the Lease renewed "
+        "before taking over (default 15s)",
     )
     le.add_argument(
         "--leader-elect.renew-deadline",
@@ -185,9 +235,65 @@ def _fail(message: str) -> int:
     return 2
 
 
+def is_loopback(host: str | None) -> bool:
+    """Whether only this machine can reach ``host``: ``localhost``, 127.0.0.0/8 or
+    ::1. None (``:PORT``, every interface), ``0.0.0.0``, ``::`` and any other name
+    or address are reachable from elsewhere."""
+    if host is None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_problem(args: argparse.Namespace) -> str | None:
+    """Why the API must not start as asked: the webhook would take alerts (which
+    make the controller cordon and drain) from anyone who can reach a non-loopback
+    address. None when auth is configured, the address is loopback, or the operator
+    accepted the risk with --api.allow-unauthenticated."""
+    if args.token_file is not None or args.basic_auth_file is not None:
+        return None
+    host, port = split_listen_address(args.listen_address)
+    if is_loopback(host) or args.allow_unauthenticated:
+        return None
+    return (
+        f"--web.listen-address {args.listen_address} is reachable from other machines and "
+        "no auth is configured: anyone who reaches it could post alerts to "
+        "POST /api/v1/alerts. Give --api.token-file or --api.basic-auth-file, or listen "
+        f"on loopback only (--web.listen-address 127.0.0.1:{port}), or pass "
+        "--api.allow-unauthenticated to serve it without auth anyway"
+    )
+
+
+def _source_location(args: argparse.Namespace) -> str:
+    """Where the source reads, for the start log, with any password masked."""
+    if args.source == "prometheus" and args.prometheus_url:
+        return f" at {redact(args.prometheus_url)}"
+    if args.source == "scrape" and args.targets:
+        count = len(parse_targets(args.targets))
+        return f" of {count} target{'' if count == 1 else 's'}"
+    return ""
+
+
 async def _serve(controller: Controller, args: argparse.Namespace, elector: Any = None) -> int:
     host, port = split_listen_address(args.listen_address)
-    app = make_app(controller, token_file=args.token_file, basic_auth_file=args.basic_auth_file)
+    try:
+        app = make_app(controller, token_file=args.token_file, basic_auth_file=args.basic_auth_file)
+    except SecretError as e:  # the file changed since the flags were checked
+        log.error("%s", e)
+        return 2
+    if args.token_file is None and args.basic_auth_file is None:
+        if args.allow_unauthenticated:
+            log.warning(
+                "--api.allow-unauthenticated: POST /api/v1/alerts takes alerts from anyone "
+                "who reaches %s, with no auth; give --api.token-file or --api.basic-auth-file",
+                args.listen_address,
+            )
+        else:
+            log.info("no API auth: the webhook answers on loopback (%s) only", host)
     try:
         listener = await Listener.start(app, host, port)
     except ListenError as e:
@@ -196,10 +302,11 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, controller.watcher.reload)
     log.info(
-        "listening on http://%s:%d, source %s, %d rules, every %gs%s",
+        "listening on http://%s:%d, source %s%s, %d rules, every %gs%s",
         host or "0.0.0.0",
         port,
         controller.source.name,
+        _source_location(args),
         len(controller.ruleset.rules),
         controller.ruleset.evaluation_interval,
         ", dry-run" if controller.dry_run else "",
@@ -210,7 +317,9 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
     if elector is not None and executor is not None:
 
         async def lead() -> None:
-            await executor.resume()
+            # Rebuild from the cluster what the last leader did, and resume its
+            # in-flight work, before acting (the cycle waits for this too).
+            await controller.restore()
             await asyncio.Event().wait()  # leads until the elector cancels it
 
         label = LeaderLabel(executor.ctx.kube)
@@ -218,6 +327,10 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
         await label.set(False)
 
         async def step_down() -> None:
+            # What this replica received is stale by the time it leads again (it
+            # refuses the webhook while standing by): drop it now.
+            controller.alerts.clear()
+            controller.stand_down()
             await executor.stop()
             await label.set(False)
 
@@ -227,7 +340,7 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
 
         election = asyncio.create_task(elector.run(lead_and_label, step_down))
     elif executor is not None:
-        await executor.resume()
+        await controller.restore()
     await listener.wait()
     for task in tasks:
         task.cancel()
@@ -281,9 +394,12 @@ def main(args: argparse.Namespace) -> int:
         return _fail(f"the rules did not load ({len(e.problems)} problems above)")
     try:
         source = build_source(source_options(args))
+        # Before anything connects or listens: a refused start has done nothing.
+        if problem := exposure_problem(args):
+            return _fail(problem)
         kube = build_kube(args)
     except (ValueError, OSError) as e:
-        return _fail(str(e))
+        return _fail(redact(str(e)))
     return asyncio.run(_main(args, watcher, source, kube))
 
 
@@ -292,7 +408,14 @@ async def _main(args: argparse.Namespace, watcher: RuleWatcher, source: Source, 
     elector: Any = None
     leading: Callable[[], bool] = always_leading
     cluster_state: ClusterState | None = None
+    record: StateRecord | None = None
     if kube is not None:
+        # What the engine must not forget on a restart or a failover and that no
+        # node records (engine/restore.py), in the controller's namespace.
+        # ($POD_NAMESPACE may be set and empty outside a pod.)
+        record = StateRecord(
+            kube, args.lease_namespace or "default", args.controller_name + STATE_CONFIGMAP_SUFFIX
+        )
         pools: Any = None
         if args.pool_provider == "clusterapi":
             pools = ClusterAPIProvider(kube, args.clusterapi_namespace)
@@ -332,11 +455,12 @@ async def _main(args: argparse.Namespace, watcher: RuleWatcher, source: Source, 
     controller = Controller(
         watcher,
         source,
-        AlertReceiver(),
+        AlertReceiver(ttl=args.alerts_ttl, limit=args.alerts_limit),
         dry_run=args.dry_run,
         executor=executor,
         leading=leading,
         cluster_state=cluster_state,
+        record=record,
     )
     if cluster_state is not None:
         controller.kube = cached

@@ -6,6 +6,22 @@ the same code, and dry-run differs from a real run only in a flag on each Decisi
 dry-run decisions count against cooldowns and limits like real ones (descheduler's
 habit), or a dry run would promise more than a real run does.
 
+Incidents, not cycles: a rule acts once per *incident* (``engine/state.py``), the
+stretch of time its condition holds for a target, not once per cycle in which it
+holds. An incident starts with the first known result that contains the target and
+ends with the first known result that lacks it, or when the rule's ``recover``
+holds (then the condition must stop holding before a new incident can start). For
+an ``alertname`` rule the incident is the alert itself: the receiver labels each
+sample ``__incident__="<fingerprint>@<startsAt>"``, and when none of a target's
+identities is one it had in the last known cycle, one incident has ended and a new
+one started. Labels beginning with ``__`` (other than ``__name__``) are the
+receiver's bookkeeping: never part of a target, and left out of a Decision's
+sample. ``cooldown`` is the least time between two acts of the rule on one target,
+so the least gap between two acted incidents: an incident that would act within it
+is held (a note says until when) and acts when it ends, if it still holds.
+``repeat`` (only for actions that cannot be undone, such as scale_node_pool) lets
+one long incident act again every ``repeat``.
+
 One cycle, in this order:
 
 1. Forget what no longer applies: entries of rules that left the rule set (an
@@ -14,37 +30,44 @@ One cycle, in this order:
    an hour.
 2. Recover: for each active target of a rule with ``recover``, when the recover
    result has contained it continuously for ``recover.for``, emit a ``recover``
-   decision and clear the active entry. Recover decisions are never held back by
-   limits or by an open breaker: undoing a remediation reduces harm.
-3. Fire: a target present in a rule's result is pending from the first cycle it is
-   present; it fires once it has been present for the rule's ``for``, unless the
-   rule is already remediating it (active), it recovered this very cycle, or the
-   rule's cooldown for it has not ended.
-4. Close a ``window`` breaker when ``breakerWindow`` has passed since it opened and
+   decision, clear the active entry and mark the target's incident, if one is in
+   progress, handled. Recover decisions are never held back by limits or by an
+   open breaker: undoing a remediation reduces harm.
+3. Incidents: a known result ends the incidents of the targets it lacks and starts
+   one for each target it contains that has none (or whose ``__incident__`` is
+   new). An incident that starts while the rule still remediates the target (it is
+   active, with ``recover``) is handled at once: the remediation covers it.
+4. Fire: an incident not yet handled fires once it has lasted for the rule's
+   ``for``, unless the target recovered this very cycle or the rule's cooldown for
+   it has not ended (a ``held`` note). With ``repeat``, a handled incident fires
+   again once ``repeat`` has passed since it was handled.
+5. Close a ``window`` breaker when ``breakerWindow`` has passed since it opened and
    the nodes that the rules want remediated (active ones and this cycle's fired
    targets) are back within the limit.
-5. Limits, in a fixed order (rule order, then target: by node then device, by
+6. Limits, in a fixed order (rule order, then target: by node then device, by
    namespace then pod, by pool): per-rule ``maxConcurrent`` and
    ``maxActionsPerHour``, global ``maxActionsPerHour`` and ``maxConcurrentDrains``,
-   then the breaker (see ``breaker``). A target held back stays pending and fires
-   on a later cycle when the limit allows. When the breaker stops a target it
-   opens, and every target after it in this cycle is held too; while it is open no
-   rule acts (pod and pool targets included), but recoveries go on. Only "act"
-   decisions count towards ``maxActionsPerHour``.
+   then the breaker (see ``breaker``). A target held back stays pending (its
+   incident is not handled) and fires on a later cycle when the limit allows, if
+   the incident still lasts. When the breaker stops a target it opens, and every
+   target after it in this cycle is held too; while it is open no rule acts (pod
+   and pool targets included), but recoveries go on. Only "act" decisions count
+   towards ``maxActionsPerHour``.
 
 Unknown results: a rule whose result is ``Unknown``, a Scalar (it names no target)
-or missing from ``results`` produces no decision; its pending entries are kept as
-they are (not cleared, and they cannot fire this cycle, even if their ``for`` has
-passed meanwhile; they fire on the next known cycle that contains them). Likewise
-an unknown recover result keeps ``recovering`` entries and never recovers.
+or missing from ``results`` produces no decision; its incidents are kept as they
+are (not ended, not started, and a pending one cannot fire this cycle, even if its
+``for`` has passed meanwhile; it fires on the next known cycle that contains it).
+Likewise an unknown recover result keeps ``recovering`` entries and never recovers.
 
 An empty Vector is known: the sources return one only when they have data (their
 health check passed), so it means "the condition holds for no target". It can
-neither trigger nor undo an action, but it does end a ``for:`` wait (and a
-recovery's), as in Prometheus: a condition that clears and comes back must hold
-for its whole ``for:`` again. A known result resets the pending (or recovering)
-entry of every target it does not contain. Samples lacking the labels that name the rule's
-target are skipped with a ``skipped`` note and do not count as present.
+neither trigger nor undo an action, but it ends every incident of the rule, and so
+a ``for:`` wait (and a recovery's), as in Prometheus: a condition that clears and
+comes back is a new incident, and must hold for its whole ``for:`` again. A known
+result resets the recovering entry of every target it does not contain. Samples
+lacking the labels that name the rule's target are skipped with a ``skipped`` note
+and do not count as present.
 
 State: ``evaluate`` mutates the ``EngineState`` passed in and returns the cycle's
 decisions, recover decisions first, then act decisions, each in rule order and then
@@ -56,7 +79,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from autoscaler.decision import Decision
@@ -68,8 +91,16 @@ from autoscaler.engine.breaker import (
     describe_limit,
     in_grace,
 )
-from autoscaler.engine.state import Active, ClusterInfo, EngineState, Note, TargetKey
+from autoscaler.engine.state import (
+    Active,
+    ClusterInfo,
+    EngineState,
+    Incident,
+    Note,
+    TargetKey,
+)
 from autoscaler.ruleset.model import TARGET_LABELS, Limits, Rule, RuleSet, Target
+from autoscaler.sources.alertmanager import INCIDENT_LABEL
 from autoscaler.types import Labels, QueryResult, Sample, Scalar, Unknown, Vector
 
 # Actions that maxConcurrentDrains counts: both move every job off what they act on.
@@ -138,6 +169,7 @@ class _Fired:
     sample: Sample
     since: float
     node: str | None
+    ids: tuple[str, ...] = ()
 
     @property
     def key(self) -> TargetKey:
@@ -180,7 +212,7 @@ def _forget(ruleset: RuleSet, state: EngineState, now: float) -> None:
             )
         elif rule.recover is None and now - active.since >= rule.cooldown:
             del state.active[key]
-    state.pending = {k: v for k, v in state.pending.items() if k[0] in rules}
+    state.incidents = {k: v for k, v in state.incidents.items() if k[0] in rules}
     state.recovering = {
         k: v
         for k, v in state.recovering.items()
@@ -194,11 +226,25 @@ def _forget(ruleset: RuleSet, state: EngineState, now: float) -> None:
     state.actions = [(at, rule) for at, rule in state.actions if now - at < HOUR]
 
 
+def _public(labels: Labels) -> Labels:
+    """Labels without the receiver's bookkeeping (``__`` names other than ``__name__``)."""
+    return tuple((k, v) for k, v in labels if k == "__name__" or not k.startswith("__"))
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """A target in a known result: its first sample in label order (bookkeeping
+    labels removed) and the incident identities of all its samples."""
+
+    sample: Sample
+    ids: tuple[str, ...]
+
+
 def _present(
     rule: Rule, result: QueryResult | None, state: EngineState, what: str
-) -> dict[Labels, Sample] | None:
-    """The targets in a result, each with its first sample in label order; None when
-    the result is unknown (with a note saying why)."""
+) -> dict[Labels, _Seen] | None:
+    """The targets in a result; None when the result is unknown (with a note saying
+    why)."""
     why: str | None = None
     if result is None:
         why = "no result was given"
@@ -210,8 +256,9 @@ def _present(
         state.notes.append(Note(rule.name, "unknown", f"{what}: {why}"))
         return None
     assert isinstance(result, Vector)
-    present: dict[Labels, Sample] = {}
-    for sample in sorted(result.samples, key=lambda s: s.labels):
+    first: dict[Labels, Sample] = {}
+    ids: dict[Labels, set[str]] = {}
+    for sample in sorted(result.samples, key=lambda s: _public(s.labels)):
         target, missing = target_of(rule.target, sample)
         if missing:
             state.notes.append(
@@ -220,12 +267,17 @@ def _present(
                     "skipped",
                     f"{what}: the sample has no {', '.join(missing)} label; a {rule.target} "
                     f"target is named by {', '.join(TARGET_LABELS[rule.target])}",
-                    sample.labels,
+                    _public(sample.labels),
                 )
             )
             continue
-        present.setdefault(target, sample)
-    return present
+        first.setdefault(target, Sample(_public(sample.labels), sample.value, sample.timestamp))
+        # The receiver's label: the alert's fingerprint@startsAt.
+        incident = sample.get(INCIDENT_LABEL)
+        ids.setdefault(target, set())
+        if incident:
+            ids[target].add(incident)
+    return {t: _Seen(sample, tuple(sorted(ids[t]))) for t, sample in first.items()}
 
 
 def _recover(
@@ -248,8 +300,8 @@ def _recover(
         if present is None:
             continue
         for key in keys:
-            sample = present.get(key[1])
-            if sample is None:
+            seen = present.get(key[1])
+            if seen is None:
                 state.recovering.pop(key, None)
                 continue
             since = state.recovering.setdefault(key, now)
@@ -257,12 +309,17 @@ def _recover(
                 continue
             del state.active[key]
             del state.recovering[key]
+            # The recover ends the incident: while the condition goes on holding,
+            # nothing starts again.
+            incident = state.incidents.get(key)
+            if incident is not None and incident.handled is None:
+                state.incidents[key] = replace(incident, handled=now)
             decisions.append(
                 _decision(
                     rule,
                     "recover",
                     key[1],
-                    sample,
+                    seen.sample,
                     now,
                     dry_run,
                     f"recover held for {format_duration(now - since)} "
@@ -284,15 +341,15 @@ def _fire(
         present = _present(rule, results.get(rule.name), state, "expr")
         if present is None:
             continue
-        for key in [k for k in state.pending if k[0] == rule.name and k[1] not in present]:
-            del state.pending[key]
-        for target, sample in sorted(present.items(), key=lambda kv: _order(rule, kv[0])):
+        for key in [k for k in state.incidents if k[0] == rule.name and k[1] not in present]:
+            del state.incidents[key]
+        for target, seen in sorted(present.items(), key=lambda kv: _order(rule, kv[0])):
             key = (rule.name, target)
-            if key in state.active or key in recovered:
-                state.pending.pop(key, None)
-                continue
-            since = state.pending.setdefault(key, now)
-            if now - since < rule.for_:
+            incident = _incident(state.incidents.get(key), seen.ids, now)
+            if incident.handled is None and rule.recover is not None and key in state.active:
+                incident = replace(incident, handled=now)
+            state.incidents[key] = incident
+            if key in recovered or not _due(rule, incident, now):
                 continue
             last = state.last_acted.get(key)
             if last is not None and now - last < rule.cooldown:
@@ -309,8 +366,25 @@ def _fire(
             # Only remediation of a node that is unwell counts towards the breaker:
             # moving load off a busy node (rebalance) is not a sign of a storm.
             node = _node(target) if rule.action.type in UNHEALTHY_ACTIONS else None
-            fired.append(_Fired(rule, target, sample, since, node))
+            fired.append(_Fired(rule, target, seen.sample, incident.since, node, incident.ids))
     return fired
+
+
+def _incident(current: Incident | None, ids: tuple[str, ...], now: float) -> Incident:
+    """The incident a target present at ``now`` is in: the one in progress, or a new
+    one when there is none or its alert identities are all new."""
+    if current is None or (current.ids and ids and not set(current.ids) & set(ids)):
+        return Incident(now, ids)
+    if ids and ids != current.ids:
+        return replace(current, ids=ids)
+    return current
+
+
+def _due(rule: Rule, incident: Incident, now: float) -> bool:
+    """Whether the incident should act now, before cooldowns and limits."""
+    if incident.handled is None:
+        return now - incident.since >= rule.for_
+    return rule.repeat > 0 and now - incident.handled >= rule.repeat
 
 
 def _close_window_breaker(
@@ -424,7 +498,7 @@ def _gate(
         state.active[f.key] = Active(now, rule.action.type, f.node)
         state.last_acted[f.key] = now
         state.actions.append((now, rule.name))
-        state.pending.pop(f.key, None)
+        state.incidents[f.key] = replace(state.incidents[f.key], handled=now)
         active_by_rule[rule.name] += 1
         actions_by_rule[rule.name] += 1
         drains += is_drain
@@ -432,6 +506,9 @@ def _gate(
             reason = f"alert {rule.alertname} firing"
         else:
             reason = "condition held"
+        # The alert's identity leaves the sample with the bookkeeping labels; the
+        # reason keeps it, so that the log says which incident acted.
+        incident = f"; incident {', '.join(f.ids)}" if f.ids else ""
         decisions.append(
             _decision(
                 rule,
@@ -441,7 +518,7 @@ def _gate(
                 now,
                 dry_run,
                 f"{reason} for {format_duration(now - f.since)} "
-                f"(for: {format_duration(rule.for_)})",
+                f"(for: {format_duration(rule.for_)}){incident}",
             )
         )
     return decisions

@@ -9,7 +9,9 @@ format (input series in promtool's expanding notation, Alertmanager alerts for
 evaluator's store and runs the production evaluation cycle (``engine/cycle.py``,
 the function the controller and the simulator run) at every evaluation time from
 0 to the last expected time with a fresh ``EngineState``, and compares. Decisions are compared as
-a set per time: rule, kind, action and target.
+a multiset (rule, kind, action and target) per expectation: those of one evaluation
+for ``at``, and all those made at the evaluation times of a ``from``/``to`` window
+together, so that "one decision over the whole incident" is one expectation.
 
 Exit status: 0 when every test passed ("N tests passed"); 1 when a test failed
 (a diff of expected and got decisions, per time); 2 when a test file or its rule
@@ -46,6 +48,7 @@ from autoscaler.ruleset.testfile import (
     RuleTestFile,
     parse_test_file,
 )
+from autoscaler.sources.alertmanager import INCIDENT_LABEL
 from autoscaler.sources.store import StoreSource
 from autoscaler.types import Labels, QueryResult, Sample, Vector, labels_of
 
@@ -153,15 +156,20 @@ async def _run_test(test: RuleTest, ruleset: RuleSet, interval_ms: int) -> str |
         return cluster
 
     state = EngineState()
-    expectations = {e.at_ms: e for e in test.expect}
-    last = max(expectations)
+    last = max(e.last_ms for e in test.expect)
+    made: list[tuple[int, Decision]] = []
     sections: list[str] = []
     for step in range(last // interval_ms + 1):
         at_ms = step * interval_ms
         result = await run_cycle(ruleset, source, alerts, state, at_ms / 1000, cluster=view)
-        expectation = expectations.get(at_ms)
-        if expectation is not None:
-            diff = _compare(expectation, result.decisions, ruleset, state)
+        made += [(at_ms, d) for d in result.decisions]
+        # Expectations are checked as soon as their last time is evaluated, in the
+        # order they are written, so the engine's notes are those of that time.
+        for expectation in test.expect:
+            if expectation.last_ms != at_ms:
+                continue
+            got = [(t, d) for t, d in made if expectation.covers(t)]
+            diff = _compare(expectation, got, ruleset, state)
             if diff is not None:
                 sections.append(diff)
     if not sections:
@@ -186,7 +194,10 @@ def _store(test: RuleTest) -> SeriesStore:
 
 class InputAlerts:
     """What the Alertmanager receiver answers, from a test file's alerts: the firing
-    alerts of one name, each firing from ``startsAt`` until ``endsAt``."""
+    alerts of one name, each firing from ``startsAt`` until ``endsAt``, and each
+    with its identity in ``__incident__`` as the receiver gives it (its labels and
+    ``startsAt`` stand for Alertmanager's fingerprint): the same labels firing again
+    from a later ``startsAt`` are a new incident."""
 
     def __init__(self, alerts: Iterable[InputAlert]) -> None:
         self.alerts = tuple(alerts)
@@ -195,13 +206,18 @@ class InputAlerts:
         at_ms = round(now * 1000)
         return Vector(
             tuple(
-                Sample(a.labels, 1.0, now)
+                Sample(_with_identity(a), 1.0, now)
                 for a in self.alerts
                 if dict(a.labels).get("alertname") == alertname
                 and a.starts_ms <= at_ms
                 and (a.ends_ms is None or at_ms < a.ends_ms)
             )
         )
+
+
+def _with_identity(alert: InputAlert) -> Labels:
+    identity = f"{_braces(alert.labels)}@{format_duration(alert.starts_ms / 1000)}"
+    return labels_of({**dict(alert.labels), INCIDENT_LABEL: identity})
 
 
 def _cluster(test: RuleTest) -> ClusterInfo:
@@ -220,27 +236,39 @@ Key = tuple[str, str, str, Labels]  # rule, kind, action, target
 
 def _compare(
     expectation: Expectation,
-    decisions: Sequence[Decision],
+    decisions: Sequence[tuple[int, Decision]],
     ruleset: RuleSet,
     state: EngineState,
 ) -> str | None:
+    """The readable diff of one expectation against the decisions made at the
+    times it covers, each with its time; None when they agree."""
     expected: Counter[Key] = Counter(
         (e.rule, e.kind, e.action or ruleset.rule(e.rule).action.type, e.target)
         for e in expectation.decisions
     )
-    got: Counter[Key] = Counter(_key(d) for d in decisions)
+    got: Counter[Key] = Counter(_key(d) for _, d in decisions)
     if expected == got:
         return None
     keys = sorted(set(expected) | set(got), key=_sort_key(ruleset))
-    lines = [
-        f"  at {format_duration(expectation.at_ms / 1000)} ({expectation.position}): "
-        "decisions differ (- expected, + got)"
-    ]
+    if expectation.to_ms is None:
+        when = f"at {format_duration(expectation.at_ms / 1000)}"
+        times: dict[Key, list[str]] = {}
+    else:
+        when = (
+            f"from {format_duration(expectation.at_ms / 1000)} to "
+            f"{format_duration(expectation.to_ms / 1000)}"
+        )
+        times = {}
+        for t, d in decisions:
+            times.setdefault(_key(d), []).append(format_duration(t / 1000))
+    lines = [f"  {when} ({expectation.position}): decisions differ (- expected, + got)"]
     for key in keys:
         both = min(expected[key], got[key])
-        lines += [f"      {_show(key)}"] * both
-        lines += [f"    - {_show(key)}"] * (expected[key] - both)
-        lines += [f"    + {_show(key)}"] * (got[key] - both)
+        marks = ["  "] * both + ["- "] * (expected[key] - both) + ["+ "] * (got[key] - both)
+        for i, mark in enumerate(marks):
+            # Over a window, the first line of a decision says when it was made.
+            made_at = f" (made at {', '.join(times[key])})" if i == 0 and key in times else ""
+            lines.append(f"    {mark}{_show(key)}{made_at}")
     missing = [k for k in keys if expected[k] > got[k]]
     why = _why(missing, ruleset, state)
     if why:
@@ -284,11 +312,18 @@ def _why(missing: Sequence[Key], ruleset: RuleSet, state: EngineState) -> list[s
     rules = {k[0] for k in missing}
     lines = []
     for rule, target in sorted(wanted):
-        since = state.pending.get((rule, target))
-        if since is not None:
+        incident = state.incidents.get((rule, target))
+        if incident is not None and incident.handled is None:
             lines.append(
-                f"{rule} {_braces(target)}: pending since {format_duration(since)} "
+                f"{rule} {_braces(target)}: pending since {format_duration(incident.since)} "
                 f"(for: {format_duration(ruleset.rule(rule).for_)})"
+            )
+        elif incident is not None:
+            lines.append(
+                f"{rule} {_braces(target)}: its incident since "
+                f"{format_duration(incident.since)} was handled at "
+                f"{format_duration(incident.handled or 0.0)}; the rule acts again in "
+                "the next incident (the condition must stop holding first)"
             )
         if (rule, target) in state.active:
             active = state.active[(rule, target)]
@@ -322,12 +357,20 @@ def check_against(parsed: RuleTestFile, ruleset: RuleSet) -> list[str]:
     interval_ms = parsed.evaluation_interval_ms or round(ruleset.evaluation_interval * 1000)
     for test in parsed.tests:
         for e in test.expect:
-            if e.at_ms % interval_ms:
-                problems.append(
-                    f"{e.position}: at {format_duration(e.at_ms / 1000)} is not a multiple of "
-                    f"the evaluation interval {format_duration(interval_ms / 1000)}; rules are "
-                    "only evaluated at those times"
+            for key, ms in (
+                (("at", e.at_ms),)
+                if e.to_ms is None
+                else (
+                    ("from", e.at_ms),
+                    ("to", e.to_ms),
                 )
+            ):
+                if ms % interval_ms:
+                    problems.append(
+                        f"{e.position}: {key} {format_duration(ms / 1000)} is not a multiple "
+                        f"of the evaluation interval {format_duration(interval_ms / 1000)}; "
+                        "rules are only evaluated at those times"
+                    )
             for d in e.decisions:
                 if d.rule not in names:
                     problems.append(

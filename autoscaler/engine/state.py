@@ -12,8 +12,18 @@ for the life of the process, a rule unit test a fresh one per test.
 
 Words used below:
 
-- *pending*: the rule's condition holds for a target, since a time; the target
-  fires once it has held for the rule's ``for``.
+- *incident*: one continuous stretch of time during which a rule's condition holds
+  for a target: it starts with the first known result that contains the target and
+  ends with the first known result that does not (an unknown result neither starts
+  nor ends one). For an ``alertname`` rule it is also the alert's identity: the
+  receiver labels each sample ``__incident__="<fingerprint>@<startsAt>"``, and a
+  target whose identities are all new is a new incident even if no cycle saw it
+  absent. A rule acts at most once per incident (or every ``repeat``, for the
+  rules that ask for it); an incident that has acted, or found the target still
+  under the rule's remediation, or was ended by the rule's ``recover``, is
+  *handled*, and the rule does nothing more about it.
+- *pending*: an incident that has not been handled yet, since when; it acts once
+  it has lasted for the rule's ``for`` (and no cooldown or limit holds it).
 - *active*: the rule acted on the target and has not undone it. With ``recover``
   a target stays active until the recover condition holds; without it, until the
   rule's cooldown ends (nothing else tells the engine that a one-shot action such as
@@ -68,6 +78,21 @@ class Active:
 
 
 @dataclass(frozen=True)
+class Incident:
+    """A rule's condition holding for a target, from ``since`` until a known result
+    lacks the target."""
+
+    since: float
+    # The ``__incident__`` label values (alert fingerprint@startsAt) of the target's
+    # samples in the last known result, sorted; empty for expression rules.
+    ids: tuple[str, ...] = ()
+    # When the rule was done with this incident (it acted, the target was still
+    # under the rule's remediation, or the rule's recover held); None while it is
+    # pending. A rule with ``repeat`` acts again ``repeat`` after this.
+    handled: float | None = None
+
+
+@dataclass(frozen=True)
 class Note:
     """Something the engine did not do, and why, for the caller to log and the API to
     show. Notes describe the last evaluation only.
@@ -102,9 +127,9 @@ def _decisions() -> deque[Decision]:
 class EngineState:
     """The engine's memory. ``evaluate`` changes it; read it for the API and metrics."""
 
-    # rule, target -> since when the condition has held (continuously, over the
-    # cycles whose result was known).
-    pending: dict[TargetKey, float] = field(default_factory=dict)
+    # rule, target -> the incident in progress (the condition has held continuously,
+    # over the cycles whose result was known, since ``Incident.since``).
+    incidents: dict[TargetKey, Incident] = field(default_factory=dict)
     # rule, target -> since when the recover condition has held, for active targets.
     recovering: dict[TargetKey, float] = field(default_factory=dict)
     active: dict[TargetKey, Active] = field(default_factory=dict)
@@ -124,6 +149,11 @@ class EngineState:
         ``evaluate`` does not record: the caller does, once, after it has seen them."""
         self.decisions.extend(decisions)
 
+    @property
+    def pending(self) -> dict[TargetKey, float]:
+        """Incidents not handled yet: rule, target -> since when the condition holds."""
+        return {k: i.since for k, i in self.incidents.items() if i.handled is None}
+
     def pending_counts(self) -> dict[str, int]:
         """Pending targets by rule (condition holds, not acted on yet)."""
         return _count(rule for rule, _ in self.pending)
@@ -134,7 +164,9 @@ class EngineState:
 
     def release(self, rule: str, target: Mapping[str, str]) -> bool:
         """Forget that ``rule`` is remediating ``target`` (the action failed for good,
-        or a person undid it). The cooldown still runs. True if it was active."""
+        or a person undid it). The cooldown still runs, and the incident it acted in
+        stays handled: the rule acts on the target again in its next incident. True
+        if it was active."""
         key = (rule, labels_of(target))
         self.recovering.pop(key, None)
         return self.active.pop(key, None) is not None
@@ -143,6 +175,10 @@ class EngineState:
         """Everything, as JSON-ready dicts and lists; ``from_json`` reads it back."""
         return {
             "pending": [_entry(k, since=v) for k, v in sorted(self.pending.items())],
+            "incidents": [
+                _entry(k, since=i.since, ids=list(i.ids), handledAt=i.handled)
+                for k, i in sorted(self.incidents.items())
+            ],
             "recovering": [_entry(k, since=v) for k, v in sorted(self.recovering.items())],
             "active": [
                 _entry(k, since=a.since, action=a.action, node=a.node)
@@ -163,10 +199,16 @@ class EngineState:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> EngineState:
         """The state that ``to_json`` wrote. Raises KeyError/TypeError/ValueError on a
-        document of another shape."""
+        document of another shape. ``pending`` is derived from ``incidents``; a
+        document from before incidents were kept has only ``pending``, whose entries
+        are read as incidents not handled yet."""
         breaker = doc["breaker"]
+        if "incidents" in doc:
+            incidents = {_key(e): _incident(e) for e in doc["incidents"]}
+        else:
+            incidents = {_key(e): Incident(float(e["since"])) for e in doc["pending"]}
         state = cls(
-            pending={_key(e): float(e["since"]) for e in doc["pending"]},
+            incidents=incidents,
             recovering={_key(e): float(e["since"]) for e in doc["recovering"]},
             active={
                 _key(e): Active(float(e["since"]), str(e["action"]), _opt_str(e["node"]))
@@ -218,6 +260,15 @@ def _key(entry: Mapping[str, Any]) -> TargetKey:
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _incident(entry: Mapping[str, Any]) -> Incident:
+    ids = entry["ids"]
+    if not isinstance(ids, list):
+        raise TypeError(f"ids must be a list, got {type(ids).__name__}")
+    return Incident(
+        float(entry["since"]), tuple(sorted(str(i) for i in ids)), _opt_float(entry["handledAt"])
+    )
 
 
 def _opt_str(value: Any) -> str | None:

@@ -18,6 +18,10 @@ Why it is built this way:
   backoff. An eviction's 429 is not retried: it is a PodDisruptionBudget saying
   "not now", and the drain waits on it within its own ``drainTimeout``. Conflicts
   are not retried here either: only the caller can re-read and decide again.
+- Names are checked before they go into a path or a field selector
+  (``autoscaler/kube/names.py``): a name no object can have is ``InvalidName``,
+  raised before any request, so a metric label such as ``n1/status`` never reaches
+  a subresource.
 - Lease writes are never dry-run: leader election is how replicas agree who acts,
   and a dry-run replica must still hold the Lease so that two of them do not both
   report what they would do.
@@ -51,6 +55,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from autoscaler.kube import names
 from autoscaler.kube.errors import KubeError, TooManyRequests, Transient, from_status
 from autoscaler.kube.protocol import Obj
 
@@ -69,9 +74,20 @@ def _q(part: str) -> str:
     return quote(part, safe="")
 
 
+# Every name goes into a path through these two, and each is checked first
+# (autoscaler/kube/names.py): ``n1/status`` must not reach a subresource, whoever
+# asks. ``InvalidName`` is raised before any request, so nothing is counted either.
+
+
+def _node_path(name: str) -> str:
+    return f"/api/v1/nodes/{_q(names.check('node', name))}"
+
+
 def _ns_path(prefix: str, namespace: str, plural: str, name: str | None = None) -> str:
-    path = f"{prefix}/namespaces/{_q(namespace)}/{plural}"
-    return f"{path}/{_q(name)}" if name is not None else path
+    path = f"{prefix}/namespaces/{_q(names.check('namespace', namespace))}/{plural}"
+    if name is None:
+        return path
+    return f"{path}/{_q(names.check(plural.removesuffix('s'), name))}"
 
 
 def _status_of(data: bytes) -> tuple[str, str]:
@@ -255,14 +271,14 @@ class ClientKube:
     # -- nodes
 
     async def get_node(self, name: str) -> Obj:
-        return await self._get("nodes", f"/api/v1/nodes/{_q(name)}")
+        return await self._get("nodes", _node_path(name))
 
     async def list_nodes(self, label_selector: str | None = None) -> list[Obj]:
         query = [("labelSelector", label_selector)] if label_selector else []
         return await self._list("nodes", "/api/v1/nodes", query)
 
     async def patch_node(self, name: str, patch: Obj) -> Obj:
-        return await self._patch("nodes", f"/api/v1/nodes/{_q(name)}", patch)
+        return await self._patch("nodes", _node_path(name), patch)
 
     # -- pods
 
@@ -275,8 +291,8 @@ class ClientKube:
     ) -> list[Obj]:
         path = _ns_path("/api/v1", namespace, "pods") if namespace else "/api/v1/pods"
         query: list[tuple[str, str]] = []
-        if node:
-            query.append(("fieldSelector", f"spec.nodeName={node}"))
+        if node is not None:  # a field selector is as good as a path for mischief
+            query.append(("fieldSelector", f"spec.nodeName={names.check('node', node)}"))
         if label_selector:
             query.append(("labelSelector", label_selector))
         return await self._list("pods", path, query)
@@ -359,6 +375,20 @@ class ClientKube:
         obj: Obj = await self._send(
             "update", LEASES, "PUT", _lease_path(namespace, name), body=body, write=True
         )
+        return obj
+
+    # -- configmaps
+
+    async def get_configmap(self, namespace: str, name: str) -> Obj:
+        return await self._get("configmaps", _ns_path("/api/v1", namespace, "configmaps", name))
+
+    async def create_configmap(self, namespace: str, body: Obj) -> Obj:
+        path = _ns_path("/api/v1", namespace, "configmaps")
+        return await self._create("configmaps", path, body)
+
+    async def replace_configmap(self, namespace: str, name: str, body: Obj) -> Obj:
+        path = _ns_path("/api/v1", namespace, "configmaps", name)
+        obj: Obj = await self._send("update", "configmaps", "PUT", path, body=body, write=True)
         return obj
 
     # -- custom resources

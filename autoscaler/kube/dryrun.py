@@ -9,6 +9,10 @@ it). It knows nothing of the ``kubernetes`` client: when the inner ``Kube`` says
 the server with ``dryRun=All``, so its validation, conflicts and PDB refusals still
 answer. Lease writes pass through for real: leader election is how replicas agree
 who acts, and a dry-run replica must still hold the Lease.
+
+Names are checked as ``ClientKube`` checks them (``autoscaler/kube/names.py``)
+before a write is recorded, so a dry run never reports that it "would patch node
+n1/status" when the real run would refuse it, whatever ``Kube`` is inside.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from autoscaler.kube import names
 from autoscaler.kube.jsonmerge import copy_obj, merge_patch
 from autoscaler.kube.protocol import Kube, Obj
 
@@ -87,6 +92,9 @@ class DryRunKube:
     async def get_lease(self, namespace: str, name: str) -> Obj:
         return await self.inner.get_lease(namespace, name)
 
+    async def get_configmap(self, namespace: str, name: str) -> Obj:
+        return await self.inner.get_configmap(namespace, name)
+
     async def get_custom(
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> Obj:
@@ -110,6 +118,7 @@ class DryRunKube:
     # -- writes
 
     async def patch_node(self, name: str, patch: Obj) -> Obj:
+        names.check("node", name)
         self._record(
             "patch_node", f"patch node {name}: {json.dumps(patch)}", name=name, patch=patch
         )
@@ -118,6 +127,7 @@ class DryRunKube:
         )
 
     async def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+        _named(namespace, "pod", name)
         self._record(
             "patch_pod",
             f"patch pod {namespace}/{name}: {json.dumps(patch)}",
@@ -132,6 +142,7 @@ class DryRunKube:
         )
 
     async def patch_job(self, namespace: str, name: str, patch: Obj) -> Obj:
+        _named(namespace, "job", name)
         self._record(
             "patch_job",
             f"patch job {namespace}/{name}: {json.dumps(patch)}",
@@ -148,6 +159,7 @@ class DryRunKube:
     async def patch_custom(
         self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
     ) -> Obj:
+        _named(namespace, plural.removesuffix("s"), name)
         self._record(
             "patch_custom",
             f"patch {plural}.{group} {namespace}/{name}: {json.dumps(patch)}",
@@ -167,6 +179,7 @@ class DryRunKube:
     async def patch_scale(
         self, group: str, version: str, namespace: str, plural: str, name: str, replicas: int
     ) -> Obj:
+        _named(namespace, plural.removesuffix("s"), name)
         self._record(
             "patch_scale",
             f"scale {plural}.{group} {namespace}/{name} to {replicas} replicas",
@@ -184,6 +197,7 @@ class DryRunKube:
         )
 
     async def create_pod(self, namespace: str, body: Obj) -> Obj:
+        names.check("namespace", namespace)
         name = body.get("metadata", {}).get("name", "")
         self._record("create_pod", f"create pod {namespace}/{name}", namespace=namespace, body=body)
         if self._server_side:
@@ -191,6 +205,7 @@ class DryRunKube:
         return _as_created(namespace, body)
 
     async def create_event(self, namespace: str, body: Obj) -> Obj:
+        names.check("namespace", namespace)
         reason = body.get("reason", "")
         involved = body.get("involvedObject") or {}
         self._record(
@@ -203,6 +218,32 @@ class DryRunKube:
             return await self.inner.create_event(namespace, body)
         return _as_created(namespace, body)
 
+    async def create_configmap(self, namespace: str, body: Obj) -> Obj:
+        name = body.get("metadata", {}).get("name", "")
+        _named(namespace, "configmap", name)
+        self._record(
+            "create_configmap",
+            f"create configmap {namespace}/{name}",
+            namespace=namespace,
+            body=body,
+        )
+        if self._server_side:
+            return await self.inner.create_configmap(namespace, body)
+        return _as_created(namespace, body)
+
+    async def replace_configmap(self, namespace: str, name: str, body: Obj) -> Obj:
+        _named(namespace, "configmap", name)
+        self._record(
+            "replace_configmap",
+            f"replace configmap {namespace}/{name}",
+            namespace=namespace,
+            name=name,
+            body=body,
+        )
+        if self._server_side:
+            return await self.inner.replace_configmap(namespace, name, body)
+        return _as_created(namespace, body)
+
     async def delete_pod(
         self,
         namespace: str,
@@ -211,6 +252,7 @@ class DryRunKube:
         grace_period_seconds: int | None = None,
         uid: str | None = None,
     ) -> None:
+        _named(namespace, "pod", name)
         self._record(
             "delete_pod",
             f"delete pod {namespace}/{name}",
@@ -232,6 +274,7 @@ class DryRunKube:
         grace_period_seconds: int | None = None,
         uid: str | None = None,
     ) -> None:
+        _named(namespace, "pod", name)
         self._record(
             "evict_pod",
             f"evict {namespace}/{name}",
@@ -252,6 +295,11 @@ class DryRunKube:
 
     async def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
         return await self.inner.replace_lease(namespace, name, body)
+
+
+def _named(namespace: str, kind: str, name: str) -> None:
+    names.check("namespace", namespace)
+    names.check(kind, name)
 
 
 def _as_created(namespace: str, body: Obj) -> Obj:

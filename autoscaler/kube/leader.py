@@ -3,16 +3,27 @@
 Two replicas of the controller run for availability; only one may act, or two
 drains of one node would race. The protocol is client-go's ``leaderelection``:
 
-- a candidate takes the Lease when it is absent, expired (``renewTime +
-  leaseDurationSeconds`` is past), released (no holder), or already its own;
+- a candidate takes the Lease when it is absent, expired, released (no holder), or
+  already its own;
+- "expired" is measured on this replica's own monotonic clock, as client-go does
+  (``observedTime``, ``observedRecord``): the Lease is expired when
+  ``leaseDurationSeconds`` have passed, locally, since this replica last *saw its
+  record change* (holder, ``renewTime``, ``acquireTime``, duration, transitions).
+  The ``renewTime`` written in it is never compared with the local clock. It was
+  once, and two replicas whose clocks disagree by more than the lease duration both
+  led: the fast one found every renewal of the slow one already expired, and the
+  slow one never found a stopped fast leader's Lease expired. Wall clocks only
+  write the Lease's timestamps, for people and other tools to read;
 - the leader renews every ``retry_period``; every write carries the Lease's
   ``resourceVersion``, so of two replicas that race, one gets ``Conflict`` and
   stays a candidate;
 - a leader that has not renewed within ``renew_deadline`` stops leading. It does
-  so even before its renewal loop notices: ``is_leader()`` compares the clock with
-  the last successful renewal, so an action that checks it before each API write
-  stops within the deadline when the API server is unreachable, while the Lease
-  (``lease_duration`` > ``renew_deadline``) has not yet expired for the others;
+  so even before its renewal loop notices: ``is_leader()`` compares its monotonic
+  clock with the start of the last successful renewal, so an action that checks it
+  before each API write stops within the deadline when the API server is
+  unreachable. That is why one leader at a time holds whatever the wall clocks
+  say: a standby saw the last renewal no earlier than the leader started it, and
+  waits ``lease_duration`` (> ``renew_deadline``) from then, on its own clock;
 - a clean stop releases the Lease (holder cleared), so the other replica takes
   over at its next retry instead of waiting for the Lease to expire.
 
@@ -36,6 +47,14 @@ from autoscaler.kube.protocol import Kube, Obj
 log = logging.getLogger(__name__)
 
 LEASE_API_VERSION = "coordination.k8s.io/v1"
+# The fields of client-go's LeaderElectionRecord, as a Lease spells them.
+RECORD_FIELDS = (
+    "holderIdentity",
+    "leaseDurationSeconds",
+    "acquireTime",
+    "renewTime",
+    "leaseTransitions",
+)
 
 
 def micro_time(ts: float) -> str:
@@ -56,6 +75,45 @@ def parse_time(value: Any) -> float | None:
     return parsed.timestamp()
 
 
+def lease_record(lease: Obj) -> tuple[Any, ...]:
+    """What a Lease says, as client-go's ``observedRawRecord`` compares it, with its
+    ``resourceVersion``: any change of it is the holder (or a new one) being alive.
+    The version makes every successful write count, even one whose timestamps did
+    not move (a clock that is frozen or stepped back)."""
+    spec: Obj = lease.get("spec") or {}
+    version = (lease.get("metadata") or {}).get("resourceVersion")
+    return (version, *(spec.get(k) for k in RECORD_FIELDS))
+
+
+class Observed:
+    """The Lease as this replica last saw it change, and when, on its own monotonic
+    clock. The Lease is expired once its ``leaseDurationSeconds`` have passed since
+    then with no change seen: how long the holder said it would stay, measured here,
+    so that no two clocks are ever compared."""
+
+    def __init__(self) -> None:
+        self.record: tuple[Any, ...] | None = None
+        self.at = 0.0
+        self.duration: int | None = None
+
+    def see(self, lease: Obj, now: float) -> None:
+        """Note the Lease as read at ``now`` (monotonic); the time only moves when
+        the record differs from the one seen before."""
+        record = lease_record(lease)
+        if record != self.record:
+            self.record, self.at = record, now
+            duration = (lease.get("spec") or {}).get("leaseDurationSeconds")
+            self.duration = None
+            if isinstance(duration, int) and not isinstance(duration, bool) and duration > 0:
+                self.duration = duration
+
+    def expired(self, now: float) -> bool:
+        """Whether the Lease last seen is free to take at ``now`` (monotonic)."""
+        if self.record is None or self.duration is None:
+            return True  # never seen, or a Lease nobody keeps properly
+        return now - self.at >= self.duration
+
+
 class LeaderElector:
     """One replica's side of the election. ``run`` campaigns, leads and steps down
     until ``stop()`` is called or the task is cancelled; ``is_leader()`` says, at
@@ -72,8 +130,11 @@ class LeaderElector:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
+        """``clock`` (the wall clock) only writes the Lease's timestamps;
+        ``monotonic`` measures every interval: the renew deadline and expiry."""
         problems = []
         if not lease_duration > renew_deadline:
             problems.append(
@@ -95,16 +156,18 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.clock = clock
+        self.monotonic = monotonic
         self.sleep = sleep
         self.holder: str | None = None  # who holds the Lease, as last read
         self._leading = False
-        self._renewed_at = 0.0
+        self._renewed_at = 0.0  # monotonic: the start of the last successful renewal
+        self.observed = Observed()
         self._stop = asyncio.Event()
 
     def is_leader(self) -> bool:
         """True while this replica holds the Lease and renewed it within the renew
         deadline. A plain check, cheap enough to call before every write."""
-        return self._leading and self.clock() - self._renewed_at <= self.renew_deadline
+        return self._leading and self.monotonic() - self._renewed_at <= self.renew_deadline
 
     def stop(self) -> None:
         """Ask ``run`` to step down, release the Lease and return."""
@@ -198,7 +261,7 @@ class LeaderElector:
         """How long one attempt may take: what is left before the renew deadline
         while leading, a renew deadline while campaigning."""
         if self._leading:
-            return max(self.renew_deadline - (self.clock() - self._renewed_at), 0.01)
+            return max(self.renew_deadline - (self.monotonic() - self._renewed_at), 0.01)
         return self.renew_deadline
 
     async def _try_acquire_or_renew(self) -> bool | None:
@@ -217,43 +280,47 @@ class LeaderElector:
         return None
 
     async def _acquire_or_renew(self) -> bool:
+        # Taken before the read: the renewal counts from before the write landed,
+        # never later than any standby can have seen it.
+        started = self.monotonic()
         now = self.clock()
         try:
             lease = await self.kube.get_lease(self.namespace, self.name)
         except NotFound:
+            spec = self._spec(now, acquired=now, transitions=0)
             body: Obj = {
                 "apiVersion": LEASE_API_VERSION,
                 "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": self._spec(now, acquired=now, transitions=0),
+                "spec": spec,
             }
-            await self.kube.create_lease(self.namespace, body)
-            return self._renewed(now)
-        spec: Obj = lease.get("spec") or {}
-        holder = spec.get("holderIdentity") or None
+            created = await self.kube.create_lease(self.namespace, body)
+            return self._renewed(started, created or body)
+        current: Obj = lease.get("spec") or {}
+        self.observed.see(lease, self.monotonic())
+        holder = current.get("holderIdentity") or None
         self.holder = holder
-        if holder is not None and holder != self.identity and not self._expired(spec, now):
+        if (
+            holder is not None
+            and holder != self.identity
+            and not self.observed.expired(self.monotonic())
+        ):
             return False
-        transitions = int(spec.get("leaseTransitions") or 0)
+        transitions = int(current.get("leaseTransitions") or 0)
         if holder == self.identity:
-            acquired = parse_time(spec.get("acquireTime")) or now
+            acquired = parse_time(current.get("acquireTime")) or now
         else:
             acquired, transitions = now, transitions + 1
-        lease["spec"] = self._spec(now, acquired=acquired, transitions=transitions)
-        await self.kube.replace_lease(self.namespace, self.name, lease)
-        return self._renewed(now)
+        spec = self._spec(now, acquired=acquired, transitions=transitions)
+        lease["spec"] = spec
+        replaced = await self.kube.replace_lease(self.namespace, self.name, lease)
+        return self._renewed(started, replaced or lease)
 
-    def _renewed(self, now: float) -> bool:
-        self._renewed_at = now
+    def _renewed(self, started: float, lease: Obj) -> bool:
+        self._renewed_at = started
         self.holder = self.identity
+        self.observed.see(lease, self.monotonic())
         return True
-
-    def _expired(self, spec: Obj, now: float) -> bool:
-        renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
-        duration = spec.get("leaseDurationSeconds")
-        if renewed is None or not isinstance(duration, int):
-            return True  # a Lease nobody keeps properly is free to take
-        return renewed + duration < now
 
     def _spec(self, now: float, *, acquired: float, transitions: int) -> Obj:
         return {
@@ -296,4 +363,4 @@ class LeaderElector:
         log.info("leader election: %s released the lease", self.identity)
 
 
-__all__ = ["LeaderElector", "micro_time", "parse_time"]
+__all__ = ["LeaderElector", "Observed", "lease_record", "micro_time", "parse_time"]

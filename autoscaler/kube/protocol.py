@@ -107,6 +107,15 @@ class Kube(Protocol):
         replica wrote the Lease in between."""
         ...
 
+    # ConfigMaps (core/v1): the controller's own state record, in its namespace
+    # (autoscaler/engine/restore.py).
+    async def get_configmap(self, namespace: str, name: str) -> Obj: ...
+    async def create_configmap(self, namespace: str, body: Obj) -> Obj: ...
+    async def replace_configmap(self, namespace: str, name: str, body: Obj) -> Obj:
+        """PUT with the body's ``metadata.resourceVersion``: ``Conflict`` when another
+        writer changed the ConfigMap in between."""
+        ...
+
     # Custom resources (Cluster API MachineDeployments and Machines).
     async def get_custom(
         self, group: str, version: str, namespace: str, plural: str, name: str
@@ -163,6 +172,11 @@ VERBS: dict[str, dict[str, str]] = {
         "get": "leader election reads the Lease",
         "create": "leader election creates the Lease the first time",
         "update": "leader election renews and takes over the Lease",
+    },
+    "configmaps": {
+        "get": "start and leadership gain read the controller's state record",
+        "create": "the state record is created the first time there is state to keep",
+        "update": "the leader writes the breaker and the cooldowns to its state record",
     },
     f"{CAPI_GROUP}/{MACHINE_DEPLOYMENTS}": {
         "get": "scale_node_pool reads a pool's min/max annotations",

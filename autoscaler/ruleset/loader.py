@@ -73,6 +73,7 @@ RULE_KEYS = (
     "target",
     "action",
     "cooldown",
+    "repeat",
     "limits",
     "recover",
 )
@@ -302,6 +303,7 @@ class _FileReader(Reader):
 
         for_ = self.optional_duration(entries, "for")
         cooldown = self.optional_duration(entries, "cooldown")
+        repeat = self.optional_duration(entries, "repeat")
 
         action = self.action(entries["action"][1], target) if "action" in entries else None
         rule_limits = self.rule_limits(entries["limits"][1]) if "limits" in entries else None
@@ -316,6 +318,18 @@ class _FileReader(Reader):
                     key_node,
                     f"recover: {spec.name} cannot be undone, so a rule with it has no recover",
                 )
+        if "repeat" in entries and action is not None:
+            # A remediation acts once per incident; repeating a drain is the repeated
+            # eviction this guards against. Capacity and load actions may repeat.
+            spec = ACTIONS.get(action.type)
+            if spec is not None and spec.reversible:
+                self.problem(
+                    entries["repeat"][0],
+                    f"repeat: {spec.name} acts once per incident (its recover undoes it); "
+                    "repeat is for actions that cannot be undone, such as scale_node_pool",
+                )
+            elif repeat is not None and repeat <= 0:
+                self.problem(entries["repeat"][1], "repeat must be more than 0s")
 
         if len(self.out.problems) > before or target is None or action is None:
             return None
@@ -328,6 +342,7 @@ class _FileReader(Reader):
             description=description,
             for_=for_ or 0.0,
             cooldown=cooldown or 0.0,
+            repeat=repeat or 0.0,
             limits=rule_limits or RuleLimits(),
             recover=recover,
             position=self.pos(node),

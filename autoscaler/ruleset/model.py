@@ -66,7 +66,13 @@ class Rule:
     action: Action
     description: str = ""
     for_: float = 0.0
+    # The least time between two acts of this rule on one target (see
+    # engine/evaluate.py: a rule acts once per incident, and cooldown spaces them).
     cooldown: float = 0.0
+    # While one incident lasts, act again this long after the last act; 0: once per
+    # incident. Only for actions that cannot be undone (capacity and load: a pool
+    # still short of nodes after one was added); the loader refuses it elsewhere.
+    repeat: float = 0.0
     limits: RuleLimits = RuleLimits()
     recover: Recover | None = None
     # Position is a frozen dataclass (from accel_common), so one default is safe to share.

@@ -24,8 +24,15 @@ Format::
           - at: 5m30s
             decisions:
               - {rule: fatal-device-fault, action: migrate_jobs, target: {node: n1}}
+          - from: 5m                          # every evaluation from 5m to 15m,
+            to: 15m                           # both included, taken together:
+            decisions:                        # one decision for the whole incident
+              - {rule: fatal-device-fault, action: migrate_jobs, target: {node: n1}}
 
-``action`` defaults to the rule's action type and ``kind`` to ``act``. Without
+``at`` compares the decisions of one evaluation; ``from``/``to`` compares the
+multiset of every decision made at the evaluation times of the window, so "one
+decision over the whole firing period" is one entry. ``action`` defaults to the
+rule's action type and ``kind`` to ``act``. Without
 ``cluster``, the cluster is every ``node`` label value in the input series and
 alerts, none of them recently added. An alert is firing from ``startsAt``
 (default 0s) until ``endsAt`` (default: forever). Series values use promtool's
@@ -85,9 +92,21 @@ class ExpectedDecision:
 
 @dataclass(frozen=True)
 class Expectation:
+    """The decisions expected at one evaluation time (``at``: ``at_ms``, with
+    ``to_ms`` None), or made over a window of them (``from``/``to``: every
+    evaluation time from ``at_ms`` to ``to_ms``, both included, taken together)."""
+
     at_ms: int
     decisions: tuple[ExpectedDecision, ...]
     position: Position
+    to_ms: int | None = None
+
+    @property
+    def last_ms(self) -> int:
+        return self.at_ms if self.to_ms is None else self.to_ms
+
+    def covers(self, at_ms: int) -> bool:
+        return self.at_ms <= at_ms <= self.last_ms
 
 
 @dataclass(frozen=True)
@@ -304,15 +323,21 @@ class _TestFileReader(Reader):
                     f"{seen[s.labels].position.line}",
                 )
             seen.setdefault(s.labels, s)
-        times: dict[int, Expectation] = {}
+        times: dict[tuple[int, int | None], Expectation] = {}
         for e in expect:
-            if e.at_ms in times:
+            when = (e.at_ms, e.to_ms)
+            if when in times:
+                what = (
+                    f"at {format_whole(e.at_ms)}"
+                    if e.to_ms is None
+                    else f"from {format_whole(e.at_ms)} to {format_whole(e.to_ms)}"
+                )
                 self.at(
                     e.position,
-                    f"at {format_whole(e.at_ms)} is already expected on line "
-                    f"{times[e.at_ms].position.line}; list all its decisions once",
+                    f"{what} is already expected on line "
+                    f"{times[when].position.line}; list all its decisions once",
                 )
-            times[e.at_ms] = e
+            times[when] = e
         if name is None or len(self.problems) > before:
             return None
         return RuleTest(
@@ -392,18 +417,44 @@ class _TestFileReader(Reader):
         return ClusterSpec(frozenset(nodes), added)
 
     def expectation(self, node: Node) -> Expectation | None:
-        fields = self.mapping(node, "an expectation", ("at", "decisions"), ("at", "decisions"))
-        if fields is None or "at" not in fields or "decisions" not in fields:
+        fields = self.mapping(
+            node, "an expectation", ("at", "from", "to", "decisions"), ("decisions",)
+        )
+        if fields is None or "decisions" not in fields:
             return None
-        at = self.duration_ms(fields["at"][1], "at")
         decisions: list[ExpectedDecision] = []
         for item in self.sequence(fields["decisions"][1], "decisions") or []:
             d = self.decision(item)
             if d is not None:
                 decisions.append(d)
-        if at is None:
+        window = "from" in fields or "to" in fields
+        if "at" in fields and window:
+            self.problem(
+                fields["at"][0],
+                "an expectation has at (one evaluation) or from and to (a window), not both",
+            )
             return None
-        return Expectation(at, tuple(decisions), self.pos(fields["at"][1]))
+        if not window:
+            if "at" not in fields:
+                self.problem(node, "an expectation: missing required key 'at' (or 'from' and 'to')")
+                return None
+            at = self.duration_ms(fields["at"][1], "at")
+            return (
+                None if at is None else Expectation(at, tuple(decisions), self.pos(fields["at"][1]))
+            )
+        for key in ("from", "to"):
+            if key not in fields:
+                self.problem(node, f"an expectation with a window: missing required key '{key}'")
+        if "from" not in fields or "to" not in fields:
+            return None
+        start = self.duration_ms(fields["from"][1], "from")
+        end = self.duration_ms(fields["to"][1], "to")
+        if start is None or end is None:
+            return None
+        if end <= start:
+            self.problem(fields["to"][1], "to must be after from (for one time, write at)")
+            return None
+        return Expectation(start, tuple(decisions), self.pos(fields["from"][1]), end)
 
     def decision(self, node: Node) -> ExpectedDecision | None:
         fields = self.mapping(

@@ -122,6 +122,7 @@ class SimKube:
         self.pods_by_node: dict[str, dict[tuple[str, str], Obj]] = {}
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.leases: dict[tuple[str, str], Obj] = {}
+        self.configmaps: dict[tuple[str, str], Obj] = {}
         self.custom: dict[tuple[str, str, str], Obj] = {}  # (plural, namespace, name)
         self.events: list[Obj] = []
         self.event_count = 0
@@ -445,6 +446,48 @@ class SimKube:
         self._stamp(lease)
         self.leases[(namespace, name)] = lease
         result: Obj = copy_obj(lease)
+        return result
+
+    # -- configmaps (the controller's state record) -------------------------------
+
+    async def get_configmap(self, namespace: str, name: str) -> Obj:
+        self._count("get_configmap")
+        cm = self.configmaps.get((namespace, name))
+        if cm is None:
+            raise NotFound(f'configmaps "{name}" not found', status=404, reason="NotFound")
+        result: Obj = copy_obj(cm)
+        return result
+
+    async def create_configmap(self, namespace: str, body: Obj) -> Obj:
+        self._count("create_configmap")
+        name = body["metadata"]["name"]
+        if (namespace, name) in self.configmaps:
+            raise Conflict(
+                f'configmaps "{name}" already exists', status=409, reason="AlreadyExists"
+            )
+        cm: Obj = copy_obj(body)
+        cm["metadata"]["namespace"] = namespace
+        self._stamp(cm, new=True)
+        self.configmaps[(namespace, name)] = cm
+        result: Obj = copy_obj(cm)
+        return result
+
+    async def replace_configmap(self, namespace: str, name: str, body: Obj) -> Obj:
+        self._count("replace_configmap")
+        current = self.configmaps.get((namespace, name))
+        if current is None:
+            raise NotFound(f'configmaps "{name}" not found', status=404, reason="NotFound")
+        if (
+            body.get("metadata", {}).get("resourceVersion")
+            != current["metadata"]["resourceVersion"]
+        ):
+            raise Conflict(f'Operation cannot be fulfilled on configmaps "{name}"', status=409)
+        cm: Obj = copy_obj(body)
+        cm["metadata"]["uid"] = current["metadata"]["uid"]
+        cm["metadata"]["namespace"] = namespace
+        self._stamp(cm)
+        self.configmaps[(namespace, name)] = cm
+        result: Obj = copy_obj(cm)
         return result
 
     # -- custom resources (Cluster API) -----------------------------------------

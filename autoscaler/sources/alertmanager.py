@@ -1,19 +1,43 @@
-"""Alertmanager's webhook (payload version 4) as a source of firing alerts.
+"""Alertmanager's webhook (payload version 4) as a source of firing alerts, with a
+lifecycle: an alert is held from its firing notification until its resolve, its
+``endsAt``, or a TTL without a re-send, whichever comes first.
 
 A rule with ``alertname:`` sees the alerts of that name that are firing now, as a
-vector of their label sets with value 1. Alerts are kept by fingerprint, so the
-repeated notifications Alertmanager sends for one alert (``repeat_interval``, group
-changes) are one alert, not many; a resolved alert only removes its entry and can
-never trigger anything (Robusta #345 acted on resolved alerts).
+vector of their label sets with value 1. Each sample also carries the label
+``__incident__`` = ``<fingerprint>@<startsAt as given>``: one alert incident is one
+(fingerprint, startsAt) pair, and the engine acts at most once per incident. Alerts
+are kept by fingerprint, so the repeated notifications Alertmanager sends for one
+alert (``repeat_interval``, group changes) are one alert, not many; a resolved
+alert only removes its entry and can never trigger anything (Robusta #345 acted on
+resolved alerts).
+
+What is held must never act on something already over:
+
+- **Stale notifications.** The (fingerprint, startsAt) pairs of resolved alerts are
+  remembered for a bounded time and count, so a firing notification for a resolved
+  pair (a replay, a late retry, an Alertmanager peer that missed the resolve) is
+  ignored. So is a firing of an earlier incident than the one held for its
+  fingerprint. A new incident of the same alert has a new startsAt and fires.
+- **Lost resolves.** Alertmanager re-sends a firing alert every ``repeat_interval``
+  (4h by default), so an alert not re-sent within the TTL (three of those, 12h, by
+  default) has lost its resolve and expires. ``endsAt``, when a sender sets it,
+  ends an alert too (Alertmanager's own rule).
+- **Another replica's past.** A replica that stands down drops the alerts it holds
+  (``clear``); while standing by it refuses the webhook, so what it held would be
+  stale by the time it leads again.
+- **Floods.** At most ``limit`` alerts are held; a new one beyond that is dropped.
+
+Every alert dropped is counted by reason (``DROP_REASONS``) for
+``accel_autoscaler_alerts_dropped_total``.
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import logging
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.types import QueryResult, Sample, Vector, labels_of
@@ -21,6 +45,27 @@ from autoscaler.types import QueryResult, Sample, Vector, labels_of
 log = logging.getLogger("accel_autoscaler.sources.alertmanager")
 
 MAX_BODY = 1024 * 1024
+
+# The sample label that names an alert's incident; the engine reads it.
+INCIDENT_LABEL = "__incident__"
+
+# Alertmanager's default ``repeat_interval``: how often it re-sends an alert that
+# still fires. The TTL is three of them, so that two lost or late re-sends never
+# expire an alert that still fires, and a lost resolve is forgotten within a day.
+ALERTMANAGER_REPEAT_INTERVAL = 4 * 3600.0
+DEFAULT_TTL = 3 * ALERTMANAGER_REPEAT_INTERVAL
+DEFAULT_LIMIT = 10_000
+
+# Why an alert was dropped: its TTL passed without a re-send ("expired"), the
+# receiver held ``limit`` alerts already ("limit"), this replica stood down
+# ("standby"), or the notification was a replay of a resolved or earlier incident
+# ("stale").
+DROP_REASONS = ("expired", "limit", "standby", "stale")
+
+_ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time: Alertmanager's "not set"
+_FNV64_OFFSET = 14695981039346656037
+_FNV64_PRIME = 1099511628211
+_U64 = (1 << 64) - 1
 
 
 class PayloadError(ValueError):
@@ -33,6 +78,42 @@ class Alert:
     labels: Mapping[str, str]
     starts_at: float
     ends_at: float | None
+    # startsAt exactly as the payload gave it (or, when it gave none, the time the
+    # first firing notification arrived): the incident's name.
+    starts_raw: str
+    # When a firing notification for it last arrived: the TTL counts from here.
+    seen: float
+
+    @property
+    def incident(self) -> str:
+        return incident_of(self.fingerprint, self.starts_raw)
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What one webhook body did: its firing and resolved alerts, and how many of
+    them were dropped, by reason."""
+
+    firing: int
+    resolved: int
+    dropped: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Notice:
+    """One alert of a validated body, before it is applied."""
+
+    status: str
+    fingerprint: str
+    labels: Mapping[str, str]
+    starts_at: float | None
+    starts_raw: str | None
+    ends_at: float | None
+
+
+def incident_of(fingerprint: str, starts_at: str) -> str:
+    """The ``__incident__`` label value of an alert: fingerprint and startsAt."""
+    return f"{fingerprint}@{starts_at}"
 
 
 def _time(value: Any, where: str) -> float | None:
@@ -47,77 +128,216 @@ def _time(value: Any, where: str) -> float | None:
         raise PayloadError(f"{where}: {e}") from e
 
 
+def _rfc3339(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
 def fingerprint_of(labels: Mapping[str, str]) -> str:
-    """Stands in for Alertmanager's fingerprint when a payload lacks one."""
-    joined = "\xff".join(f"{k}\xff{v}" for k, v in sorted(labels.items()))
-    return hashlib.sha256(joined.encode()).hexdigest()[:16]
+    """Alertmanager's own fingerprint of a label set, for a payload that lacks one:
+    prometheus/common's ``LabelSet.Fingerprint``, FNV-1a 64 over the label names in
+    sorted order, each name and each value followed by the byte 0xff, written as 16
+    hex digits. The same labels give the same fingerprint Alertmanager would send."""
+    h = _FNV64_OFFSET
+    for name in sorted(labels):
+        for byte in b"%b\xff%b\xff" % (name.encode(), labels[name].encode()):
+            h = ((h ^ byte) * _FNV64_PRIME) & _U64
+    return f"{h:016x}"
+
+
+def _parse(payload: Any) -> list[_Notice]:
+    """Every alert of a body, validated as a whole before any is applied."""
+    if not isinstance(payload, dict):
+        raise PayloadError("the body must be a JSON object")
+    if payload.get("version") != "4":
+        raise PayloadError(f'unsupported payload version {payload.get("version")!r} (expected "4")')
+    alerts = payload.get("alerts")
+    if not isinstance(alerts, list):
+        raise PayloadError("'alerts' must be a list")
+    notices: list[_Notice] = []
+    for i, raw in enumerate(alerts):
+        where = f"alerts[{i}]"
+        if not isinstance(raw, dict):
+            raise PayloadError(f"{where} must be an object")
+        status = raw.get("status")
+        if status not in ("firing", "resolved"):
+            raise PayloadError(f"{where}.status must be 'firing' or 'resolved'")
+        labels = raw.get("labels")
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise PayloadError(f"{where}.labels must map strings to strings")
+        if "alertname" not in labels:
+            raise PayloadError(f"{where}.labels has no alertname")
+        fp = raw.get("fingerprint") or fingerprint_of(labels)
+        if not isinstance(fp, str):
+            raise PayloadError(f"{where}.fingerprint must be a string")
+        raw_starts = raw.get("startsAt", _ZERO_TIME)
+        starts = _time(raw_starts, f"{where}.startsAt")
+        ends = _time(raw.get("endsAt", _ZERO_TIME), f"{where}.endsAt")
+        notices.append(
+            _Notice(
+                status, fp, dict(labels), starts, raw_starts if starts is not None else None, ends
+            )
+        )
+    return notices
 
 
 class AlertReceiver:
+    """The alerts one replica received, with their lifecycle (module docstring).
+
+    ``ttl``: seconds a firing alert is held without a re-send. ``limit``: how many
+    firing alerts are held, and how many resolved (fingerprint, startsAt) pairs are
+    remembered. ``remember``: seconds a resolved pair is remembered (the TTL by
+    default: a replay older than that is as stale as an alert never re-sent)."""
+
     name = "alertmanager"
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        ttl: float = DEFAULT_TTL,
+        limit: int = DEFAULT_LIMIT,
+        remember: float | None = None,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError(f"the alert TTL must be positive, got {ttl:g}")
+        if limit < 1:
+            raise ValueError(f"the alert limit must be at least 1, got {limit}")
+        self.ttl = ttl
+        self.limit = limit
+        self.remember = ttl if remember is None else remember
         self.firing: dict[str, Alert] = {}
+        # (fingerprint, startsAt) of resolved alerts -> when the resolve arrived,
+        # oldest first, so that forgetting is a walk from the front.
+        self.resolved: OrderedDict[tuple[str, float], float] = OrderedDict()
+        self.dropped: Counter[str] = Counter({reason: 0 for reason in DROP_REASONS})
         self.received = 0
         self.last_received: float | None = None
 
-    def ingest(self, payload: Any, now: float) -> tuple[int, int]:
-        """Applies one webhook body; returns (firing, resolved) counts in it."""
-        if not isinstance(payload, dict):
-            raise PayloadError("the body must be a JSON object")
-        if payload.get("version") != "4":
-            raise PayloadError(
-                f'unsupported payload version {payload.get("version")!r} (expected "4")'
-            )
-        alerts = payload.get("alerts")
-        if not isinstance(alerts, list):
-            raise PayloadError("'alerts' must be a list")
-        parsed: list[tuple[str, Alert]] = []
-        for i, raw in enumerate(alerts):
-            where = f"alerts[{i}]"
-            if not isinstance(raw, dict):
-                raise PayloadError(f"{where} must be an object")
-            status = raw.get("status")
-            if status not in ("firing", "resolved"):
-                raise PayloadError(f"{where}.status must be 'firing' or 'resolved'")
-            labels = raw.get("labels")
-            if not isinstance(labels, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-            ):
-                raise PayloadError(f"{where}.labels must map strings to strings")
-            if "alertname" not in labels:
-                raise PayloadError(f"{where}.labels has no alertname")
-            fp = raw.get("fingerprint") or fingerprint_of(labels)
-            if not isinstance(fp, str):
-                raise PayloadError(f"{where}.fingerprint must be a string")
-            starts = _time(raw.get("startsAt", "0001-01-01T00:00:00Z"), f"{where}.startsAt")
-            ends = _time(raw.get("endsAt", "0001-01-01T00:00:00Z"), f"{where}.endsAt")
-            parsed.append((status, Alert(fp, dict(labels), starts or now, ends)))
-        # Validate the whole body before applying any of it: a bad body changes nothing.
+    def ingest(self, payload: Any, now: float) -> Ingested:
+        """Applies one webhook body. A body that does not validate changes nothing
+        (``PayloadError``)."""
+        notices = _parse(payload)
+        self.expire(now)
         firing = resolved = 0
-        for status, alert in parsed:
-            if status == "firing":
+        dropped: Counter[str] = Counter()
+        for n in notices:
+            if n.status == "firing":
                 firing += 1
-                if alert.fingerprint not in self.firing:
-                    log.info("alert firing: %s %s", alert.labels["alertname"], dict(alert.labels))
-                self.firing[alert.fingerprint] = alert
+                if (reason := self._fire(n, now)) is not None:
+                    dropped[reason] += 1
             else:
                 resolved += 1
-                if self.firing.pop(alert.fingerprint, None) is not None:
-                    log.info("alert resolved: %s %s", alert.labels["alertname"], dict(alert.labels))
+                self._resolve(n, now)
+        if dropped["limit"]:
+            log.warning(
+                "%d new alerts dropped: %d alerts are held already (the limit)",
+                dropped["limit"],
+                self.limit,
+            )
+        self.dropped.update(dropped)
         self.received += 1
         self.last_received = now
-        return firing, resolved
+        return Ingested(firing, resolved, {k: v for k, v in sorted(dropped.items()) if v})
+
+    def _fire(self, n: _Notice, now: float) -> str | None:
+        """Holds or refreshes one firing alert; returns why it was dropped, if it was."""
+        held = self.firing.get(n.fingerprint)
+        if n.starts_at is not None and n.starts_raw is not None:
+            starts, raw = n.starts_at, n.starts_raw
+        elif held is not None:  # a sender without startsAt: the incident goes on
+            starts, raw = held.starts_at, held.starts_raw
+        else:
+            starts, raw = now, _rfc3339(now)
+        name = n.labels["alertname"]
+        resolved_at = self.resolved.get((n.fingerprint, starts))
+        if resolved_at is not None:
+            log.debug(
+                "stale firing notification ignored: %s %s@%s was resolved at %s",
+                name,
+                n.fingerprint,
+                raw,
+                _rfc3339(resolved_at),
+            )
+            return "stale"
+        if held is not None and starts < held.starts_at:
+            log.debug(
+                "stale firing notification ignored: %s %s@%s is older than the incident held (%s)",
+                name,
+                n.fingerprint,
+                raw,
+                held.starts_raw,
+            )
+            return "stale"
+        if held is None and len(self.firing) >= self.limit:
+            return "limit"
+        if held is None or held.starts_at != starts:
+            log.info("alert firing: %s %s", name, dict(n.labels))
+        self.firing[n.fingerprint] = Alert(
+            n.fingerprint, n.labels, starts, n.ends_at, starts_raw=raw, seen=now
+        )
+        return None
+
+    def _resolve(self, n: _Notice, now: float) -> None:
+        """Forgets a firing alert and remembers its (fingerprint, startsAt)."""
+        held = self.firing.get(n.fingerprint)
+        if n.starts_at is not None:
+            starts = n.starts_at
+        elif held is not None:
+            starts = held.starts_at
+        else:
+            return  # neither dated nor held: nothing to forget or to remember
+        self.resolved[(n.fingerprint, starts)] = now
+        self.resolved.move_to_end((n.fingerprint, starts))
+        while len(self.resolved) > self.limit:
+            self.resolved.popitem(last=False)
+        # A late resolve of an earlier incident leaves the current one firing.
+        if held is not None and held.starts_at <= starts:
+            del self.firing[n.fingerprint]
+            log.info("alert resolved: %s %s", n.labels["alertname"], dict(n.labels))
+
+    def expire(self, now: float) -> None:
+        """Drops the alerts whose endsAt passed or whose TTL passed without a
+        re-send, and forgets resolved pairs older than ``remember``."""
+        while self.resolved:
+            key, at = next(iter(self.resolved.items()))
+            if now - at <= self.remember:
+                break
+            del self.resolved[key]
+        for fp, a in list(self.firing.items()):
+            if a.ends_at is not None and a.ends_at <= now:
+                del self.firing[fp]  # Alertmanager's own rule: it ended
+                log.info(
+                    "alert ended (endsAt passed): %s %s", a.labels["alertname"], dict(a.labels)
+                )
+            elif now - a.seen > self.ttl:
+                del self.firing[fp]
+                self.dropped["expired"] += 1
+                log.warning(
+                    "alert expired: %s %s was not re-sent within %gs; its resolve was "
+                    "probably lost (or Alertmanager's repeat_interval is longer than "
+                    "--alerts.ttl)",
+                    a.labels["alertname"],
+                    dict(a.labels),
+                    self.ttl,
+                )
+
+    def clear(self) -> int:
+        """Drops every firing alert, when this replica stands down; returns how many.
+        The resolved pairs stay: they only ever stop a stale firing, and a resolved
+        incident never fires again (a new one has a new startsAt)."""
+        dropped = len(self.firing)
+        self.firing.clear()
+        self.dropped["standby"] += dropped
+        if dropped:
+            log.info("standing down: firing alerts dropped: %d", dropped)
+        return dropped
 
     def vector(self, alertname: str, now: float) -> QueryResult:
-        """The firing alerts of one name. An alert whose endsAt has passed without a
-        resolve notification is no longer firing (Alertmanager's own rule)."""
-        for fp in [
-            fp for fp, a in self.firing.items() if a.ends_at is not None and a.ends_at <= now
-        ]:
-            del self.firing[fp]
+        """The firing alerts of one name, each labelled with its incident."""
+        self.expire(now)
         samples = tuple(
-            Sample(labels_of(a.labels), 1.0, now)
+            Sample(labels_of({**a.labels, INCIDENT_LABEL: a.incident}), 1.0, now)
             for a in self.firing.values()
             if a.labels.get("alertname") == alertname
         )

@@ -9,6 +9,10 @@ in that cycle.
 run: a Prometheus that answers but has no accelerator data (its scrape is broken,
 the exporters are gone) is as unknown as one that is down, and the controller must
 not read its silence as "all healthy".
+
+``--prometheus.url`` may carry a user and password; every message this source
+writes (log lines, the reasons of ``Unknown`` that reach the decision log and the
+API) goes through ``accel_common.secrets.redact``, so the password never leaves it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from accel_common.secrets import read_basic_auth, read_token, redact
 from autoscaler.sources.base import has_data
 from autoscaler.types import QueryResult, Sample, Scalar, Unknown, Vector, labels_of
 
@@ -47,10 +52,6 @@ class PrometheusConfig:
     ca_file: Path | None = None
     health_query: str = "count(accel_up)"
     attempts: int = 3
-
-
-def _read_secret(path: Path) -> str:
-    return path.read_text().strip()
 
 
 def parse_result(data: dict[str, Any]) -> QueryResult:
@@ -79,12 +80,14 @@ class PrometheusSource:
 
     def _headers(self) -> dict[str, str]:
         # Secrets are read on every session start, so a rotated token file is picked
-        # up without a restart.
+        # up without a restart. One emptied since the start raises SecretError (a
+        # ValueError): the query is unknown rather than sent without credentials.
         if self.config.bearer_token_file is not None:
-            return {"Authorization": f"Bearer {_read_secret(self.config.bearer_token_file)}"}
+            token = read_token(self.config.bearer_token_file).decode()
+            return {"Authorization": f"Bearer {token}"}
         if self.config.basic_auth_file is not None:
-            pair = _read_secret(self.config.basic_auth_file).encode()
-            return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+            user, password = read_basic_auth(self.config.basic_auth_file)
+            return {"Authorization": "Basic " + base64.b64encode(user + b":" + password).decode()}
         return {}
 
     def _session_now(self) -> aiohttp.ClientSession:
@@ -100,17 +103,18 @@ class PrometheusSource:
         return self._session
 
     async def _get(self, expr: str, at: float) -> dict[str, Any]:
+        # Inside _query's try: a secret file emptied since the start is "query failed".
         session = self._session_now()
         url = self.config.url.rstrip("/") + "/api/v1/query"
         try:
             async with session.get(url, params={"query": expr, "time": f"{at:.3f}"}) as resp:
                 if resp.status == 429 or resp.status >= 500:
-                    raise TransientError(f"HTTP {resp.status} from {url}")
+                    raise TransientError(f"HTTP {resp.status} from {redact(url)}")
                 body: dict[str, Any] = await resp.json(content_type=None)
         except (aiohttp.ClientConnectionError, TimeoutError) as e:
-            raise TransientError(f"{type(e).__name__}: {e}") from e
+            raise TransientError(redact(f"{type(e).__name__}: {e}")) from e
         except (aiohttp.ContentTypeError, ValueError) as e:
-            raise ValueError(f"not a Prometheus API answer: {e}") from e
+            raise ValueError(redact(f"not a Prometheus API answer: {e}")) from e
         if body.get("status") != "success":
             raise ValueError(f"{body.get('errorType', 'error')}: {body.get('error', body)}")
         data: dict[str, Any] = body["data"]
@@ -131,7 +135,7 @@ class PrometheusSource:
             self.last_error = str(e)
             return Unknown(f"prometheus unreachable: {e}")
         except (ValueError, KeyError, aiohttp.ClientError) as e:
-            return Unknown(f"query failed: {e}")
+            return Unknown(redact(f"query failed: {e}"))
         return parse_result(data)
 
     async def refresh(self, at: float) -> bool:

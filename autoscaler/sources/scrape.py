@@ -7,6 +7,10 @@ relabeling does for Prometheus. A target that cannot be scraped is marked down a
 its series go stale, exactly as in Prometheus; the source as a whole is healthy
 while at least one target answers, so one dead node cannot blind the controller
 to the rest of the fleet.
+
+A target URL may carry a user and password (``http://user:pass@10.0.0.5:9835/metrics``,
+sent as basic auth); every message that names a target or quotes a client error
+goes through ``accel_common.secrets.redact``, so the password is never logged.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Mapping
 
 import aiohttp
 
+from accel_common.secrets import redact
 from autoscaler.promql.store import SeriesStore
 from autoscaler.sources.store import StoreSource
 
@@ -29,7 +34,7 @@ def parse_targets(text: str) -> dict[str, str]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         node, sep, url = part.partition("=")
         if not sep or not node or not url.startswith(("http://", "https://")):
-            raise ValueError(f"bad target {part!r} (use NODE=http://HOST:PORT/metrics)")
+            raise ValueError(f"bad target {redact(part)!r} (use NODE=http://HOST:PORT/metrics)")
         if node in out:
             raise ValueError(f"node {node!r} is named twice")
         out[node] = url
@@ -69,16 +74,16 @@ class ScrapeSource(StoreSource):
                 text = await resp.text()
             self.store.ingest_text(text, at, {"node": node}, target=node)
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-            reason = f"{type(e).__name__}: {e}"
+            reason = redact(f"{type(e).__name__}: {e}")
             if self._errors.get(node) != reason:
-                log.warning("scrape of %s (%s) failed: %s", node, url, reason)
+                log.warning("scrape of %s (%s) failed: %s", node, redact(url), reason)
             self._errors[node] = reason
             self.target_up[node] = False
             # As in Prometheus: an unreachable target's series go stale at once.
             self.store.end_target(node, at)
             return
         if not self.target_up[node]:
-            log.info("scrape of %s (%s) is up", node, url)
+            log.info("scrape of %s (%s) is up", node, redact(url))
         self._errors.pop(node, None)
         self.target_up[node] = True
 

@@ -31,6 +31,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from accel_common.names import STATE_CONFIGMAP_SUFFIX
 from autoscaler.kube.protocol import CAPI_GROUP, CAPI_VERSION, VERBS, Kube
 from tests.support.paths import REPO
 
@@ -247,9 +248,18 @@ def test_roles_are_bound_to_the_controller_and_the_lease_it_uses() -> None:
     c = container(deployment, "autoscaler")
     args = expand(c["args"], c["env"])
     named = [r for r in role["rules"] if r.get("resourceNames")]
-    assert named and all(
-        r["resourceNames"] == [flag(args, "--leader-elect.lease-name")] for r in named
+    leases = [r for r in named if r["resources"] == ["leases"]]
+    assert leases and all(
+        r["resourceNames"] == [flag(args, "--leader-elect.lease-name")] for r in leases
     )
+    # The state record is named after --controller-name (run's default when unset).
+    owner = next(
+        (a.split("=", 1)[1] for a in args if a.startswith("--controller-name=")),
+        "accel-autoscaler",
+    )
+    records = [r for r in named if r["resources"] == ["configmaps"]]
+    assert records and all(r["resourceNames"] == [owner + STATE_CONFIGMAP_SUFFIX] for r in records)
+    assert len(leases) + len(records) == len(named)
     assert flag(args, "--leader-elect.namespace") == "<POD_NAMESPACE>"
 
 
@@ -281,6 +291,9 @@ METHOD_VERBS: dict[str, set[tuple[str, str]]] = {
     "get_job": {("batch/jobs", "get")},
     "patch_job": {("batch/jobs", "patch")},
     "create_event": {("events", "create")},
+    "get_configmap": {("configmaps", "get")},
+    "create_configmap": {("configmaps", "create")},
+    "replace_configmap": {("configmaps", "update")},
     "get_lease": {("coordination.k8s.io/leases", "get")},
     "create_lease": {("coordination.k8s.io/leases", "create")},
     "replace_lease": {("coordination.k8s.io/leases", "update")},
@@ -387,6 +400,12 @@ def _protocol_calls() -> list[tuple[str, Callable[[Kube], Awaitable[object]]]]:
         "spec": {"containers": [{"name": "main", "image": "busybox"}]},
     }
     label = {"metadata": {"labels": {"accel-fleet.io/test": "1"}}}
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "accel-autoscaler-state", "namespace": ns},
+        "data": {"state.json": "{}"},
+    }
     return [
         ("get_node", lambda k: k.get_node("n1")),
         ("list_nodes", lambda k: k.list_nodes()),
@@ -402,6 +421,12 @@ def _protocol_calls() -> list[tuple[str, Callable[[Kube], Awaitable[object]]]]:
         ("get_job", lambda k: k.get_job(ns, "j1")),
         ("patch_job", lambda k: k.patch_job(ns, "j1", {"spec": {"suspend": True}})),
         ("create_event", lambda k: k.create_event(ns, event)),
+        ("get_configmap", lambda k: k.get_configmap(ns, "accel-autoscaler-state")),
+        ("create_configmap", lambda k: k.create_configmap(ns, configmap)),
+        (
+            "replace_configmap",
+            lambda k: k.replace_configmap(ns, "accel-autoscaler-state", configmap),
+        ),
         ("get_lease", lambda k: k.get_lease(ns, "accel-autoscaler")),
         ("create_lease", lambda k: k.create_lease(ns, lease)),
         ("replace_lease", lambda k: k.replace_lease(ns, "accel-autoscaler", lease)),

@@ -198,9 +198,12 @@ def prometheus(
 
 
 @contextlib.contextmanager
-def alertmanager(tmp: Path, webhook_url: str, token: str | None = None) -> Iterator[str]:
+def alertmanager(
+    tmp: Path, webhook_url: str, token: str | None = None, repeat_interval: str = "1h"
+) -> Iterator[str]:
     """Runs Debian's Alertmanager routing every alert to ``webhook_url`` at once, with
-    resolved notifications; yields its base URL."""
+    resolved notifications, re-sending firing ones every ``repeat_interval``; yields
+    its base URL."""
     port, cluster_port = free_port(), free_port()
     auth = f"\n        http_config: {{authorization: {{credentials: '{token}'}}}}" if token else ""
     config = tmp / "alertmanager.yml"
@@ -210,7 +213,7 @@ def alertmanager(tmp: Path, webhook_url: str, token: str | None = None) -> Itera
         "  group_by: ['...']\n"
         "  group_wait: 0s\n"
         "  group_interval: 1s\n"
-        "  repeat_interval: 1h\n"
+        f"  repeat_interval: {repeat_interval}\n"
         "receivers:\n"
         "  - name: accel\n"
         "    webhook_configs:\n"

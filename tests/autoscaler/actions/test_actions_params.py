@@ -32,7 +32,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "forceDeleteAfterTimeout": False,
     },
     "migrate_jobs": {"taint": DEFAULT_TAINT, "drainTimeout": 600.0, "deviceOnly": False},
-    "requeue_job": {"maxRequeues": 3, "backoff": 60.0, "via": "delete"},
+    "requeue_job": {"maxRequeues": 3, "backoff": 60.0, "maxBackoff": 3600.0, "via": "delete"},
     "rebalance": {"maxMovesPerCycle": 1, "minUtilizationGap": 0.2, "nodeCooldown": 1800.0},
 }
 
@@ -49,7 +49,7 @@ TARGETS_OF: dict[str, tuple[str, ...]] = {
 
 
 # What the actions share; every other module of autoscaler.actions is one action.
-SHARED = {"base", "context", "nodeops", "ownership", "pods"}
+SHARED = {"barepods", "base", "context", "nodeops", "ownership", "pods"}
 
 
 def test_the_registry_lists_every_action_file_once() -> None:
@@ -134,7 +134,7 @@ VALID: list[tuple[str, str, Mapping[str, Any], dict[str, Any]]] = [
         "requeue_job with no requeues at all",
         "requeue_job",
         {"maxRequeues": 0, "backoff": "0s"},
-        {"maxRequeues": 0, "backoff": 0.0, "via": "delete"},
+        {"maxRequeues": 0, "backoff": 0.0, "maxBackoff": 3600.0, "via": "delete"},
     ),
     (
         "rebalance with an integer gap",
@@ -158,7 +158,7 @@ VALID: list[tuple[str, str, Mapping[str, Any], dict[str, Any]]] = [
         "a null parameter means its default",
         "requeue_job",
         {"maxRequeues": None},
-        {"maxRequeues": 3, "backoff": 60.0, "via": "delete"},
+        {"maxRequeues": 3, "backoff": 60.0, "maxBackoff": 3600.0, "via": "delete"},
     ),
 ]
 

@@ -77,12 +77,19 @@ def target(name: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("raw", "params", "problems"),
     [
-        ({}, {"maxRequeues": 3, "backoff": 60.0, "via": "delete"}, []),
+        ({}, {"maxRequeues": 3, "backoff": 60.0, "maxBackoff": 3600.0, "via": "delete"}, []),
         (
-            {"maxRequeues": 0, "backoff": "5m", "via": "suspend"},
-            {"maxRequeues": 0, "backoff": 300.0, "via": "suspend"},
+            {"maxRequeues": 0, "backoff": "5m", "maxBackoff": "30m", "via": "suspend"},
+            {"maxRequeues": 0, "backoff": 300.0, "maxBackoff": 1800.0, "via": "suspend"},
             [],
         ),
+        (
+            {"backoff": "2h"},
+            {"maxRequeues": 3, "backoff": 7200.0, "maxBackoff": 7200.0, "via": "delete"},
+            [],
+        ),
+        ({"backoff": "5m", "maxBackoff": "1m"}, None, ["maxBackoff"]),
+        ({"maxBackoff": "soon"}, None, ["maxBackoff"]),
         ({"maxRequeues": -1}, None, ["maxRequeues"]),
         ({"maxRequeues": 1.5}, None, ["maxRequeues"]),
         ({"backoff": 60}, None, ["backoff"]),
@@ -97,6 +104,9 @@ def target(name: str) -> dict[str, str]:
     ids=[
         "defaults",
         "every parameter given",
+        "a backoff past the default cap raises the cap",
+        "a cap below the backoff is refused",
+        "a cap without a unit is refused",
         "a negative maxRequeues is refused",
         "a fractional maxRequeues is refused",
         "a backoff without a unit is refused",
@@ -329,6 +339,39 @@ LIMIT_CASES = [
             Attempt(59, "skipped", 1),
             Attempt(60, "done", 2),
         ),
+    ),
+    LimitCase(
+        "the backoff doubles after each requeue (Kueue's base x 2^(n-1))",
+        {"maxRequeues": 10, "backoff": "1m"},
+        (
+            Attempt(0, "done", 1),
+            Attempt(60, "done", 2),  # 1m after the first
+            Attempt(60 + 119, "skipped", 2),
+            Attempt(60 + 120, "done", 3),  # 2m after the second
+            Attempt(180 + 239, "skipped", 3),
+            Attempt(180 + 240, "done", 4),  # 4m after the third
+            Attempt(420 + 479, "skipped", 4),
+            Attempt(420 + 480, "done", 5),  # 8m after the fourth
+        ),
+    ),
+    LimitCase(
+        "the doubled backoff stops at maxBackoff",
+        {"maxRequeues": 10, "backoff": "1m", "maxBackoff": "3m"},
+        (
+            Attempt(0, "done", 2),  # 1m after the first
+            Attempt(119, "skipped", 2),
+            Attempt(120, "done", 3),  # 2m after the second
+            Attempt(120 + 179, "skipped", 3),  # 4m would be next: capped at 3m
+            Attempt(120 + 180, "done", 4),
+            Attempt(300 + 180, "done", 5),  # and it stays there
+        ),
+        start={"count": 1, "last": iso(NOW - 60), "pods": ["uid-earlier"]},
+    ),
+    LimitCase(
+        "the length of the backoff comes from the count recorded on the Job",
+        {"maxRequeues": 40, "backoff": "1m"},
+        (Attempt(0, "skipped", 30), Attempt(3599, "skipped", 30), Attempt(3600, "done", 31)),
+        start={"count": 30, "last": iso(NOW), "pods": ["uid-earlier"]},
     ),
     LimitCase(
         "backoff runs from the last requeue recorded on the Job, by whoever",

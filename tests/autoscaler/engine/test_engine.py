@@ -174,11 +174,23 @@ CASES = [
         ),
     ),
     Case(
-        "cooldown without recover: the target is active until the cooldown ends",
+        "cooldown without recover: one incident acts once, however long it lasts",
         (rule(cooldown=300),),
         (
             Cycle(0, {"r": nodes("n1")}, expect=["act r node=n1"]),
             Cycle(60, {"r": nodes("n1")}),
+            Cycle(299, {"r": nodes("n1")}),
+            Cycle(300, {"r": nodes("n1")}),
+            Cycle(3600, {"r": nodes("n1")}),
+        ),
+    ),
+    Case(
+        "cooldown: an incident that starts within it is held, and acts when it ends",
+        (rule(cooldown=300),),
+        (
+            Cycle(0, {"r": nodes("n1")}, expect=["act r node=n1"]),
+            Cycle(60, {"r": Vector(())}),
+            Cycle(120, {"r": nodes("n1")}),
             Cycle(299, {"r": nodes("n1")}),
             Cycle(300, {"r": nodes("n1")}, expect=["act r node=n1"]),
         ),
@@ -188,7 +200,7 @@ CASES = [
         (rule(cooldown=600, recover_for=0),),
         (
             Cycle(0, {"r": nodes("n1")}, expect=["act r node=n1"]),
-            Cycle(60, {"r": nodes("n1")}, {"r": nodes("n1")}, expect=["recover r node=n1"]),
+            Cycle(60, {"r": Vector(())}, {"r": nodes("n1")}, expect=["recover r node=n1"]),
             Cycle(120, {"r": nodes("n1")}),
             Cycle(600, {"r": nodes("n1")}, expect=["act r node=n1"]),
         ),
@@ -228,12 +240,26 @@ CASES = [
         ),
     ),
     Case(
-        "a target recovered this cycle is not acted on in the same cycle",
+        "a recover ends the incident: the condition must stop holding before it acts again",
         (rule(recover_for=0),),
         (
             Cycle(0, {"r": nodes("n1")}, expect=["act r node=n1"]),
             Cycle(60, {"r": nodes("n1")}, {"r": nodes("n1")}, expect=["recover r node=n1"]),
-            Cycle(120, {"r": nodes("n1")}, {"r": Vector(())}, expect=["act r node=n1"]),
+            Cycle(120, {"r": nodes("n1")}, {"r": Vector(())}),
+            Cycle(180, {"r": Vector(())}),
+            Cycle(240, {"r": nodes("n1")}, expect=["act r node=n1"]),
+        ),
+    ),
+    Case(
+        "a target recovered this cycle is not acted on in the same cycle",
+        (rule(recover_for=0),),
+        (
+            Cycle(0, {"r": nodes("n1")}, expect=["act r node=n1"]),
+            Cycle(15, {"r": Vector(())}),
+            # A new incident while the remediation is in place: it covers it.
+            Cycle(30, {"r": nodes("n1")}),
+            Cycle(60, {"r": Vector(())}, {"r": nodes("n1")}, expect=["recover r node=n1"]),
+            Cycle(75, {"r": nodes("n1")}, {"r": Vector(())}, expect=["act r node=n1"]),
         ),
     ),
     Case(
@@ -540,6 +566,8 @@ def test_dry_run_marks_decisions_and_counts_like_a_real_run() -> None:
     got = evaluate(ruleset, {"r": nodes("n1")}, state, 0.0, dry_run=True)
     assert [(short(d), d.dry_run) for d in got] == [("act r node=n1", True)]
     assert evaluate(ruleset, {"r": nodes("n1")}, state, 60.0, dry_run=True) == []
+    assert evaluate(ruleset, {"r": Vector(())}, state, 120.0, dry_run=True) == []
+    assert evaluate(ruleset, {"r": nodes("n1")}, state, 180.0, dry_run=True) == []
     got = evaluate(ruleset, {"r": nodes("n1")}, state, 600.0)
     assert [(short(d), d.dry_run) for d in got] == [("act r node=n1", False)]
 
@@ -580,7 +608,7 @@ def test_notes_say_why_nothing_happened() -> None:
         ),
         ("b", "unknown", "expr: timeout", {}),
     ]
-    got = evaluate(ruleset, {"a": vec(dev)}, state, 30.0, recover_results={"a": vec(dev)})
+    got = evaluate(ruleset, {"a": Vector(())}, state, 30.0, recover_results={"a": vec(dev)})
     assert [short(d) for d in got] == ["recover a device=d,node=n1"]
     evaluate(ruleset, {"a": vec(dev), "b": Vector(())}, state, 45.0)
     assert [(n.rule, n.kind, n.reason) for n in state.notes] == [
@@ -609,6 +637,9 @@ def test_release_forgets_an_active_target_but_not_its_cooldown() -> None:
     assert state.release("r", {"node": "n1"}) is True
     assert state.release("r", {"node": "n1"}) is False
     assert evaluate(ruleset, {"r": nodes("n1")}, state, 60.0) == []
+    # The incident it acted in stays handled; a new one acts after the cooldown.
+    assert evaluate(ruleset, {"r": Vector(())}, state, 120.0) == []
+    assert evaluate(ruleset, {"r": nodes("n1")}, state, 180.0) == []
     assert [short(d) for d in evaluate(ruleset, {"r": nodes("n1")}, state, 600.0)] == [
         "act r node=n1"
     ]

@@ -28,7 +28,7 @@ def run(capsys: pytest.CaptureFixture[str], *paths: Path | str) -> tuple[int, st
 
 def test_passing_directory(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, FIXTURES / "pass")
-    assert (code, out, err) == (0, "5 tests passed\n", "")
+    assert (code, out, err) == (0, "8 tests passed\n", "")
 
 
 def test_wrong_expectation_fails_with_a_readable_diff(capsys: pytest.CaptureFixture[str]) -> None:
@@ -47,6 +47,67 @@ def test_wrong_expectation_fails_with_a_readable_diff(capsys: pytest.CaptureFixt
         '      hot-node {node="n2"}: pending since 0s (for: 2m)\n'
         "1 test passed, 1 failed\n"
     )
+
+
+def test_a_window_compares_every_decision_it_covers(capsys: pytest.CaptureFixture[str]) -> None:
+    """``from``/``to``: the decisions of the whole window together, each shown with
+    the times it was made, so that "once per incident" is one expectation."""
+    path = FIXTURES / "fail" / "window_test.yaml"
+    code, out, err = run(capsys, path)
+    assert (code, err) == (1, "")
+    assert out == (
+        f"FAILED {path}:3: expects a decision every cycle of the incident\n"
+        f"  from 0s to 1m ({path}:9:15): decisions differ (- expected, + got)\n"
+        '      act fatal-device-fault migrate_jobs {node="n1", device="nvidia0"} (made at 15s)\n'
+        '    - act fatal-device-fault migrate_jobs {node="n1", device="nvidia0"}\n'
+        "    engine notes at this time:\n"
+        '      fatal-device-fault {node="n1", device="nvidia0"}: its incident since 15s was '
+        "handled at 15s; the rule acts again in the next incident (the condition must stop "
+        "holding first)\n"
+        '      fatal-device-fault {node="n1", device="nvidia0"}: already under remediation '
+        "since 15s\n"
+        "0 tests passed, 1 failed\n"
+    )
+
+
+def test_window_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    test = tmp_path / "t.yaml"
+    test.write_text(
+        f"ruleFiles: [{FIXTURES / 'rules.yaml'}]\n"
+        "tests:\n"
+        "  - name: windows\n"
+        "    expect:\n"
+        "      - {at: 1m, from: 0s, to: 2m, decisions: []}\n"
+        "      - {from: 2m, to: 1m, decisions: []}\n"
+        "      - {from: 2m, decisions: []}\n"
+        "      - {decisions: []}\n"
+        "      - {from: 0s, to: 5m, decisions: []}\n"
+        "      - {from: 0s, to: 5m, decisions: []}\n"
+    )
+    code, _, err = run(capsys, test)
+    assert code == 2
+    assert err.splitlines() == [
+        f"{test}:5:10: an expectation has at (one evaluation) or from and to (a window), not both",
+        f"{test}:6:24: to must be after from (for one time, write at)",
+        f"{test}:7:9: an expectation with a window: missing required key 'to'",
+        f"{test}:8:9: an expectation: missing required key 'at' (or 'from' and 'to')",
+        f"{test}:10:16: from 0s to 5m is already expected on line 9; list all its decisions once",
+    ]
+    test.write_text(
+        f"ruleFiles: [{FIXTURES / 'rules.yaml'}]\n"
+        "tests:\n"
+        "  - name: off the evaluation times\n"
+        "    expect:\n"
+        "      - {from: 10s, to: 50s, decisions: []}\n"
+    )
+    code, _, err = run(capsys, test)
+    assert code == 2
+    assert err.splitlines() == [
+        f"{test}:5:16: from 10s is not a multiple of the evaluation interval 15s; rules are "
+        "only evaluated at those times",
+        f"{test}:5:16: to 50s is not a multiple of the evaluation interval 15s; rules are "
+        "only evaluated at those times",
+    ]
 
 
 def test_malformed_file_lists_every_problem_with_position(
@@ -100,7 +161,7 @@ def test_expectations_are_checked_against_the_rule_set(
 def test_broken_and_failing_files_together_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, FIXTURES / "fail", FIXTURES / "bad", FIXTURES / "nowhere")
     assert code == 2
-    assert "1 test passed, 1 failed; some test files could not be run" in out
+    assert "1 test passed, 2 failed; some test files could not be run" in out
     assert f"{FIXTURES / 'nowhere'}: no such file or directory" in err
 
 
@@ -160,7 +221,7 @@ def test_cli_test_subcommand() -> None:
         text=True,
         timeout=120,
     )
-    assert (proc.returncode, proc.stdout) == (0, "5 tests passed\n"), proc.stderr
+    assert (proc.returncode, proc.stdout) == (0, "8 tests passed\n"), proc.stderr
 
 
 def test_shipped_rules_pass_their_tests() -> None:

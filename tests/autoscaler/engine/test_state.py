@@ -24,6 +24,7 @@ from autoscaler.engine.state import (
     Active,
     ClusterInfo,
     EngineState,
+    Incident,
     Note,
     reset_breaker,
 )
@@ -156,6 +157,8 @@ CASES = [
         rule(cooldown=1800),
         (
             Step(0, {"r": N1}, active=0, last_acted=0, actions=[0]),
+            # The incident ends; the next one acts once the cooldown has passed.
+            Step(900, {"r": EMPTY}, active=0, last_acted=0, actions=[0]),
             Step(1800, {"r": N1}, active=1800, last_acted=1800, actions=[0, 1800]),
             Step(3599, {"r": EMPTY}, active=1800, last_acted=1800, actions=[0, 1800]),
             Step(3600, {"r": EMPTY}, actions=[1800]),
@@ -301,7 +304,11 @@ def _decision(rule_name: str, **kw: Any) -> Decision:
 
 def small_state() -> EngineState:
     state = EngineState(
-        pending={key("b", node="n2"): 20.0, key("a", node="n1"): 10.0},
+        incidents={
+            key("b", node="n2"): Incident(20.0),
+            key("a", node="n1"): Incident(10.0, ("fp1@2026-11-29T10:00:00Z",)),
+            key("a", node="n3"): Incident(4.0, handled=5.0),
+        },
         recovering={key("a", node="n3"): 25.0},
         active={
             key("a", node="n3"): Active(5.0, "cordon", "n3"),
@@ -325,6 +332,17 @@ def test_to_json_is_the_documented_shape() -> None:
         "pending": [
             {"rule": "a", "target": {"node": "n1"}, "since": 10.0},
             {"rule": "b", "target": {"node": "n2"}, "since": 20.0},
+        ],
+        "incidents": [
+            {
+                "rule": "a",
+                "target": {"node": "n1"},
+                "since": 10.0,
+                "ids": ["fp1@2026-11-29T10:00:00Z"],
+                "handledAt": None,
+            },
+            {"rule": "a", "target": {"node": "n3"}, "since": 4.0, "ids": [], "handledAt": 5.0},
+            {"rule": "b", "target": {"node": "n2"}, "since": 20.0, "ids": [], "handledAt": None},
         ],
         "recovering": [{"rule": "a", "target": {"node": "n3"}, "since": 25.0}],
         "active": [
@@ -382,18 +400,22 @@ _DELETE = object()
     ("doc", "error"),
     [
         (_broken(["breaker"], _DELETE), KeyError),
-        (_broken(["pending", 0, "since"], _DELETE), KeyError),
-        (_broken(["pending", 0, "target"], ["node", "n1"]), TypeError),
-        (_broken(["pending", 0, "since"], "soon"), ValueError),
+        (_broken(["incidents", 0, "since"], _DELETE), KeyError),
+        (_broken(["incidents", 0, "target"], ["node", "n1"]), TypeError),
+        (_broken(["incidents", 0, "since"], "soon"), ValueError),
+        (_broken(["incidents", 0, "ids"], "fp1"), TypeError),
+        (_broken(["incidents", 0, "handledAt"], _DELETE), KeyError),
         (_broken(["notes", 0, "kind"], "warning"), ValueError),
         (_broken(["decisions", 0, "kind"], "undo"), ValueError),
         (_broken(["active", 0, "action"], _DELETE), KeyError),
     ],
     ids=[
         "no breaker",
-        "a pending entry without since",
+        "an incident without since",
         "a target that is not a mapping",
         "a time that is not a number",
+        "incident ids that are not a list",
+        "an incident without handledAt",
         "a note kind the engine does not make",
         "a decision kind other than act or recover",
         "an active entry without its action",
@@ -413,16 +435,21 @@ def test_note_kinds_are_the_ones_a_note_may_have() -> None:
 @pytest.mark.parametrize("restart_at", [0.0, 30.0, 60.0, 90.0, 119.0], ids=lambda t: f"t={t:g}")
 def test_a_restart_through_json_moves_no_wait_and_no_cooldown(restart_at: float) -> None:
     """The controller restarted from its saved state decides exactly when it would
-    have without the restart: a ``for:`` wait begun before it, and a cooldown, run on."""
+    have without the restart: a ``for:`` wait begun before it, a cooldown, and an
+    incident that has acted (it does not act again) run on."""
     ruleset = RuleSet(rules=(rule("slow", for_=90), rule("fast", cooldown=120)))
-    results: dict[str, QueryResult] = {"slow": nodes("n1"), "fast": nodes("n2")}
     times = [0.0, 30.0, 60.0, 90.0, 119.0, 120.0, 150.0]
+
+    def results(at: float) -> dict[str, QueryResult]:
+        # fast's first incident ends at 60; its second starts at 90, within the
+        # cooldown, and acts when the cooldown ends.
+        return {"slow": nodes("n1"), "fast": EMPTY if at == 60.0 else nodes("n2")}
 
     def run(restart: float | None) -> list[tuple[float, str]]:
         state = EngineState()
         fired: list[tuple[float, str]] = []
         for at in times:
-            for d in evaluate(ruleset, results, state, at):
+            for d in evaluate(ruleset, results(at), state, at):
                 fired.append((at, d.rule))
             if at == restart:
                 state = EngineState.from_json(json.loads(json.dumps(state.to_json())))
@@ -431,3 +458,14 @@ def test_a_restart_through_json_moves_no_wait_and_no_cooldown(restart_at: float)
     straight = run(None)
     assert straight == [(0.0, "fast"), (90.0, "slow"), (120.0, "fast")]
     assert run(restart_at) == straight
+
+
+def test_a_document_without_incidents_reads_pending_as_incidents() -> None:
+    doc = small_state().to_json()
+    del doc["incidents"]
+    state = EngineState.from_json(doc)
+    assert state.incidents == {
+        key("a", node="n1"): Incident(10.0),
+        key("b", node="n2"): Incident(20.0),
+    }
+    assert state.pending == {key("a", node="n1"): 10.0, key("b", node="n2"): 20.0}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,13 @@ class Partitionable:
 class Replica:
     """One controller replica: its elector, its run task, and what it was told."""
 
-    def __init__(self, api: FakeApiServer, tmp_path: Path, identity: str) -> None:
+    def __init__(
+        self,
+        api: FakeApiServer,
+        tmp_path: Path,
+        identity: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         kubeconfig = api.write_kubeconfig(tmp_path / f"{identity}.kubeconfig")
         self.kube = Partitionable(
             ClientKube.from_config(
@@ -74,6 +80,7 @@ class Replica:
             lease_duration=LEASE,
             renew_deadline=DEADLINE,
             retry_period=RETRY,
+            clock=clock,  # writes the Lease's timestamps; intervals are monotonic
         )
         self.identity = identity
         self.started: list[float] = []
@@ -102,8 +109,9 @@ async def replicas(api: FakeApiServer, tmp_path: Path) -> AsyncIterator[list[Rep
     yield pair
     for r in pair:
         if r.task is not None and not r.task.done():
+            r.elector.stop()
             r.task.cancel()
-            await asyncio.gather(r.task, return_exceptions=True)
+            await asyncio.wait_for(asyncio.gather(r.task, return_exceptions=True), timeout=10)
 
 
 async def watch_leaders(replicas: list[Replica], seconds: float) -> list[list[str]]:

@@ -39,7 +39,7 @@ production ones.
 
 What it serves (everything else answers a 404 ``Status``):
 
-- ``/api/v1``: nodes, pods (namespaced and across namespaces), events, the
+- ``/api/v1``: nodes, pods (namespaced and across namespaces), events, configmaps, the
   pods' ``eviction`` subresource with PodDisruptionBudget accounting (a refusal is
   a 429 ``Status`` naming the budget, cause ``DisruptionBudget``), and ``status``
   subresources (GET, PATCH);
@@ -125,6 +125,7 @@ _KINDS = [
     _Kind("", "v1", "nodes", "Node", namespaced=False),
     _Kind("", "v1", "pods", "Pod", namespaced=True),
     _Kind("", "v1", "events", "Event", namespaced=True),
+    _Kind("", "v1", "configmaps", "ConfigMap", namespaced=True),
     _Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True),
     _Kind("batch", "v1", "jobs", "Job", namespaced=True),
     _Kind("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),

@@ -1,0 +1,227 @@
+"""Rebuilding the engine's memory from what the controller wrote on the cluster.
+
+Why it exists: the circuit breaker used to count nodes under remediation in memory
+only. With ``maxUnhealthyNodes: 3``, a storm cordoned 3 nodes; after ``kill -9``
+and a restart the re-sent storm cordoned 3 more, then 3 more: 9 nodes. A leader
+failover did the same. So at start and at every leadership gain the controller
+rebuilds its ``EngineState`` from two records on the cluster, never from memory
+alone:
+
+- **The nodes' remediation entries** (``accel-fleet.io/remediation``,
+  ``autoscaler/actions/ownership.py``), one per rule per node, written in the same
+  conditional write that cordons or taints. Each entry of this controller (its
+  ``--controller-name``) for a rule still in the rule set is an *active* target:
+  the breaker counts its node (cordon, taint, drain, migrate_jobs), a re-sent
+  alert for it does not act again, and its cooldown runs from its ``started``
+  time at the earliest. The executor resumes the in-flight ones (``draining``,
+  ``migrating``) from the same entries. A person who removes an entry (or the
+  node) takes the target out of the count, which is what they meant.
+- **The state record** (``record_of``): a ConfigMap of the controller's own,
+  ``<controller-name>-state`` in its namespace, holding what belongs to no node:
+  whether the breaker is open, since when and why (so that ``breakerReset:
+  manual`` stays open across restarts until a person resets it), the per-target
+  cooldowns (also of targets whose remediation ended, whose node entry is gone),
+  the last hour's actions (``maxActionsPerHour``), the handled incidents (so a
+  re-sent alert of an incident already acted on stays handled), and the active
+  targets of actions that leave no node entry (requeue_job, rebalance,
+  scale_node_pool). The leader writes it after a cycle that changed it.
+
+How the two are merged with what the process remembers (``restore``): active
+targets come from the cluster alone (memory may be stale: another replica led
+meanwhile, a person undid a remediation); cooldowns and the hourly actions are the
+later of the record and memory (a lost write must not shorten a cooldown); the
+breaker is the record's when there is one, else memory's; pending ``for:`` and
+``recover.for`` waits start again (they are seconds, and starting them again
+delays an action, never adds one).
+
+``restore`` is a function of its arguments (no I/O, no clock): the controller reads
+the nodes and the record, and writes the record back (``autoscaler/controller.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.actions.ownership import entries, parse_iso
+from autoscaler.engine.breaker import UNHEALTHY_ACTIONS
+from autoscaler.engine.state import Active, EngineState, TargetKey
+from autoscaler.kube.protocol import Obj
+from autoscaler.ruleset.model import RuleSet
+from autoscaler.types import labels_of
+
+# The record's format; a record of another version is not read (see ``parse_record``).
+RECORD_VERSION = 1
+
+# Actions whose remediation is recorded on its node (nodeops.claim): for these the
+# node entry, not the state record, says whether a target is under remediation.
+NODE_RECORDED = UNHEALTHY_ACTIONS
+
+# How long an action counts towards maxActionsPerHour.
+HOUR = 3600.0
+
+
+class RecordError(ValueError):
+    """A state record that cannot be read (hand-edited, another version)."""
+
+
+def record_of(state: EngineState) -> dict[str, Any]:
+    """What the state record keeps of ``state``: the parts of ``EngineState.to_json``
+    that the node entries cannot tell (see the module docstring)."""
+    # Without the decision log and the notes, which the record does not keep and
+    # which would make this cost a thousand decisions per cycle.
+    doc = dataclasses.replace(state, decisions=deque(), notes=[]).to_json()
+    return {
+        "version": RECORD_VERSION,
+        "breaker": doc["breaker"],
+        "cooldowns": doc["cooldowns"],
+        "actions": doc["actions"],
+        "incidents": [i for i in doc.get("incidents", []) if i.get("handledAt") is not None],
+        "active": [a for a in doc["active"] if a["action"] not in NODE_RECORDED],
+    }
+
+
+def record_text(state: EngineState) -> str:
+    """The record as it is stored (stable key order, so an unchanged state writes
+    the same text and the controller can skip the write)."""
+    return json.dumps(record_of(state), sort_keys=True, separators=(",", ":"))
+
+
+def parse_record(text: str) -> EngineState:
+    """The state that a record holds (every other part empty). RecordError when the
+    text is not a record of this version."""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise RecordError(f"not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise RecordError(f"expected a JSON object, got {type(doc).__name__}")
+    if doc.get("version") != RECORD_VERSION:
+        raise RecordError(f"version {doc.get('version')!r}, this controller reads {RECORD_VERSION}")
+    full = EngineState().to_json()
+    for part in ("breaker", "cooldowns", "actions", "incidents", "active"):
+        if part in doc and part in full:
+            full[part] = doc[part]
+    try:
+        return EngineState.from_json(full)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise RecordError(f"{type(e).__name__}: {e}") from e
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What ``restore`` found, for the log line and the tests."""
+
+    # Targets under remediation, by rule.
+    active: Mapping[str, int]
+    # The nodes the breaker counts.
+    nodes: tuple[str, ...]
+    # "rule on node" for entries of this controller whose rule left the rule set.
+    dropped: tuple[str, ...]
+    breaker_open: bool
+    breaker_reason: str
+    # Whether there was a state record (the first start has none).
+    record: bool
+    cooldowns: int
+
+    def summary(self) -> str:
+        active = sum(self.active.values())
+        parts = [
+            f"{active} target(s) under remediation",
+            f"{len(self.nodes)} node(s) counted by the breaker"
+            + (f" ({', '.join(self.nodes)})" if self.nodes else ""),
+            f"{self.cooldowns} cooldown(s)",
+            "breaker open: " + self.breaker_reason if self.breaker_open else "breaker closed",
+        ]
+        if not self.record:
+            parts.append("no state record yet")
+        if self.dropped:
+            parts.append(f"entries of rules no longer in the rule set: {', '.join(self.dropped)}")
+        return "; ".join(parts)
+
+
+def restore(
+    state: EngineState,
+    nodes: Iterable[Obj],
+    record: EngineState | None,
+    controller: str,
+    ruleset: RuleSet,
+    now: float,
+) -> Restored:
+    """Rebuild ``state`` (mutated in place) from the ``nodes`` as listed from the API
+    and the state ``record`` (None when there is none), for the controller named
+    ``controller`` and its current ``ruleset``; see the module docstring."""
+    rules = {r.name for r in ruleset.rules}
+    saved = record if record is not None else EngineState()
+    active: dict[TargetKey, Active] = {}
+    dropped: list[str] = []
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name", ""))
+        for rule, entry in sorted(entries(node).items()):
+            if entry.controller != controller:
+                continue
+            if rule not in rules:
+                dropped.append(f"{rule} on {name}")
+                continue
+            target = dict(entry.target) or {"node": name}
+            key = (rule, labels_of(target))
+            try:
+                started = parse_iso(entry.started)
+            except ValueError:
+                # An unreadable start: the cooldown runs from now, the safe side.
+                started = now
+            since = max(started, saved.last_acted.get(key, started))
+            counted = target.get("node", name) if entry.action in UNHEALTHY_ACTIONS else None
+            active[key] = Active(since, entry.action, counted)
+    for key, a in saved.active.items():
+        if key[0] in rules and a.action not in NODE_RECORDED:
+            active.setdefault(key, a)
+
+    last_acted = {k: v for k, v in state.last_acted.items() if k[0] in rules}
+    for key, at in saved.last_acted.items():
+        if key[0] in rules:
+            last_acted[key] = max(at, last_acted.get(key, at))
+    for key, a in active.items():
+        last_acted[key] = max(a.since, last_acted.get(key, a.since))
+    actions = sorted(
+        {(at, rule) for at, rule in [*state.actions, *saved.actions] if now - at < HOUR}
+    )
+
+    state.active = active
+    state.last_acted = last_acted
+    state.actions = actions
+    state.recovering = {}
+    state.incidents = {k: i for k, i in saved.incidents.items() if k[0] in rules}
+    if record is not None:
+        state.breaker_open = record.breaker_open
+        state.breaker_opened_at = record.breaker_opened_at
+        state.breaker_reason = record.breaker_reason
+    counted_nodes = sorted({a.node for a in active.values() if a.node is not None})
+    by_rule: dict[str, int] = {}
+    for rule, _ in active:
+        by_rule[rule] = by_rule.get(rule, 0) + 1
+    return Restored(
+        active=by_rule,
+        nodes=tuple(counted_nodes),
+        dropped=tuple(dropped),
+        breaker_open=state.breaker_open,
+        breaker_reason=state.breaker_reason,
+        record=record is not None,
+        cooldowns=len(last_acted),
+    )
+
+
+__all__ = [
+    "NODE_RECORDED",
+    "RECORD_VERSION",
+    "RecordError",
+    "Restored",
+    "parse_record",
+    "record_of",
+    "record_text",
+    "restore",
+]
