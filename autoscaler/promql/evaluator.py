@@ -39,12 +39,12 @@ from collections.abc import Iterable
 from itertools import repeat
 
 import numpy as np
-import promql_parser
 
 from autoscaler.promql.binops import binary
 from autoscaler.promql.errors import ExprError
 from autoscaler.promql.family import Family
 from autoscaler.promql.functions import EVENTS, NEEDS_POINTS, range_function
+from autoscaler.promql.guard import parse
 from autoscaler.promql.matchers import MatchType
 from autoscaler.promql.plans import (
     Aggregate,
@@ -130,7 +130,7 @@ class Evaluator:
         if plan is not None:
             return plan
         try:
-            node = promql_parser.parse(expr)
+            node = parse(expr)
         except (ValueError, TypeError) as e:
             raise ExprError(f"parse error: {e}") from None
         problems = unsupported_in(node)

@@ -19,6 +19,7 @@ from datetime import timedelta
 
 import promql_parser
 
+from autoscaler.promql.guard import parse
 from autoscaler.promql.matchers import RegexError, compile_go_regex
 
 RANGE_FUNCTIONS = frozenset(
@@ -49,7 +50,7 @@ LOOKBACK_DELTA = 300.0
 def parse_error(expr: str) -> str | None:
     """The parser's message if ``expr`` is not valid PromQL, else None."""
     try:
-        promql_parser.parse(expr)
+        parse(expr)
     except (ValueError, TypeError) as e:
         return str(e) or "invalid expression"
     return None
@@ -62,7 +63,7 @@ def unsupported(expr: str) -> list[str]:
     then the parse error, prefixed ``parse error: ``.
     """
     try:
-        node = promql_parser.parse(expr)
+        node = parse(expr)
     except (ValueError, TypeError) as e:
         return [f"parse error: {e}"]
     return unsupported_in(node)
@@ -124,7 +125,7 @@ def _walk(node: object, out: list[str]) -> None:
 def required_retention(expr: str, lookback_delta: float = LOOKBACK_DELTA) -> float:
     """Seconds of history ``expr`` reads: its largest range plus offset, plus the
     lookback delta. Raises ValueError if ``expr`` does not parse."""
-    node = promql_parser.parse(expr)
+    node = parse(expr)
     longest = 0.0
     stack: list[object] = [node]
     while stack:
