@@ -30,7 +30,9 @@ from autoscaler.promql.vectors import (
 )
 from autoscaler.types import Labels
 
-_ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "^"})
+_ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "^", "atan2"})
+# ``shouldDropMetricName``: atan2 keeps the left-hand name.
+_DROPS_NAME = _ARITHMETIC - {"atan2"}
 _COMPARISON = frozenset({"==", "!=", ">", "<", ">=", "<="})
 _SET = frozenset({"and", "or", "unless"})
 
@@ -72,6 +74,8 @@ def _elementwise(op: str, lhs: F64 | float, rhs: F64 | float) -> tuple[F64, Mask
                 v = a / b
             elif op == "%":
                 v = np.fmod(a, b)
+            elif op == "atan2":
+                v = np.arctan2(a, b)
             else:
                 v = np.power(a, b)
             return np.broadcast_to(v, shape).astype(np.float64), np.ones(shape, dtype=np.bool_)
@@ -109,7 +113,7 @@ def _vector_scalar(b: Binary, vec: Vec, scalar: float, swap: bool) -> Vec:
         out = vec.with_values(value)
     else:
         out = vec.with_values(value).take(keep)
-    if b.op in _ARITHMETIC or b.return_bool:
+    if b.op in _DROPS_NAME or b.return_bool:
         out = drop_name(out)
     return out
 
@@ -187,7 +191,7 @@ def _vector_binop(b: Binary, lhs: Vec, rhs: Vec, symbols: Symbols) -> Vec:
     elif not keep.all():
         mi, oi, value = mi[keep], oi[keep], value[keep]
     cols = {k: c[mi] for k, c in many.cols.items()}
-    if b.op in _ARITHMETIC:
+    if b.op in _DROPS_NAME:
         cols.pop("__name__", None)
     if b.card == "one-to-one":
         if b.on:

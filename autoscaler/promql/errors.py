@@ -14,4 +14,8 @@ class ExprError(ValueError):
     """An expression that does not parse or lies outside the supported subset."""
 
 
-__all__ = ["EvalError", "ExprError"]
+class UnsupportedError(ExprError):
+    """A valid expression that uses what the built-in evaluator does not support."""
+
+
+__all__ = ["EvalError", "ExprError", "UnsupportedError"]

@@ -2,9 +2,11 @@
 
 Why it exists: the ``scrape`` source runs the controller with no Prometheus at all,
 and the rules it evaluates must mean exactly what they mean in Prometheus. Every
-rule of the shipped sets is one PromQL expression, so the evaluator implements the
-subset in ``support.py`` with Prometheus 2.42's semantics (Debian's version, which
-``tests/integration/test_promql_differential.py`` queries side by side):
+rule of the shipped sets is one PromQL expression, so the evaluator implements
+PromQL 2.42's instant queries (all but native histograms; ``support.py`` names what
+it refuses) with Prometheus 2.42's semantics (Debian's version, which
+``tests/integration/test_promql_differential.py`` queries side by side, and whose
+own ``.test`` files ``tests/autoscaler/promql/test_conformance.py`` runs):
 
 * Instant selectors take each series' latest sample in ``[t - 5m, t]`` unless it is
   a stale marker; range selectors take the points in ``[t - range, t]`` (both ends
@@ -22,9 +24,12 @@ subset in ``support.py`` with Prometheus 2.42's semantics (Debian's version, whi
 Why it is built this way: one cycle evaluates about twenty rules over 80,000
 series per metric on one core in well under a second, so nothing iterates over
 series in Python. An instant vector is a ``Vec`` of label code columns
-(``vectors.py``); aggregations are ``bincount``/``ufunc.at``; range functions run
-on whole windows (``functions.py``); binary operators and vector matching are
-``binops.py``. Labels become strings only in the result handed back.
+(``vectors.py``); aggregations are ``bincount``/``ufunc.at``/``lexsort``
+(``aggregations.py``); range functions run on whole windows (``functions.py``,
+``over_time.py``), and a subquery evaluates its expression once per step over all
+series (``subquery.py``); binary operators and vector matching are ``binops.py``.
+``@`` fixes the time a selector or subquery is evaluated at (``start()``/``end()``
+are the query's time). Labels become strings only in the result handed back.
 
 Expressions are parsed (``promql-parser``), checked against the subset and compiled
 into small plan nodes once per expression (``plans.py``); selections are cached per
@@ -40,12 +45,17 @@ from itertools import repeat
 
 import numpy as np
 
+from autoscaler.promql import subquery
+from autoscaler.promql.aggregations import aggregate
 from autoscaler.promql.binops import binary
-from autoscaler.promql.errors import ExprError
+from autoscaler.promql.dialect import NegativeAtError, parse
+from autoscaler.promql.errors import ExprError, UnsupportedError
 from autoscaler.promql.family import Family
 from autoscaler.promql.functions import EVENTS, NEEDS_POINTS, range_function
-from autoscaler.promql.guard import parse
+from autoscaler.promql.histogram import histogram_quantile
+from autoscaler.promql.instant_functions import DATE_FUNCTIONS, vector_function
 from autoscaler.promql.matchers import MatchType
+from autoscaler.promql.over_time import POINT_FUNCTIONS, point_function
 from autoscaler.promql.plans import (
     Aggregate,
     Binary,
@@ -55,11 +65,12 @@ from autoscaler.promql.plans import (
     Plan,
     RangeSelect,
     Select,
+    Str,
+    Subquery,
     compile_plan,
 )
 from autoscaler.promql.store import SeriesStore
 from autoscaler.promql.support import (
-    AGGREGATIONS,
     FUNCTIONS,
     LOOKBACK_DELTA,
     RANGE_FUNCTIONS,
@@ -73,7 +84,6 @@ from autoscaler.promql.vectors import (
     drop_name,
     empty,
     family_vec,
-    label_key,
 )
 from autoscaler.types import Labels, Matrix, Sample, Scalar, Series, Vector
 
@@ -114,6 +124,7 @@ class Evaluator:
         self._plans: dict[str, Plan] = {}
         self._selections: dict[tuple[str, int], list[tuple[Family, I64, F64]]] = {}
         self._generation = -1
+        self._query_t = 0
 
     @property
     def _lookback_ms(self) -> int:
@@ -131,11 +142,13 @@ class Evaluator:
             return plan
         try:
             node = parse(expr)
+        except NegativeAtError as e:
+            raise UnsupportedError(str(e)) from None
         except (ValueError, TypeError) as e:
             raise ExprError(f"parse error: {e}") from None
         problems = unsupported_in(node)
         if problems:
-            raise ExprError("; ".join(problems))
+            raise UnsupportedError("; ".join(problems))
         plan = compile_plan(node)
         if len(self._plans) >= _MAX_PLANS:
             self._plans.clear()
@@ -158,9 +171,14 @@ class Evaluator:
         if self._generation != self.store.generation or len(self._selections) > _MAX_PLANS:
             self._selections.clear()
             self._generation = self.store.generation
-        if isinstance(plan, RangeSelect):
+        self._query_t = t_ms
+        if isinstance(plan, RangeSelect) and plan.select.at is None:
             return self._matrix(plan, t_ms)
+        if isinstance(plan, RangeSelect | Subquery):
+            return self._points_matrix(self._range_arg(plan, t_ms))
         result = self._eval(plan, t_ms)
+        if isinstance(result, str):
+            raise ExprError("a string literal is not a query result the evaluator returns")
         if isinstance(result, float):
             return Scalar(result, t_ms / 1000)
         if only is not None:
@@ -217,13 +235,26 @@ class Evaluator:
                     )
         return Matrix(tuple(series))
 
+    def _points_matrix(self, arg: subquery.RangeArg) -> Matrix:
+        series: list[Series] = []
+        for part in arg.parts:
+            labels = self._decode(part.labels)
+            p = part.points
+            for i, ls in enumerate(labels):
+                c = int(p.count[i])
+                pts = zip((p.times[i, :c] / 1000).tolist(), p.values[i, :c].tolist(), strict=True)
+                series.append(Series(ls, tuple(pts)))
+        return Matrix(tuple(series))
+
     # -- evaluation --------------------------------------------------------------
 
-    def _eval(self, plan: Plan, t: int) -> float | Vec:
+    def _eval(self, plan: Plan, t: int) -> float | str | Vec:
         if isinstance(plan, Num):
             return plan.value
+        if isinstance(plan, Str):
+            return plan.value
         if isinstance(plan, Neg):
-            inner = self._eval(plan.expr, t)
+            inner = self._vector_or_scalar(plan.expr, t)
             if isinstance(inner, float):
                 return -inner
             return drop_name(inner).with_values(-inner.values)
@@ -237,12 +268,24 @@ class Evaluator:
             return self._binary(plan, t)
         raise ExprError("a range vector is only allowed as a function argument or on its own")
 
+    def _vector_or_scalar(self, plan: Plan, t: int) -> float | Vec:
+        out = self._eval(plan, t)
+        if isinstance(out, str):
+            raise ExprError("a string literal is only allowed as a function argument")
+        return out
+
+    def _vec(self, plan: Plan, t: int) -> Vec:
+        out = self._eval(plan, t)
+        if not isinstance(out, Vec):
+            raise ExprError("expected an instant vector")
+        return out
+
     def _selection(self, sel: Select, t: int) -> list[tuple[Family, I64, F64]]:
-        key = (sel.key, t)
+        ref = subquery.at_time(sel.at, t, self._query_t) - sel.offset
+        key = (sel.key, ref)
         hit = self._selections.get(key)
         if hit is not None:
             return hit
-        ref = t - sel.offset
         out: list[tuple[Family, I64, F64]] = []
         for fam, rows in self.store.select(sel.matchers):
             kept, values = fam.instant(rows, ref, self._lookback_ms)
@@ -261,39 +304,96 @@ class Evaluator:
     def _call(self, call: Call, t: int) -> float | Vec:
         name = call.name
         if name not in FUNCTIONS:
-            raise ExprError(f"function {name} is not supported by the built-in evaluator")
+            raise UnsupportedError(f"function {name} is not supported by the built-in evaluator")
         if name == "time":
             return t / 1000
+        if name == "pi":
+            return math.pi
         if name in RANGE_FUNCTIONS:
-            arg = call.args[0]
-            if not isinstance(arg, RangeSelect):
-                raise ExprError(f"{name} needs a range selector")
-            return self._range_call(name, arg, t)
+            return self._range_function(call, t)
+        if name in DATE_FUNCTIONS and not call.args:
+            return vector_function(name, Vec({}, np.array([t / 1000])), [], self.store.symbols)
+        args = [self._eval(a, t) for a in call.args[1:]]
+        scalars = [a for a in args if not isinstance(a, Vec)]
+        if name == "vector":
+            value = self._vector_or_scalar(call.args[0], t)
+            assert isinstance(value, float)
+            return Vec({}, np.array([value]))
+        if name == "histogram_quantile":
+            phi = self._vector_or_scalar(call.args[0], t)
+            assert isinstance(phi, float) and isinstance(args[0], Vec)
+            return histogram_quantile(phi, args[0], self.store.symbols)
+        vec = self._vec(call.args[0], t)
+        if name == "scalar":
+            return float(vec.values[0]) if len(vec) == 1 else math.nan
         if name == "absent":
-            arg = call.args[0]
-            vec = self._eval(arg, t)
-            assert isinstance(vec, Vec)
-            if len(vec):
+            return empty() if len(vec) else self._absent_labels(call.args[0])
+        if name == "timestamp":
+            return self._timestamp(call.args[0], vec, t)
+        return vector_function(name, vec, scalars, self.store.symbols)
+
+    def _timestamp(self, arg: Plan, vec: Vec, t: int) -> Vec:
+        """``funcTimestamp``: a selector's samples keep their own times; anything
+        else is stamped with the evaluation time."""
+        if isinstance(arg, Select):
+            times = [
+                fam.instant_times(rows, subquery.at_time(arg.at, t, self._query_t) - arg.offset)
+                for fam, rows, _ in self._selection(arg, t)
+            ]
+            stamps = np.concatenate(times) if times else np.zeros(0, dtype=np.int64)
+            return drop_name(vec).with_values(stamps / 1000)
+        return drop_name(vec).with_values(np.full(len(vec), t / 1000))
+
+    def _range_arg(self, arg: Plan, t: int) -> subquery.RangeArg:
+        if isinstance(arg, RangeSelect):
+            return subquery.stored(self.store, arg, t, self._query_t)
+        if isinstance(arg, Subquery):
+            return subquery.evaluated(arg, t, self._query_t, self._eval)
+        raise ExprError("expected a range vector (a range selector or a subquery)")
+
+    def _range_function(self, call: Call, t: int) -> Vec:
+        name = call.name
+        # quantile_over_time(φ, range) takes its scalar first.
+        if name == "quantile_over_time":
+            arg, extras = call.args[1], call.args[:1]
+        else:
+            arg, extras = call.args[0], call.args[1:]
+        if (
+            isinstance(arg, RangeSelect)
+            and arg.select.at is None
+            and name not in POINT_FUNCTIONS
+            and name != "absent_over_time"
+        ):
+            return self._range_call(name, arg, t)
+        scalars: list[float] = []
+        for extra in extras:
+            value = self._vector_or_scalar(extra, t)
+            if not isinstance(value, float):
+                raise ExprError(f"{name} takes scalar parameters")
+            scalars.append(value)
+        ranged = self._range_arg(arg, t)
+        if name == "absent_over_time":
+            if any(len(p.points) for p in ranged.parts):
                 return empty()
             return self._absent_labels(arg)
-        vec = self._eval(call.args[0], t)
-        assert isinstance(vec, Vec)
-        scalars = [self._eval(a, t) for a in call.args[1:]]
-        bounds = [float(s) for s in scalars if isinstance(s, float)]
-        v = vec.values
-        with np.errstate(all="ignore"):
-            if name == "abs":
-                out = np.abs(v)
-            elif name == "clamp":
-                lo, hi = bounds
-                if hi < lo:
-                    return empty()
-                out = np.maximum(lo, np.minimum(hi, v))
-            elif name == "clamp_min":
-                out = np.maximum(bounds[0], v)
+        parts: list[Vec] = []
+        for part in ranged.parts:
+            p = part.points
+            if name in POINT_FUNCTIONS:
+                keep, values = point_function(name, p, scalars, t)
             else:
-                out = np.minimum(bounds[0], v)
-        return drop_name(vec).with_values(out.astype(np.float64))
+                rows = np.arange(len(p))
+                keep, values = range_function(
+                    name, p.window(rows), ranged.mint, ranged.maxt, ranged.range
+                )
+            labels = part.labels.take(keep).with_values(values[keep])
+            parts.append(labels if name == "last_over_time" else drop_name(labels))
+        out = concat(parts)
+        # One family's series differ in more than their name; a subquery's
+        # series may not once the name is dropped.
+        if len(parts) > 1 or (isinstance(arg, Subquery) and name != "last_over_time"):
+            check_unique(out)
+        return out
 
     def _absent_labels(self, arg: Plan) -> Vec:
         """``createLabelsForAbsentFunction``: labels from the equality matchers of
@@ -345,43 +445,21 @@ class Evaluator:
     # -- aggregation -------------------------------------------------------------
 
     def _aggregate(self, agg: Aggregate, t: int) -> Vec:
-        if agg.op not in AGGREGATIONS:
-            raise ExprError(f"{agg.op} is not supported")
-        vec = self._eval(agg.expr, t)
-        assert isinstance(vec, Vec)
-        n = len(vec)
-        if n == 0:
-            return empty()
-        if agg.without:
-            dropped = set(agg.labels) | {"__name__"}
-            names = sorted(k for k in vec.cols if k not in dropped)
-        else:
-            names = [k for k in agg.labels if k in vec.cols]
-        key = label_key(vec, names)
-        _, first, group = np.unique(key, return_index=True, return_inverse=True)
-        groups = len(first)
-        v = vec.values
-        with np.errstate(all="ignore"):
-            out: F64
-            if agg.op == "sum":
-                out = np.bincount(group, weights=v, minlength=groups).astype(np.float64)
-            elif agg.op == "count":
-                out = np.bincount(group, minlength=groups).astype(np.float64)
-            elif agg.op == "avg":
-                total = np.bincount(group, weights=v, minlength=groups).astype(np.float64)
-                out = total / np.bincount(group, minlength=groups)
-            elif agg.op == "min":
-                out = np.full(groups, np.nan)
-                np.fmin.at(out, group, v)
-            else:
-                out = np.full(groups, np.nan)
-                np.fmax.at(out, group, v)
-        return Vec({k: vec.cols[k][first] for k in names}, out.astype(np.float64))
+        vec = self._vec(agg.expr, t)
+        param: float | str | None = None
+        if agg.param is not None:
+            value = self._eval(agg.param, t)
+            if isinstance(value, Vec):
+                raise ExprError(f"the parameter of {agg.op} must be a scalar or a string")
+            param = value
+        return aggregate(agg, vec, param, self.store.symbols)
 
     # -- binary operators --------------------------------------------------------
 
     def _binary(self, b: Binary, t: int) -> float | Vec:
-        return binary(b, self._eval(b.lhs, t), self._eval(b.rhs, t), self.store.symbols)
+        lhs = self._vector_or_scalar(b.lhs, t)
+        rhs = self._vector_or_scalar(b.rhs, t)
+        return binary(b, lhs, rhs, self.store.symbols)
 
 
 def _event_function(

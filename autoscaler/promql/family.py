@@ -324,9 +324,9 @@ class Family:
         i0 = int(np.searchsorted(ts[r0, :c0], np.int64(target), side="right" if right else "left"))
         # Guess that every row is aligned with the fullest one at its end, then check.
         guess = np.clip(cnt - (c0 - i0), 0, cnt)
-        rows = np.arange(n)
-        before = ts[rows, np.maximum(guess - 1, 0)]
-        at = ts[rows, np.minimum(guess, cap - 1)]
+        base = np.arange(n) * cap
+        before = np.take(ts, base + np.maximum(guess - 1, 0))
+        at = np.take(ts, base + np.minimum(guess, cap - 1))
         if right:
             good = ((guess == 0) | (before <= target)) & ((guess >= cnt) | (at > target))
         else:
@@ -356,9 +356,10 @@ class Family:
             return rows, np.zeros(0)
         idx = self.search(ref, True)[rows] - 1
         ok = idx >= 0
-        ii = np.maximum(idx, 0)
-        t = self.ts[rows, ii]
-        v = self.vals[rows, ii]
+        # One flat gather per array: cheaper than numpy's 2-D fancy indexing.
+        flat = rows * self.cap + np.maximum(idx, 0)
+        t = np.take(self.ts, flat)
+        v = np.take(self.vals, flat)
         ok &= t >= ref - lookback
         if self.nstale[rows].any():
             ok &= ~is_stale(v)
@@ -484,6 +485,38 @@ class Family:
             valid=valid2,
             timestamps=times,
         )
+
+    def dense(self, rows: I64, mint: int, maxt: int) -> tuple[I64, F64, I64, I64]:
+        """``(rows, values, times, count)``: each row's non-stale points in
+        [mint, maxt] left-aligned, with their times; rows with none left out."""
+        lo = self.search(mint, False)[rows]
+        hi = self.search(maxt, True)[rows]
+        cnt = hi - lo
+        some = cnt > 0
+        rows, lo, cnt = rows[some], lo[some], cnt[some]
+        if rows.size == 0:
+            return rows, np.zeros((0, 0)), np.zeros((0, 0), dtype=np.int64), cnt
+        values, valid = self._block(self.vals, rows, lo, cnt)
+        times, _ = self._block(self.ts, rows, lo, cnt)
+        if not self.nstale[rows].any():
+            return rows, values, times, cnt
+        keep = ~is_stale(values)
+        if valid is not None:
+            keep &= valid
+        if not keep.all():
+            order = np.argsort(~keep, axis=1, kind="stable")
+            values = np.take_along_axis(values, order, axis=1)
+            times = np.take_along_axis(times, order, axis=1)
+            cnt = keep.sum(axis=1).astype(np.int64)
+            some = cnt > 0
+            rows, values, times, cnt = rows[some], values[some], times[some], cnt[some]
+        return rows, values, times, cnt
+
+    def instant_times(self, rows: I64, ref: int) -> I64:
+        """The time of each row's latest sample at or before ``ref``."""
+        idx = np.maximum(self.search(ref, True)[rows] - 1, 0)
+        out: I64 = self.ts[rows, idx]
+        return out
 
     def points(self, row: int, mint: int, maxt: int) -> list[tuple[int, float]]:
         """One row's non-stale points in [mint, maxt] (for range-vector results)."""

@@ -13,8 +13,9 @@ Prometheus 2.42's ``promql/functions.go`` step for step:
   NaN (``v < min || isNaN(min)``). ``changes`` counts neighbours that differ (NaN
   equals NaN), ``resets`` neighbours that decrease.
 
-``avg_over_time`` is the sum divided by the count; Prometheus keeps a running
-(Kahan) mean, which differs only in the last bits of the result.
+``sum_over_time`` is compensated (Neumaier) where cancellation could make it
+differ from 2.42's ``kahanSum``; ``avg_over_time`` is that sum over the count,
+and 2.42's running mean where the sum overflows or meets infinities.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler.promql.aggregations import incremental_mean
 from autoscaler.promql.family import Window
+from autoscaler.promql.over_time import compensated_sum
 from autoscaler.promql.symbols import F64
 
 Mask = npt.NDArray[np.bool_]
@@ -90,9 +93,10 @@ def range_function(
         if name == "last_over_time":
             return every, w.last_v
         if name == "sum_over_time":
-            return every, _filled(w, 0.0).sum(axis=1)
+            assert w.values is not None
+            return every, compensated_sum(w.values, w.valid)
         if name == "avg_over_time":
-            return every, _filled(w, 0.0).sum(axis=1) / w.count
+            return every, _avg_over_time(w)
         if name == "min_over_time":
             return every, np.fmin.reduce(_filled(w, np.nan), axis=1)
         if name == "max_over_time":
@@ -122,6 +126,17 @@ def range_function(
                 resets=not quiet,
             )
     raise ValueError(f"{name} is not a range function")
+
+
+def _avg_over_time(w: Window) -> F64:
+    """The compensated sum over the count; rows where that overflows (values near
+    ±1e308) or meets infinities take 2.42's running mean instead."""
+    assert w.values is not None
+    out: F64 = compensated_sum(w.values, w.valid) / w.count
+    bad = np.flatnonzero(~np.isfinite(out))
+    for i in bad.tolist():
+        out[i] = incremental_mean(w.values[i, : int(w.count[i])].tolist())
+    return out
 
 
 def _extrapolated_rate(

@@ -62,6 +62,7 @@ def translate_go_regex(pattern: str) -> str:
     i = 0
     n = len(pattern)
     in_class = False
+    opened = [0]  # per open group: scoped flag groups to close with it
     while i < n:
         c = pattern[i]
         if c == "\\":
@@ -135,9 +136,21 @@ def translate_go_regex(pattern: str) -> str:
                     f"regular expression {pattern!r} uses the (?U) flag, "
                     "which the built-in evaluator does not support"
                 )
+            if flags and flags.group(0).endswith(")"):
+                # RE2 lets "(?i)" stand anywhere and apply to the rest of its
+                # group; Python only takes it at the start, so it becomes a
+                # scoped "(?i:" closed where the group ends.
+                out.append(flags.group(0)[:-1] + ":")
+                opened[-1] += 1
+                i += len(flags.group(0))
+                continue
+        if c == "(":
+            opened.append(0)
+        elif c == ")" and len(opened) > 1:
+            out.append(")" * opened.pop())
         out.append(c)
         i += 1
-    return "".join(out)
+    return "".join(out) + ")" * opened[0]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import promql_parser
 
+from autoscaler.promql.dialect import function_name
 from autoscaler.promql.errors import ExprError
 from autoscaler.promql.matchers import Matcher, MatchType
 
@@ -29,16 +30,40 @@ class Neg:
 
 
 @dataclass(frozen=True)
+class Str:
+    value: str
+
+
+@dataclass(frozen=True)
+class At:
+    """An ``@`` modifier: a fixed time in milliseconds, or the query's
+    ``start()``/``end()`` (both the evaluation time of an instant query)."""
+
+    ms: int | None
+    edge: str | None = None
+
+
+@dataclass(frozen=True)
 class Select:
     matchers: tuple[Matcher, ...]
     offset: int
     key: str
+    at: At | None = None
 
 
 @dataclass(frozen=True)
 class RangeSelect:
     select: Select
     range: int
+
+
+@dataclass(frozen=True)
+class Subquery:
+    expr: Plan
+    range: int
+    step: int | None
+    offset: int
+    at: At | None
 
 
 @dataclass(frozen=True)
@@ -53,6 +78,7 @@ class Aggregate:
     expr: Plan
     labels: tuple[str, ...]
     without: bool
+    param: Plan | None = None
 
 
 @dataclass(frozen=True)
@@ -67,11 +93,24 @@ class Binary:
     include: tuple[str, ...]
 
 
-Plan = Num | Neg | Select | RangeSelect | Call | Aggregate | Binary
+Plan = Num | Str | Neg | Select | RangeSelect | Subquery | Call | Aggregate | Binary
 
 
 def _ms(d: timedelta | None) -> int:
     return 0 if d is None else d // timedelta(milliseconds=1)
+
+
+def _at(node: promql_parser.AtModifier | None) -> At | None:
+    if node is None:
+        return None
+    if node.type == promql_parser.AtModifierType.Start:
+        return At(None, "start")
+    if node.type == promql_parser.AtModifierType.End:
+        return At(None, "end")
+    # The library's own time attribute panics before 1970 (the dialect check
+    # refuses negative @ times); its text has the seconds to the millisecond.
+    text = str(node).removeprefix("@").strip()
+    return At(round(float(text) * 1000))
 
 
 def compile_plan(node: object) -> Plan:
@@ -79,19 +118,28 @@ def compile_plan(node: object) -> Plan:
         node = node.expr
     if isinstance(node, promql_parser.NumberLiteral):
         return Num(float(node.val))
+    if isinstance(node, promql_parser.StringLiteral):
+        return Str(str(node.val))
+    if isinstance(node, promql_parser.SubqueryExpr):
+        step = None if node.step is None else _ms(node.step)
+        return Subquery(
+            compile_plan(node.expr), _ms(node.range), step, _ms(node.offset), _at(node.at)
+        )
     if isinstance(node, promql_parser.UnaryExpr):
         return Neg(compile_plan(node.expr))
     if isinstance(node, promql_parser.VectorSelector):
         matchers = [Matcher.from_parser(m) for m in node.matchers.matchers]
         if node.name is not None:
             matchers.insert(0, Matcher.make("__name__", MatchType.EQ, node.name))
-        return Select(tuple(matchers), _ms(node.offset), str(node))
+        at = _at(node.at)
+        return Select(tuple(matchers), _ms(node.offset), f"{node}|{at}", at)
     if isinstance(node, promql_parser.MatrixSelector):
         sel = compile_plan(node.vector_selector)
         assert isinstance(sel, Select)
         return RangeSelect(sel, _ms(node.range))
     if isinstance(node, promql_parser.Call):
-        return Call(node.func.name, tuple(compile_plan(a) for a in node.args))
+        name = function_name(node.func.name)
+        return Call(name, tuple(compile_plan(a) for a in node.args))
     if isinstance(node, promql_parser.AggregateExpr):
         return _compile_aggregate(node)
     if isinstance(node, promql_parser.BinaryExpr):
@@ -103,7 +151,8 @@ def _compile_aggregate(node: promql_parser.AggregateExpr) -> Aggregate:
     mod = node.modifier
     without = mod is not None and mod.type == promql_parser.AggModifierType.Without
     labels = tuple(sorted(set(mod.labels))) if mod is not None else ()
-    return Aggregate(str(node.op), compile_plan(node.expr), labels, without)
+    param = None if node.param is None else compile_plan(node.param)
+    return Aggregate(str(node.op), compile_plan(node.expr), labels, without, param)
 
 
 def _compile_binary(node: promql_parser.BinaryExpr) -> Binary:
@@ -140,6 +189,7 @@ def _compile_binary(node: promql_parser.BinaryExpr) -> Binary:
 
 __all__ = [
     "Aggregate",
+    "At",
     "Binary",
     "Call",
     "Neg",
@@ -147,5 +197,7 @@ __all__ = [
     "Plan",
     "RangeSelect",
     "Select",
+    "Str",
+    "Subquery",
     "compile_plan",
 ]

@@ -3,12 +3,16 @@
 The ``scrape`` source evaluates rules without Prometheus, so a rule that uses
 PromQL outside the subset must be refused when the rules are loaded, naming each
 construct, not fail (or worse, answer differently) at three in the morning. The
-subset is what remediation rules need: selectors with all four matcher kinds and
-``offset``; the range functions over counters and gauges; ``abs``, ``clamp*``,
-``absent`` and ``time``; ``sum``/``avg``/``min``/``max``/``count`` with ``by`` or
-``without``; arithmetic, comparisons (with ``bool``) and ``and``/``or``/``unless``
-with every matching modifier. Everything in it agrees with Prometheus 2.42
-(Debian's), which the differential test checks against a real server.
+subset is PromQL 2.42's instant queries except native histograms: every function
+and aggregation, subqueries, ``offset`` and ``@``, string literals where PromQL
+takes them, and every binary operator with every matching modifier (the
+``.test`` files of Prometheus 2.42 are its acceptance,
+``tests/autoscaler/promql/test_conformance.py``). What is left to refuse is what
+2.42 itself does not know, which the dialect check (``dialect.py``) reports as a
+parse error, ``or`` between label matchers (3.x), regular expressions Python
+cannot mean the same way, and a negative ``@`` time. Everything it evaluates agrees
+with Prometheus 2.42 (Debian's), which the differential test checks against a
+real server.
 
 ``required_retention`` tells the store how much history the rules need.
 """
@@ -19,8 +23,11 @@ from datetime import timedelta
 
 import promql_parser
 
-from autoscaler.promql.guard import parse
+from autoscaler.promql import instant_functions
+from autoscaler.promql.aggregations import AGGREGATIONS
+from autoscaler.promql.dialect import NegativeAtError, function_name, parse
 from autoscaler.promql.matchers import RegexError, compile_go_regex
+from autoscaler.promql.over_time import POINT_FUNCTIONS
 
 RANGE_FUNCTIONS = frozenset(
     {
@@ -35,13 +42,44 @@ RANGE_FUNCTIONS = frozenset(
         "sum_over_time",
         "count_over_time",
         "last_over_time",
+        "absent_over_time",
     }
+    | POINT_FUNCTIONS
 )
-INSTANT_FUNCTIONS = frozenset({"absent", "time", "clamp", "clamp_min", "clamp_max", "abs"})
+INSTANT_FUNCTIONS = (
+    frozenset(
+        {
+            "absent",
+            "time",
+            "pi",
+            "vector",
+            "scalar",
+            "timestamp",
+            "histogram_quantile",
+        }
+    )
+    | instant_functions.NAMES
+)
 FUNCTIONS = RANGE_FUNCTIONS | INSTANT_FUNCTIONS
-AGGREGATIONS = frozenset({"sum", "avg", "min", "max", "count"})
 BINARY_OPERATORS = frozenset(
-    {"+", "-", "*", "/", "%", "^", "==", "!=", ">", "<", ">=", "<=", "and", "or", "unless"}
+    {
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "^",
+        "atan2",
+        "==",
+        "!=",
+        ">",
+        "<",
+        ">=",
+        "<=",
+        "and",
+        "or",
+        "unless",
+    }
 )
 LOOKBACK_DELTA = 300.0
 """Prometheus's default ``--query.lookback-delta`` (5m), in seconds."""
@@ -51,6 +89,8 @@ def parse_error(expr: str) -> str | None:
     """The parser's message if ``expr`` is not valid PromQL, else None."""
     try:
         parse(expr)
+    except NegativeAtError:
+        return None
     except (ValueError, TypeError) as e:
         return str(e) or "invalid expression"
     return None
@@ -64,6 +104,8 @@ def unsupported(expr: str) -> list[str]:
     """
     try:
         node = parse(expr)
+    except NegativeAtError as e:
+        return [str(e)]
     except (ValueError, TypeError) as e:
         return [f"parse error: {e}"]
     return unsupported_in(node)
@@ -81,22 +123,20 @@ def _walk(node: object, out: list[str]) -> None:
         op = str(node.op)
         if op not in AGGREGATIONS:
             out.append(f"{op} is not supported")
+        if node.param is not None:
+            _walk(node.param, out)
         _walk(node.expr, out)
     elif isinstance(node, promql_parser.Call):
-        name = node.func.name
+        name = function_name(node.func.name)
         if name not in FUNCTIONS:
             out.append(f"function {name} is not supported by the built-in evaluator")
         for arg in node.args:
-            if not isinstance(arg, promql_parser.StringLiteral) or name in FUNCTIONS:
-                _walk(arg, out)
+            _walk(arg, out)
     elif isinstance(node, promql_parser.SubqueryExpr):
-        out.append("subqueries are not supported")
         _walk(node.expr, out)
     elif isinstance(node, promql_parser.MatrixSelector):
         _walk(node.vector_selector, out)
     elif isinstance(node, promql_parser.VectorSelector):
-        if node.at is not None:
-            out.append("@ modifier is not supported")
         if node.matchers.or_matchers:
             out.append("'or' between label matchers is not supported")
         for m in node.matchers.matchers:
@@ -116,36 +156,38 @@ def _walk(node: object, out: list[str]) -> None:
         _walk(node.rhs, out)
     elif isinstance(node, promql_parser.UnaryExpr | promql_parser.ParenExpr):
         _walk(node.expr, out)
-    elif isinstance(node, promql_parser.StringLiteral):
-        out.append("string literals are not supported")
-    elif not isinstance(node, promql_parser.NumberLiteral):
+    elif not isinstance(node, promql_parser.NumberLiteral | promql_parser.StringLiteral):
         out.append(f"{type(node).__name__} is not supported")
 
 
 def required_retention(expr: str, lookback_delta: float = LOOKBACK_DELTA) -> float:
-    """Seconds of history ``expr`` reads: its largest range plus offset, plus the
+    """Seconds of history ``expr`` reads: its largest range plus offset (a
+    subquery's range and offset added to those of what it contains), plus the
     lookback delta. Raises ValueError if ``expr`` does not parse."""
     node = parse(expr)
     longest = 0.0
-    stack: list[object] = [node]
+    stack: list[tuple[object, float]] = [(node, 0.0)]
     while stack:
-        n = stack.pop()
+        n, base = stack.pop()
         if isinstance(n, promql_parser.MatrixSelector):
             reach = _seconds(n.range) + _seconds(n.vector_selector.offset)
-            longest = max(longest, reach)
+            longest = max(longest, base + reach)
         elif isinstance(n, promql_parser.VectorSelector):
-            longest = max(longest, _seconds(n.offset))
+            longest = max(longest, base + _seconds(n.offset))
         elif isinstance(n, promql_parser.SubqueryExpr):
-            longest = max(longest, _seconds(n.range) + _seconds(n.offset))
-            stack.append(n.expr)
+            reach = base + _seconds(n.range) + _seconds(n.offset)
+            longest = max(longest, reach)
+            stack.append((n.expr, reach))
         elif isinstance(n, promql_parser.AggregateExpr):
-            stack.append(n.expr)
+            stack.append((n.expr, base))
+            if n.param is not None:
+                stack.append((n.param, base))
         elif isinstance(n, promql_parser.Call):
-            stack.extend(n.args)
+            stack.extend((a, base) for a in n.args)
         elif isinstance(n, promql_parser.BinaryExpr):
-            stack.extend((n.lhs, n.rhs))
+            stack.extend(((n.lhs, base), (n.rhs, base)))
         elif isinstance(n, promql_parser.UnaryExpr | promql_parser.ParenExpr):
-            stack.append(n.expr)
+            stack.append((n.expr, base))
     return longest + lookback_delta
 
 

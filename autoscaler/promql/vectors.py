@@ -76,6 +76,31 @@ def combine(columns: list[I64], n: int) -> I64:
     return key
 
 
+def groups_of(key: I64) -> tuple[I64, I64]:
+    """``(first, group)``: each distinct key's first row, in key order, and each
+    row's group number (``np.unique``'s ``return_index``/``return_inverse``).
+
+    Keys built from label codes are small integers, so a lookup table indexed by
+    key replaces the sort when the keys are dense enough."""
+    n = len(key)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo = int(key.min())
+    span = int(key.max()) - lo + 1
+    if lo < 0 or span > 4 * n + 1024:
+        _, index, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return index.astype(np.int64), inverse.reshape(-1).astype(np.int64)
+    shifted = key - lo
+    firsts = np.full(span, n, dtype=np.int64)
+    # Writing in reverse leaves each key's first row (the last write wins).
+    firsts[shifted[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)
+    present = firsts < n
+    lut = np.cumsum(present) - 1
+    group: I64 = lut[shifted]
+    first: I64 = firsts[present]
+    return first, group
+
+
 def label_key(vec: Vec, names: Iterable[str]) -> I64:
     return combine([vec.cols[k] for k in names if k in vec.cols], len(vec))
 
@@ -115,5 +140,6 @@ __all__ = [
     "drop_name",
     "empty",
     "family_vec",
+    "groups_of",
     "label_key",
 ]

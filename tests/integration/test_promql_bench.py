@@ -40,10 +40,10 @@ def test_small_run_reports_both_sides(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ours/Prometheus" in proc.stdout
     r = json.loads(out.read_text())
-    assert r["ours"]["series"] == 40 * 8 * 11
+    assert r["ours"]["series"] == 40 * 8 * 11 + 40 * 5
     assert len(r["ours"]["cycle_seconds"]) == 5
     side = r["side_by_side"]
-    assert side["series"] == 20 * 8 * 11
+    assert side["series"] == 20 * 8 * 11 + 20 * 5
     assert len(side["prometheus_group_seconds"]) == 5
     assert all(d > 0 for d in side["prometheus_group_seconds"])
     assert side["ratio_ours_over_prometheus"] > 0

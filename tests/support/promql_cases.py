@@ -13,6 +13,7 @@ errors Prometheus raises; ``eval_times`` picks instants at the edges of windows.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 T0 = 1_700_000_000
@@ -168,7 +169,30 @@ def generate() -> list[SeriesData]:
                 }
                 for kind, v in specials.items():
                     put("accel_special", "gauge", {"node": node, "kind": kind}, t, v)
+    _add_histograms(series, put)
     return list(series.values())
+
+
+BUCKETS = ("0.1", "0.5", "1", "5", "+Inf")
+
+
+def _add_histograms(
+    series: dict[tuple[tuple[str, str], ...], SeriesData],
+    put: Callable[[str, str, dict[str, str], int, float], None],
+) -> None:
+    """Classic histogram buckets (``le``) per device, counted from its power
+    readings; no random draws, so the other series stay as they were."""
+    power = [s for s in series.values() if s.labels["__name__"] == "accel_power_watts"]
+    for s in power:
+        base = {k: v for k, v in s.labels.items() if k != "__name__"}
+        raw = [0.0] * len(BUCKETS)
+        for j, (t, p) in enumerate(s.points):
+            for b in range(len(BUCKETS)):
+                raw[b] += float((int(p) + j) % (3 + 2 * b))
+            total = 0.0
+            for b, le in enumerate(BUCKETS):
+                total += raw[b]
+                put("accel_step_seconds_bucket", "gauge", {**base, "le": le}, t, total)
 
 
 def _format_value(v: float) -> str:
@@ -363,4 +387,85 @@ EXPRESSIONS: list[str] = [
     "accel_temperature_celsius * on(node) group_left accel_utilization_ratio",
     '{__name__=~"accel_memory_.*_bytes"} * on(node, device) group_left accel_utilization_ratio',
     '-{__name__=~"accel_memory_.*_bytes"}',
+    # PromQL 2.42's other aggregations
+    "topk(3, accel_temperature_celsius)",
+    "bottomk by (node) (1, accel_utilization_ratio)",
+    "topk(2, accel_special)",
+    "bottomk(2, accel_special)",
+    "quantile(0.9, accel_utilization_ratio)",
+    "quantile by (vendor) (0.5, accel_temperature_celsius)",
+    "quantile(0.3, accel_special)",
+    'count_values("value", accel_up)',
+    'count_values by (node) ("temp", round(accel_temperature_celsius))',
+    "stddev by (node) (accel_power_watts)",
+    "stdvar(accel_utilization_ratio)",
+    "group by (vendor) (accel_up)",
+    'avg(accel_special{kind="huge"} * 1e7)',
+    # label functions
+    'label_replace(accel_up, "host", "$1", "node", "n(.*)")',
+    'label_replace(accel_up, "vendor", "", "vendor", "amd")',
+    'label_replace(accel_up, "x", "${1}-$2", "device", "([a-z]+)([0-9]+)")',
+    'label_join(accel_up, "id", "/", "node", "device")',
+    # classic histograms
+    "histogram_quantile(0.9, rate(accel_step_seconds_bucket[5m]))",
+    "histogram_quantile(0.5, sum by (le, node) (rate(accel_step_seconds_bucket[10m])))",
+    "histogram_quantile(0.99, accel_step_seconds_bucket)",
+    "histogram_quantile(1.5, accel_step_seconds_bucket)",
+    # subqueries and @
+    "max_over_time(rate(accel_energy_joules_total[1m])[10m:1m])",
+    "avg_over_time(accel_utilization_ratio[30m:45s] offset 5m)",
+    "rate(accel_fault_events_total[5m:30s])",
+    "min_over_time(sum by (node) (accel_power_watts)[20m:])",
+    'avg_over_time((accel_special{kind="huge"} * 1e7)[5m:15s])',
+    "accel_up @ 1700003600",
+    "rate(accel_energy_joules_total[5m] @ 1700004000)",
+    "accel_utilization_ratio @ end() - accel_utilization_ratio offset 10m",
+    "max_over_time(accel_power_watts[10m:1m] @ 1700005000)",
+    "accel_utilization_ratio[5m:1m]",
+    # range functions that read every point
+    "deriv(accel_temperature_celsius[15m])",
+    "predict_linear(accel_memory_used_bytes[30m], 3600)",
+    "irate(accel_energy_joules_total[5m])",
+    "idelta(accel_temperature_celsius[5m])",
+    "holt_winters(accel_utilization_ratio[10m], 0.5, 0.3)",
+    "quantile_over_time(0.9, accel_power_watts[10m])",
+    "stddev_over_time(accel_temperature_celsius[10m])",
+    "stdvar_over_time(accel_special[5m])",
+    "present_over_time(accel_up[5m])",
+    'absent_over_time(accel_up{node="n9"}[5m])',
+    'absent_over_time(accel_up{node="n4"}[10m])',
+    "irate(accel_special[5m])",
+    "deriv(accel_special[5m])",
+    "sum_over_time(accel_special[5m:30s])",
+    # functions of an instant vector
+    "round(accel_temperature_celsius)",
+    "round(accel_power_watts, 5)",
+    "ceil(accel_temperature_celsius) - floor(accel_temperature_celsius)",
+    "exp(accel_utilization_ratio)",
+    "ln(accel_power_watts)",
+    "log2(accel_power_watts)",
+    "log10(accel_special)",
+    "sqrt(accel_utilization_ratio)",
+    "sgn(accel_special)",
+    "sin(accel_utilization_ratio) + cos(accel_utilization_ratio) + tan(accel_utilization_ratio)",
+    "asin(accel_utilization_ratio) + acos(accel_utilization_ratio) + atan(accel_special)",
+    "sinh(accel_utilization_ratio) + cosh(accel_utilization_ratio) + tanh(accel_special)",
+    "asinh(accel_special) + acosh(accel_power_watts) + atanh(accel_utilization_ratio * 0.5)",
+    "deg(accel_utilization_ratio) + rad(accel_temperature_celsius)",
+    "pi()",
+    "sort(accel_utilization_ratio)",
+    "sort_desc(accel_power_watts)",
+    "timestamp(accel_up)",
+    "timestamp(sum(accel_up))",
+    "vector(1)",
+    "vector(time())",
+    "scalar(sum(accel_up))",
+    "scalar(accel_up)",
+    "minute()",
+    "hour(timestamp(accel_up))",
+    "day_of_week() + day_of_month() + day_of_year() + days_in_month() + month() + year()",
+    "year(vector(1700000000))",
+    "accel_utilization_ratio atan2 accel_up",
+    'accel_up{vendor=~"(?i)NVIDIA"}',
+    'accel_up{device=~"((?i)NV)idia.*"}',
 ]

@@ -299,8 +299,14 @@ def test_expression_errors() -> None:
     ev = Evaluator(fleet())
     with pytest.raises(ExprError, match="parse error"):
         ev.instant("sum(", 30)
-    with pytest.raises(ExprError, match="topk is not supported"):
-        ev.instant("topk(1, util)", 30)
+    with pytest.raises(ExprError, match="'or' between label matchers is not supported"):
+        ev.instant('util{node="a" or node="b"}', 30)
+    with pytest.raises(ExprError, match="negative @ time"):
+        ev.instant("util @ -100", 30)
+    with pytest.raises(ExprError, match="parse error: bad duration '600'"):
+        ev.instant("rate(util[600])", 30)
+    with pytest.raises(ExprError, match=r"not in PromQL 2\.42"):
+        ev.instant("double_exponential_smoothing(util[5m], 0.5, 0.5)", 30)
 
 
 def test_absent_labels_come_from_equality_matchers() -> None:
@@ -415,25 +421,24 @@ def test_range_functions_match_a_per_series_transcription(aligned: bool) -> None
 
 def test_unsupported_names_each_construct() -> None:
     assert unsupported('increase(x{severity="fatal"}[5m]) > 0 and on(node) y') == []
-    assert unsupported("histogram_quantile(0.9, sum by (le) (rate(x[5m])))") == [
-        "function histogram_quantile is not supported by the built-in evaluator"
-    ]
-    assert unsupported("topk(3, rate(x[5m:1m])) + x @ 100") == [
-        "topk is not supported",
-        "subqueries are not supported",
-        "@ modifier is not supported",
-    ]
-    assert unsupported('label_replace(x, "a", "$1", "b", "(.*)")') == [
-        "function label_replace is not supported by the built-in evaluator"
-    ]
-    assert unsupported('count_values("v", x)') == ["count_values is not supported"]
+    # PromQL 2.42's instant queries are all in the subset now.
+    for expr in (
+        "histogram_quantile(0.9, sum by (le) (rate(x[5m])))",
+        "topk(3, rate(x[5m:1m])) + x @ 100",
+        'label_replace(x, "a", "$1", "b", "(.*)")',
+        'count_values("v", x)',
+        "x atan2 y",
+        "scalar(x) * 2",
+        "holt_winters(x[5m], 0.5, 0.5)",
+        'x{a=~"((?i)abc).*"}',
+    ):
+        assert unsupported(expr) == [], expr
     assert unsupported('x{a="b" or c="d"}') == ["'or' between label matchers is not supported"]
-    assert unsupported("x atan2 y") == ["operator atan2 is not supported"]
     assert unsupported('x{a=~"\\\\p{Greek}"}')[0].startswith("regular expression")
     assert unsupported("sum(")[0].startswith("parse error: ")
-    assert unsupported("scalar(x) * 2") == [
-        "function scalar is not supported by the built-in evaluator"
-    ]
+    assert unsupported("x @ -1") == ["a negative @ time is not supported by the built-in evaluator"]
+    assert unsupported("x[600]")[0].startswith("parse error: bad duration '600'")
+    assert unsupported('sort_by_label(x, "a")')[0].startswith("parse error: unknown function")
 
 
 def test_parse_error_and_required_retention() -> None:
@@ -529,7 +534,7 @@ def test_query_prints_the_api_data_object(
         ("up", "soon", 2, "--time must be unix seconds"),
         ("up", "nan", 2, "--time must be unix seconds"),
         ("sum(", "120", 2, "parse error"),
-        ("topk(1, up)", "120", 2, "topk is not supported"),
+        ("up{node='a' or node='b'}", "120", 2, "'or' between label matchers is not supported"),
         ("up + on() group_left up", "120", 1, "many-to-many matching not allowed"),
     ],
 )
