@@ -16,9 +16,15 @@ Why it is built this way:
   each typed reader returns None for a bad value (the problem already recorded),
   so a caller falls back to a default and keeps walking. The caller raises its own
   error type once, at the end, with ``sorted_problems``.
-* **One place for limits.** ``Limits`` and ``Reader.load`` are where input is
-  bounded before PyYAML sees it; today the size of a file, and only safe tags.
-  Alias, depth and node-count limits belong in ``load`` too.
+* **One place for limits.** ``Limits`` holds every bound, and ``Reader.load``
+  applies them (``accel_common.yamlcompose``): the size of the file before
+  anything parses it, UTF-8 with the line and column of the first bad byte,
+  the nesting depth and the nodes that aliases expand to while composing (a
+  "billion laughs" file is refused at its first alias over the limit, in
+  milliseconds), and integers that fit in 64 bits when constructed. An
+  attacker's file is a list of problems, never a traceback, a hang or an
+  exhausted memory. Each format adds its own per-field bounds through the
+  typed readers (``integer(maximum=)``, ``duration(maximum=)``).
 * **One wording.** Every file format says "unknown key 'x' in a rule; did you mean
   'y'? (expected ...)" the same way, with the suggestion from
   ``accel_common.suggest`` and durations from ``accel_common.durations``.
@@ -26,6 +32,9 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import math
+import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +44,9 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from accel_common.durations import duration_seconds
+from accel_common.durations import duration_seconds, format_whole
 from accel_common.suggest import did_you_mean
+from accel_common.yamlcompose import INT64_MAX, BoundedConstructor, Located, compose, decode
 
 NULL_TAG = "tag:yaml.org,2002:null"
 # The tags safe YAML constructs (str, int, float, bool, null, timestamp, binary,
@@ -52,6 +62,12 @@ class Limits:
     # hand; a multi-megabyte one is a mistake (or an attack) that should not cost
     # the controller its memory.
     max_bytes: int = 4 * 1024 * 1024
+    # Collections inside collections: the shipped formats nest at most 8 deep.
+    max_depth: int = 64
+    # Nodes reached through aliases, each alias counting every node it stands
+    # for: generous for ``<<: *defaults`` habits, and a "billion laughs" file is
+    # refused at its first alias past it.
+    max_alias_nodes: int = 10_000
 
 
 LIMITS = Limits()
@@ -121,6 +137,11 @@ def kind(node: Node) -> str:
     return "nothing" if is_null(node) else "a scalar"
 
 
+def count_text(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 problem``, ``2 problems``: a count with its noun in the right number."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def choices_text(choices: Sequence[str]) -> str:
     """``a or b``, or ``one of a, b, c``: the choices as a message lists them."""
     if len(choices) <= 2:
@@ -135,6 +156,9 @@ class Reader:
         self.file = str(file)
         self.input_limits = limits
         self.problems: list[Problem] = []
+        # The text last loaded, for positions inside a scalar (``position_in``).
+        self._text: str | None = None
+        self._lines: list[str] | None = None
 
     # -- positions and problems -------------------------------------------------
 
@@ -158,9 +182,9 @@ class Reader:
 
     def load(self, text: str | None = None, *, empty: str | None = None) -> Node | None:
         """The root node of the file (of ``text`` when the caller read it). None,
-        with a problem recorded, when the file cannot be read, is too large or is
-        not YAML; None without one for an empty document, unless ``empty`` says
-        why that is a problem."""
+        with a problem recorded, when the file cannot be read, is too large, is
+        not UTF-8 or not YAML, or is over a limit (depth, aliases); None without
+        one for an empty document, unless ``empty`` says why that is a problem."""
         if text is None:
             text = self._read()
             if text is None:
@@ -168,38 +192,50 @@ class Reader:
         if len(text) > self.input_limits.max_bytes:
             self.whole(f"larger than {self.input_limits.max_bytes} bytes; is this the right file?")
             return None
-        try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            context = f"{e.context}: " if e.context else ""
-            message = f"invalid YAML: {context}{e.problem or 'cannot parse'}"
-            if mark is None:
-                self.whole(message)
-            else:
-                self.at(Position(self.file, mark.line + 1, mark.column + 1), message)
-            return None
-        except yaml.YAMLError as e:
-            self.whole(f"invalid YAML: {e}")
+        self._text, self._lines = text, None
+        limits = self.input_limits
+        root = compose(text, limits.max_depth, limits.max_alias_nodes)
+        if isinstance(root, Located):
+            self.located(root)
             return None
         if root is None and empty is not None:
             self.whole(empty)
         return root
 
+    def located(self, found: Located) -> None:
+        """Records a problem found while decoding or composing."""
+        if found.line is None:
+            self.whole(found.message)
+        else:
+            self.at(Position(self.file, found.line + 1, (found.col or 0) + 1), found.message)
+
     def _read(self) -> str | None:
         path = Path(self.file)
+        limit = self.input_limits.max_bytes
         try:
-            if path.stat().st_size > self.input_limits.max_bytes:
-                self.whole(
-                    f"larger than {self.input_limits.max_bytes} bytes; is this the right file?"
-                )
+            mode = path.stat().st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+                # Opening a pipe waits for a writer: a check would hang.
+                self.whole("not a regular file (a pipe or a socket); give a file")
                 return None
-            return path.read_text(encoding="utf-8")
+            # Read at most one byte past the limit: a file that grows, or a
+            # device such as /dev/zero, is never read whole.
+            with path.open("rb") as f:
+                data = f.read(limit + 1)
         except OSError as e:
             self.whole(f"cannot read: {e.strerror or e}")
-        except UnicodeDecodeError as e:
-            self.whole(f"not UTF-8 text: {e}")
-        return None
+            return None
+        except ValueError as e:  # a NUL byte in the name
+            self.whole(f"cannot read: {e}")
+            return None
+        if len(data) > limit:
+            self.whole(f"larger than {limit} bytes; is this the right file?")
+            return None
+        text = decode(data)
+        if isinstance(text, Located):
+            self.located(text)
+            return None
+        return text
 
     # -- shapes ----------------------------------------------------------------
 
@@ -216,7 +252,11 @@ class Reader:
         if not isinstance(node, MappingNode):
             self.problem(node, f"{what} must be a mapping, got {self.describe(node)}")
             return None
-        SafeConstructor().flatten_mapping(node)
+        try:
+            SafeConstructor().flatten_mapping(node)
+        except yaml.YAMLError as e:
+            self.problem(node, f"invalid YAML: {getattr(e, 'problem', None) or e}")
+            return None
         out: Entries = {}
         for k, v in node.value:
             if not isinstance(k, ScalarNode) or not self.safe(k):
@@ -266,22 +306,40 @@ class Reader:
         return self.construct(node)[1]
 
     def construct(self, node: Node) -> tuple[bool, Any]:
-        """(True, the Python value), or (False, None) with the problem recorded."""
+        """(True, the Python value), or (False, None) with the problem recorded:
+        a tag safe YAML cannot construct, an integer beyond 64 bits, a number
+        that overflows, or a date that does not exist."""
         try:
-            return True, SafeConstructor().construct_object(node, deep=True)
+            return True, BoundedConstructor().construct_object(node, deep=True)
         except yaml.YAMLError as e:
+            where = getattr(e, "problem_mark", None)
             problem = getattr(e, "problem", None) or str(e)
-            self.problem(node, f"invalid YAML value: {problem}")
-            return False, None
+            message = f"invalid YAML value: {problem}"
+            if where is not None:
+                self.at(Position(self.file, where.line + 1, where.column + 1), message)
+            else:
+                self.problem(node, message)
+        except (ValueError, OverflowError) as e:
+            # Timestamps that do not exist (2024-02-30) and conversions Python
+            # refuses reach here as plain exceptions.
+            self.problem(node, f"invalid YAML value: {e}")
+        except (AttributeError, KeyError, TypeError, IndexError):
+            # An explicit tag on text it does not fit (``!!timestamp x``,
+            # ``!!bool maybe``): PyYAML's constructors assume the resolver's
+            # match and fail in their own ways.
+            tag = str(node.tag).rsplit(":", 1)[-1]
+            self.problem(node, f"invalid YAML value: {self.text(node)!r} is not a valid !!{tag}")
+        return False, None
 
     def describe(self, node: Node) -> str:
         """A node for a message: ``a mapping``, ``a list`` or the value's repr."""
         if isinstance(node, (MappingNode, SequenceNode)):
             return kind(node)
         try:
-            return repr(SafeConstructor().construct_object(node, deep=True))
-        except yaml.YAMLError:
-            return repr(node.value)
+            return repr(BoundedConstructor().construct_object(node, deep=True))
+        except (yaml.YAMLError, ValueError, OverflowError, AttributeError, KeyError, TypeError):
+            text = str(node.value)
+            return repr(text if len(text) <= 40 else text[:37] + "...")
 
     def text(self, node: Node) -> str:
         """A scalar as written (``0x1F`` stays ``0x1F``), for messages and merges."""
@@ -319,20 +377,30 @@ class Reader:
             return None
         return value
 
-    def integer(self, node: Node, what: str, minimum: int = 0) -> int | None:
+    def integer(
+        self, node: Node, what: str, minimum: int = 0, *, maximum: int = INT64_MAX
+    ) -> int | None:
+        """A whole number from ``minimum`` to ``maximum`` (64-bit by default)."""
         ok, value = self.construct(node)
         if not ok:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            self.problem(
-                node, f"{what} must be a whole number >= {minimum}, got {self.describe(node)}"
-            )
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            limit = f">= {minimum}" if maximum == INT64_MAX else f"from {minimum} to {maximum}"
+            self.problem(node, f"{what} must be a whole number {limit}, got {self.describe(node)}")
             return None
         return value
 
     def number(
-        self, node: Node, what: str, low: float = 0.0, high: float = float("inf")
+        self,
+        node: Node,
+        what: str,
+        low: float = 0.0,
+        high: float = float("inf"),
+        *,
+        finite: bool = True,
     ) -> float | None:
+        """A number from ``low`` to ``high``; ``.inf`` and ``.nan`` only when
+        ``finite`` is False (no field here means "forever" by a number)."""
         ok, value = self.construct(node)
         if not ok:
             return None
@@ -340,6 +408,7 @@ class Reader:
             isinstance(value, bool)
             or not isinstance(value, (int, float))
             or not low <= value <= high
+            or (finite and not math.isfinite(value))
         ):
             limit = f"from {low:g} to {high:g}" if high != float("inf") else f">= {low:g}"
             self.problem(node, f"{what} must be a number {limit}, got {self.describe(node)}")
@@ -355,8 +424,17 @@ class Reader:
             return None
         return value
 
-    def duration(self, node: Node, what: str, *, positive: bool = False) -> float | None:
-        """Seconds, in ``accel_common.durations``' grammar; ``positive`` refuses 0."""
+    def duration(
+        self,
+        node: Node,
+        what: str,
+        *,
+        positive: bool = False,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> float | None:
+        """Seconds, in ``accel_common.durations``' grammar (always finite);
+        ``positive`` refuses 0, ``minimum`` and ``maximum`` (seconds) bound it."""
         ok, value = self.construct(node)
         if not ok:
             return None
@@ -365,10 +443,119 @@ class Reader:
         except ValueError as e:
             self.problem(node, f"{what}: {e}")
             return None
-        if positive and seconds <= 0:
+        if positive and seconds <= 0 and minimum is None:
             self.problem(node, f"{what} must be longer than 0s, got {value!r}")
             return None
+        low = minimum if minimum is not None else 0.0
+        high = maximum if maximum is not None else math.inf
+        if not low <= seconds <= high:
+            self.problem(node, f"{what} must be {_span(minimum, maximum)}, got {value!r}")
+            return None
         return seconds
+
+    # -- positions inside a scalar -------------------------------------------------
+
+    def position_in(self, node: Node, offset: int) -> tuple[Position, bool]:
+        """Where the character at ``offset`` of a scalar's value was written, and
+        whether that is exact. Exact for plain, quoted and block scalars whose
+        value this can rebuild from the text (folded lines, escapes); otherwise
+        the scalar's own position, not exact."""
+        if isinstance(node, ScalarNode) and self._text is not None and offset >= 0:
+            if self._lines is None:
+                self._lines = _LINE_BREAK.split(self._text)
+            chars = _char_positions(self._lines, node)
+            if chars:
+                line, col = chars[min(offset, len(chars) - 1)]
+                if offset >= len(chars):
+                    col += 1 + offset - len(chars)
+                return Position(self.file, line + 1, col + 1), True
+        return self.pos(node), False
+
+
+# YAML's line breaks (1.1 counts NEL and the Unicode separators as well).
+_LINE_BREAK = re.compile("\r\n|\r|\n|\x85|\u2028|\u2029")
+_ESCAPE_LENGTHS = {"x": 2, "u": 4, "U": 8}
+
+
+def _span(minimum: float | None, maximum: float | None) -> str:
+    def text(seconds: float) -> str:
+        return format_whole(round(seconds * 1000))
+
+    if minimum is not None and maximum is not None:
+        return f"from {text(minimum)} to {text(maximum)}"
+    if maximum is not None:
+        return f"at most {text(maximum)}"
+    return f"at least {text(minimum or 0.0)}"
+
+
+def _char_positions(lines: Sequence[str], node: ScalarNode) -> list[tuple[int, int]]:
+    """(line, col), 0-based, of each character of the scalar's value, rebuilt
+    from the source lines; empty when the rebuilt value is not the value (a
+    folding or escape this does not model), so that no guess passes as exact."""
+    value = str(node.value)
+    first, last = node.start_mark.line, node.end_mark.line
+    if last >= len(lines):
+        return []
+    # Each line's content, as (line, col of its first char, text).
+    segments: list[tuple[int, int, str]] = []
+    style = node.style
+    if style in ("|", ">"):
+        body = [(n, lines[n]) for n in range(first + 1, last + 1)]
+        if body and body[-1][0] == last:
+            body[-1] = (last, lines[last][: node.end_mark.column])
+        written = [t for _, t in body if t.strip()]
+        indent = min((len(t) - len(t.lstrip(" ")) for t in written), default=0)
+        segments = [(n, indent, t[indent:]) for n, t in body]
+        while segments and not segments[-1][2].strip():
+            segments.pop()
+    else:
+        quote = 1 if style in ("'", '"') else 0
+        for n in range(first, last + 1):
+            start = node.start_mark.column + quote if n == first else 0
+            end = node.end_mark.column - quote if n == last else len(lines[n])
+            text = lines[n][start:end]
+            if first != last:
+                stripped = text.lstrip(" 	") if n != first else text
+                start += len(text) - len(stripped)
+                text = stripped.rstrip(" 	") if n != last else stripped
+            segments.append((n, start, text))
+    chars: list[str] = []
+    where: list[tuple[int, int]] = []
+    blank = 0
+    for i, (n, col, text) in enumerate(segments):
+        if i > 0:
+            if style == "|":
+                chars.append("\n")
+                where.append((n - 1, len(lines[n - 1])))
+            elif not text:
+                blank += 1
+                continue
+            else:
+                breaks = "\n" * blank if blank else " "
+                chars.extend(breaks)
+                where.extend([(n - 1, len(lines[n - 1]))] * len(breaks))
+                blank = 0
+        j = 0
+        while j < len(text):
+            step = 1
+            c = text[j]
+            if style == "'" and text.startswith("''", j):
+                step = 2
+            elif style == '"' and c == "\\":
+                if j + 1 >= len(text):
+                    return []
+                step = 2 + _ESCAPE_LENGTHS.get(text[j + 1], 0)
+                c = "\x00"  # the decoded character: compared loosely below
+            chars.append(c)
+            where.append((n, col + j))
+            j += step
+    rebuilt = "".join(chars)
+    if style in ("|", ">"):
+        rebuilt, value = rebuilt.rstrip("\n"), value.rstrip("\n")
+    same = len(rebuilt) == len(value) and all(
+        a == b or a == "\x00" for a, b in zip(rebuilt, value, strict=True)
+    )
+    return where[: len(value)] if same else []
 
 
 __all__ = [
@@ -381,6 +568,7 @@ __all__ = [
     "ProblemsError",
     "Reader",
     "choices_text",
+    "count_text",
     "is_null",
     "kind",
     "sorted_problems",

@@ -1,5 +1,9 @@
 """``accel-autoscaler check``: validate rule files; every problem as
 ``file:line:col: message`` on stderr and exit 1, or a one-line summary and 0.
+A file that cannot be used at all (unreadable, not UTF-8, not YAML, over the
+reader's limits) is a problem like any other, at its position, and exit 1; exit
+2 is for the command line and for a failure of the checker itself, which is
+reported in one line, never as a traceback.
 
 With ``--source scrape`` it also refuses the PromQL that the built-in evaluator
 cannot run, so that a rule set meant for the scrape source fails here and not in
@@ -57,6 +61,14 @@ def check(paths: Sequence[str | Path], source: str = "prometheus", verbose: bool
         for problem in e.problems:
             print(problem, file=sys.stderr)
         return 1
+    except Exception as e:  # a bug in the checker must not be a traceback
+        where = ", ".join(str(p) for p in paths)
+        print(
+            f"{where}: cannot check these rules: {type(e).__name__}: {e} (this is a bug in "
+            "accel-autoscaler: please report it with the file)",
+            file=sys.stderr,
+        )
+        return 2
     for rule in ruleset.rules:
         if verbose:
             print(f"{rule.position}: {rule.name}: {incident_boundary(rule)}")

@@ -13,6 +13,14 @@ a multiset (rule, kind, action and target) per expectation: those of one evaluat
 for ``at``, and all those made at the evaluation times of a ``from``/``to`` window
 together, so that "one decision over the whole incident" is one expectation.
 
+The work a file asks for is held against ``TestLimits`` before any test runs:
+samples and series while the file is read (``ruleset/testfile.py``), and here,
+once the rule set's interval is known, the evaluations its tests need (every
+interval up to each one's last expected time) and their series x evaluations,
+in all. A file over
+a limit is a problem at the time or test that asks for it, naming the limit and
+the flag that raises it (``--max-evaluations``, ...).
+
 Exit status: 0 when every test passed ("N tests passed"); 1 when a test failed
 (a diff of expected and got decisions, per time); 2 when a test file or its rule
 files cannot be run at all (every problem, as ``file:line:col: message``), whether
@@ -41,11 +49,14 @@ from autoscaler.ruleset.loader import load_ruleset
 from autoscaler.ruleset.model import TARGET_LABELS, Rule, RuleSet
 from autoscaler.ruleset.testfile import (
     STALE,
+    TEST_LIMITS,
     Expectation,
     ExpectedDecision,
     InputAlert,
     RuleTest,
     RuleTestFile,
+    TestLimits,
+    over_limit,
     parse_test_file,
 )
 from autoscaler.sources.alertmanager import INCIDENT_LABEL
@@ -58,10 +69,10 @@ EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 # -- the command --------------------------------------------------------------------
 
 
-def main(paths: Sequence[str]) -> int:
+def main(paths: Sequence[str], limits: TestLimits = TEST_LIMITS) -> int:
     """Run the test files named by ``paths`` (files, or directories searched for
-    ``*.yaml``/``*.yml``); print failures and the summary on stdout, problems on
-    stderr; return the exit status."""
+    ``*.yaml``/``*.yml``) within ``limits``; print failures and the summary on
+    stdout, problems on stderr; return the exit status."""
     out, err = sys.stdout, sys.stderr
     files, problems = find_test_files(paths)
     passed = failed = 0
@@ -69,7 +80,17 @@ def main(paths: Sequence[str]) -> int:
     for problem in problems:
         print(problem, file=err)
     for path in files:
-        result = run_file(path)
+        try:
+            result = run_file(path, limits)
+        except Exception as e:  # a bug in the runner must not be a traceback
+            result = FileResult(
+                0,
+                (),
+                (
+                    f"{path}: cannot run these tests: {type(e).__name__}: {e} (this is a bug "
+                    "in accel-autoscaler: please report it with the file)",
+                ),
+            )
         for problem in result.problems:
             print(problem, file=err)
         broken = broken or bool(result.problems)
@@ -93,15 +114,20 @@ def find_test_files(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
     problems: list[str] = []
     for name in paths:
         path = Path(name)
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml"))
-            if not found:
-                problems.append(f"{name}: no test files (*.yaml, *.yml) in this directory")
-            files.extend(found)
-        elif path.exists():
-            files.append(path)
-        else:
-            problems.append(f"{name}: no such file or directory")
+        try:
+            if path.is_dir():
+                found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml"))
+                if not found:
+                    problems.append(f"{name}: no test files (*.yaml, *.yml) in this directory")
+                files.extend(found)
+            elif path.exists():
+                files.append(path)
+            else:
+                problems.append(f"{name}: no such file or directory")
+        except (OSError, ValueError) as e:
+            # A name too long for the system, a NUL byte, an unreadable directory.
+            reason = (e.strerror if isinstance(e, OSError) else None) or str(e)
+            problems.append(f"{name}: cannot read: {reason}")
     return files, problems
 
 
@@ -112,17 +138,17 @@ class FileResult:
     problems: tuple[str, ...]
 
 
-def run_file(path: Path) -> FileResult:
-    """Parse, load the rule files, check the expectations against the rule set, and
-    run every test of one file."""
-    parsed = parse_test_file(path)
+def run_file(path: Path, limits: TestLimits = TEST_LIMITS) -> FileResult:
+    """Parse, load the rule files, check the expectations against the rule set and
+    the work against ``limits``, and run every test of one file."""
+    parsed = parse_test_file(path, limits)
     if isinstance(parsed, list):
         return FileResult(0, (), tuple(parsed))
     try:
         ruleset = load_ruleset([str(p) for p in parsed.rule_files], source="scrape")
     except RuleSetError as e:
         return FileResult(0, (), (f"{path}: the rule files do not load:\n{e}",))
-    problems = check_against(parsed, ruleset)
+    problems = check_against(parsed, ruleset) + check_work(parsed, ruleset, limits)
     if problems:
         return FileResult(0, (), tuple(problems))
     interval_ms = parsed.evaluation_interval_ms or round(ruleset.evaluation_interval * 1000)
@@ -159,15 +185,18 @@ async def _run_test(test: RuleTest, ruleset: RuleSet, interval_ms: int) -> str |
     last = max(e.last_ms for e in test.expect)
     made: list[tuple[int, Decision]] = []
     sections: list[str] = []
+    # Expectations by their last time, in the order they are written: each step
+    # looks up its own rather than walking them all.
+    due: dict[int, list[Expectation]] = {}
+    for e in test.expect:
+        due.setdefault(e.last_ms, []).append(e)
     for step in range(last // interval_ms + 1):
         at_ms = step * interval_ms
         result = await run_cycle(ruleset, source, alerts, state, at_ms / 1000, cluster=view)
         made += [(at_ms, d) for d in result.decisions]
         # Expectations are checked as soon as their last time is evaluated, in the
         # order they are written, so the engine's notes are those of that time.
-        for expectation in test.expect:
-            if expectation.last_ms != at_ms:
-                continue
+        for expectation in due.get(at_ms, ()):
             got = [(t, d) for t, d in made if expectation.covers(t)]
             diff = _compare(expectation, got, ruleset, state)
             if diff is not None:
@@ -388,6 +417,49 @@ def check_against(parsed: RuleTestFile, ruleset: RuleSet) -> list[str]:
     return problems
 
 
+def check_work(parsed: RuleTestFile, ruleset: RuleSet, limits: TestLimits) -> list[str]:
+    """Problems with the work a file's tests ask for, counted before any runs:
+    their evaluations (every interval up to each test's last expected time) and
+    their series x evaluations, in all. Each limit is reported once, at the test
+    that takes the file past it."""
+    problems = []
+    interval_ms = parsed.evaluation_interval_ms or round(ruleset.evaluation_interval * 1000)
+    interval = format_duration(interval_ms / 1000)
+    steps_in_all = series_steps_in_all = 0
+    for test in parsed.tests:
+        if not test.expect:
+            continue
+        latest = max(test.expect, key=lambda e: e.last_ms)
+        steps = latest.last_ms // interval_ms + 1
+        series = len(test.series) + len(test.alerts)
+        before, steps_in_all = steps_in_all, steps_in_all + steps
+        if before <= limits.evaluations < steps_in_all:
+            problems.append(
+                f"{latest.position}: "
+                + over_limit(
+                    "evaluations",
+                    f"checking {format_duration(latest.last_ms / 1000)} needs {steps:,} "
+                    f"evaluations at the interval {interval} ({steps_in_all:,} in the file "
+                    "so far)",
+                    limits.evaluations,
+                    "expect an earlier time, or set a longer evaluationInterval",
+                )
+            )
+        before, series_steps_in_all = series_steps_in_all, series_steps_in_all + steps * series
+        if before <= limits.series_evaluations < series_steps_in_all:
+            problems.append(
+                f"{test.position}: "
+                + over_limit(
+                    "series_evaluations",
+                    f"test '{test.name}' evaluates {series:,} series and alerts {steps:,} "
+                    f"times ({series_steps_in_all:,} in the file so far)",
+                    limits.series_evaluations,
+                    "use fewer series or an earlier last expected time",
+                )
+            )
+    return problems
+
+
 def _target_problems(d: ExpectedDecision, rule: Rule) -> list[str]:
     want = TARGET_LABELS[rule.target]
     have = sorted(dict(d.target), key=lambda n: (_rank(n), n))
@@ -404,6 +476,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "check_against",
+    "check_work",
     "find_test_files",
     "main",
     "run_file",

@@ -13,6 +13,15 @@ The YAML is read with ``accel_common.yamlread``, the reader every file format he
 shares: it keeps the line and column of every key and value, and words the
 generic problems (unknown keys, wrong types, durations) the same everywhere.
 
+Every number has bounds (``_BOUNDS``): an evaluation interval from 1s to 1h, and
+durations and counts no operator needs beyond, so that a typo such as ``for:
+5000d`` or a 5,000-digit count is a problem at its position, not a rule that
+never fires or a controller asleep for an hour. The reader's own limits (size,
+depth, aliases, UTF-8) come first. A PromQL syntax error is reported at the bad
+token's line and column inside the file (``exprpos``), and every expression goes
+to the parser library only through ``promql/guard.py``, which refuses what would
+crash it.
+
 Several files merge into one rule set: rules are concatenated (names are unique
 across all of them), and ``evaluationInterval`` and each ``limits`` key may be set
 in more than one file only if every file agrees.
@@ -33,7 +42,10 @@ from accel_common.suggest import did_you_mean
 from accel_common.yamlread import Entries, Reader
 from autoscaler import clusterstate
 from autoscaler.actions import ACTIONS
+from autoscaler.promql.errors import ExprError
+from autoscaler.promql.guard import parse
 from autoscaler.ruleset.errors import Problem, RuleSetError, whole_file
+from autoscaler.ruleset.exprpos import BUDGET, error_offset, token_at
 from autoscaler.ruleset.labels import missing_labels, value_type
 from autoscaler.ruleset.model import (
     TARGET_LABELS,
@@ -93,6 +105,30 @@ KNOWN_METRICS: frozenset[str] = frozenset(schema.BY_NAME) | frozenset(
     m.name for m in clusterstate.CATALOGUE
 )
 _OWN_PREFIX = "accel_"
+# Seconds: the bounds of each duration field (minimum, maximum). An interval over
+# an hour would leave the controller deaf for that long after a mistake; the
+# others are longer than any incident, window or grace period needs.
+_HOUR, _DAY = 3600.0, 86_400.0
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "evaluationInterval": (1.0, _HOUR),
+    "for": (0.0, 7 * _DAY),
+    "cooldown": (0.0, 30 * _DAY),
+    "repeat": (0.0, 30 * _DAY),
+    "breakerWindow": (1.0, 7 * _DAY),
+    "scaleUpGrace": (0.0, _DAY),
+}
+# The largest count each integer field accepts: more nodes than a cluster has,
+# more actions than an hour can hold.
+_MAX_COUNT: dict[str, int] = {
+    "maxUnhealthyNodes": 100_000,
+    "maxConcurrentDrains": 10_000,
+    "maxConcurrent": 10_000,
+    "maxActionsPerHour": 100_000,
+}
+# Syntax errors located by probing the parser, per file; after these, those that
+# need probes are reported at the expression (a file of broken expressions should
+# not cost seconds).
+_LOCATED_PER_FILE = 3
 # The controller's own telemetry, which no catalogue above lists.
 _SELF_PREFIX = "accel_autoscaler_"
 
@@ -106,18 +142,24 @@ def rule_files(paths: Sequence[str | Path]) -> tuple[list[str], list[Problem]]:
     seen: set[Path] = set()
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            found = sorted(
-                c for c in path.iterdir() if c.is_file() and c.suffix in RULE_FILE_SUFFIXES
-            )
-            if not found:
-                problems.append(
-                    Problem(whole_file(str(path)), "no rule files (*.yaml, *.yml) in directory")
+        try:
+            if path.is_dir():
+                found = sorted(
+                    c for c in path.iterdir() if c.is_file() and c.suffix in RULE_FILE_SUFFIXES
                 )
-        elif path.exists():
-            found = [path]
-        else:
-            problems.append(Problem(whole_file(str(raw)), "no such file or directory"))
+                if not found:
+                    problems.append(
+                        Problem(whole_file(str(path)), "no rule files (*.yaml, *.yml) in directory")
+                    )
+            elif path.exists():
+                found = [path]
+            else:
+                problems.append(Problem(whole_file(str(raw)), "no such file or directory"))
+                continue
+        except (OSError, ValueError) as e:
+            # A name too long for the system, a NUL byte, a directory that cannot
+            # be listed: pathlib passes these through where it says False to others.
+            problems.append(Problem(whole_file(str(raw)), f"cannot read: {_reason(e)}"))
             continue
         for f in found:
             key = f.resolve()
@@ -125,6 +167,10 @@ def rule_files(paths: Sequence[str | Path]) -> tuple[list[str], list[Problem]]:
                 seen.add(key)
                 files.append(str(f))
     return files, problems
+
+
+def _reason(e: Exception) -> str:
+    return (e.strerror if isinstance(e, OSError) else None) or str(e)
 
 
 def load_ruleset(paths: Sequence[str | Path], *, source: str = "prometheus") -> RuleSet:
@@ -177,6 +223,7 @@ class _FileReader(Reader):
         super().__init__(file)
         self.source = source
         self.out = _ParsedFile(file, self.problems)
+        self.located_errors = 0
 
     def read(self) -> _ParsedFile:
         root = self.load(
@@ -205,7 +252,7 @@ class _FileReader(Reader):
             return
         if "evaluationInterval" in entries:
             v = entries["evaluationInterval"][1]
-            seconds = self.duration(v, "evaluationInterval", positive=True)
+            seconds = self.bounded_duration(v, "evaluationInterval")
             if seconds is not None:
                 self.out.evaluation_interval = _Setting(seconds, self.text(v), self.pos(v))
         if "limits" in entries:
@@ -225,13 +272,11 @@ class _FileReader(Reader):
             if key == "maxUnhealthyNodes":
                 value = self.unhealthy(v)
             elif key in ("maxConcurrentDrains", "maxActionsPerHour"):
-                value = self.integer(v, key)
+                value = self.integer(v, key, maximum=_MAX_COUNT[key])
             elif key == "breakerReset":
                 value = self.choice(v, key, BREAKER_RESETS)
-            elif key == "breakerWindow":
-                value = self.duration(v, key, positive=True)
-            elif key == "scaleUpGrace":
-                value = self.duration(v, key)
+            elif key in ("breakerWindow", "scaleUpGrace"):
+                value = self.bounded_duration(v, key)
             if value is not None:
                 self.out.limits[key] = _Setting(value, self.text(v), self.pos(v))
 
@@ -240,19 +285,21 @@ class _FileReader(Reader):
         ok, value = self.construct(node)
         if not ok:
             return None
+        most = _MAX_COUNT["maxUnhealthyNodes"]
         if isinstance(value, int) and not isinstance(value, bool):
-            if value >= 0:
+            if 0 <= value <= most:
                 return ("count", float(value))
         elif isinstance(value, str):
-            if value.strip().isdigit():
-                return ("count", float(value))
-            m = _PERCENT.match(value)
+            digits = value.strip()
+            if digits.isdigit() and len(digits) <= len(str(most)) and int(digits) <= most:
+                return ("count", float(digits))
+            m = _PERCENT.match(value) if len(value) <= 32 else None
             if m and 0.0 <= float(m.group(1)) <= 100.0:
                 return ("ratio", float(m.group(1)) / 100.0)
         self.problem(
             node,
-            f"maxUnhealthyNodes must be a whole number of nodes >= 0 or a percentage "
-            f'from 0% to 100% (e.g. 3 or "10%"), got {value!r}',
+            f"maxUnhealthyNodes must be a whole number of nodes from 0 to {most} or a "
+            f'percentage from 0% to 100% (e.g. 3 or "10%"), got {self.describe(node)}',
         )
         return None
 
@@ -387,7 +434,7 @@ class _FileReader(Reader):
         entries = self.mapping(node, "rule limits", RULE_LIMITS_KEYS)
         if entries is None:
             return None
-        counts = {k: self.integer(v, k) for k, (_, v) in entries.items()}
+        counts = {k: self.integer(v, k, maximum=_MAX_COUNT[k]) for k, (_, v) in entries.items()}
         return RuleLimits(
             max_concurrent=counts.get("maxConcurrent"),
             max_actions_per_hour=counts.get("maxActionsPerHour"),
@@ -408,9 +455,9 @@ class _FileReader(Reader):
         if text is None:
             return None
         try:
-            ast = pp.parse(text)
-        except Exception as e:  # the binding raises ValueError; be safe with others
-            self.problem(node, f"{what}: invalid PromQL: {e}")
+            ast = parse(text)
+        except ExprError as e:
+            self.invalid_promql(node, what, text, str(e))
             return text
         kind = value_type(ast)
         if kind != "vector":
@@ -450,23 +497,55 @@ class _FileReader(Reader):
                 )
         return text
 
+    def invalid_promql(self, node: Node, what: str, text: str, message: str) -> None:
+        """A parse error at its token's line and column in the file, where that
+        can be told; else at the expression, with the character when known."""
+        # Past the first few, only what costs no parse is located (a bracket,
+        # a quote, a function's name, guard's "at character N").
+        budget = BUDGET if self.located_errors < _LOCATED_PER_FILE else 0
+        self.located_errors += 1
+        offset = error_offset(text, message, budget)
+        if offset is None:
+            self.problem(node, f"{what}: invalid PromQL: {message}")
+            return
+        token = token_at(text, offset)
+        near = f"at {token!r}" if token else "at the end of the expression"
+        position, exact = self.position_in(node, offset)
+        if not exact:
+            near += f" (character {offset + 1} of the expression)"
+        self.at(position, f"{what}: invalid PromQL {near}: {message}")
+
+    def bounded_duration(self, node: Node, key: str) -> float | None:
+        low, high = _BOUNDS[key]
+        return self.duration(node, key, minimum=low or None, maximum=high)
+
     def optional_duration(self, entries: Entries, key: str) -> float | None:
-        return self.duration(entries[key][1], key) if key in entries else None
+        return self.bounded_duration(entries[key][1], key) if key in entries else None
 
 
 def _metric_names(ast: pp.Expr) -> set[str]:
+    """Every metric name the expression selects. An explicit stack, not the
+    library's ``walk``: that takes seconds on a chain of a few hundred ``and``."""
     names: set[str] = set()
-
-    def visit(e: pp.Expr) -> bool:
+    stack: list[object] = [ast]
+    while stack:
+        e = stack.pop()
         if isinstance(e, pp.VectorSelector):
             if e.name:
                 names.add(e.name)
             for m in e.matchers.matchers:
                 if m.name == "__name__" and m.op == pp.MatchOp.Equal:
                     names.add(m.value)
-        return True
-
-    pp.walk(ast, visit)
+        elif isinstance(e, pp.MatrixSelector):
+            stack.append(e.vector_selector)
+        elif isinstance(e, pp.BinaryExpr):
+            stack += (e.lhs, e.rhs)
+        elif isinstance(e, pp.AggregateExpr):
+            stack += (e.expr,) if e.param is None else (e.expr, e.param)
+        elif isinstance(e, pp.Call):
+            stack += e.args
+        elif isinstance(e, (pp.ParenExpr, pp.UnaryExpr, pp.SubqueryExpr)):
+            stack.append(e.expr)
     return names
 
 

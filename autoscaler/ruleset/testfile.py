@@ -37,6 +37,14 @@ rule's action type and ``kind`` to ``act``. Without
 alerts, none of them recently added. An alert is firing from ``startsAt``
 (default 0s) until ``endsAt`` (default: forever). Series values use promtool's
 expanding notation (``expand_values``).
+
+A test file is input too, and ``0+1x100000000`` is 30 characters that ask for a
+hundred million samples. So the work a file asks for is counted before anything
+is allocated (``count_values`` reads the notation without expanding it) and held
+against ``TestLimits``: samples per file and series per test here, evaluations
+and series x evaluations per test in ``engine/ruletest.py`` (they need the rule
+set's interval). A file over a limit is refused at the value that asks for it,
+naming the limit and the flag of ``accel-autoscaler test`` that raises it.
 """
 
 from __future__ import annotations
@@ -48,11 +56,13 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import promql_parser as pp
-from yaml.nodes import MappingNode, Node
+from yaml.nodes import MappingNode, Node, SequenceNode
 
 from accel_common.durations import format_whole
 from accel_common.suggest import did_you_mean
 from accel_common.yamlread import Entries, Position, Reader, is_null
+from autoscaler.promql.errors import ExprError
+from autoscaler.promql.guard import parse
 from autoscaler.types import Labels, labels_of
 
 
@@ -137,9 +147,44 @@ class RuleTestFile:
     tests: tuple[RuleTest, ...]
 
 
-def parse_test_file(path: Path) -> RuleTestFile | list[str]:
+@dataclass(frozen=True)
+class TestLimits:
+    """The most work a rule test file may ask for. The shipped file
+    (``rules/tests/remediation_test.yaml``) has about 18,000 samples, at most 10
+    series in a test, 2,900 evaluations and 11,000 series x evaluations in all;
+    these leave ten times that room or more, and keep a file to a few minutes
+    and a few hundred MiB."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    samples: int = 200_000  # per file: every expanded input value
+    series: int = 1_000  # per test: input series and alerts
+    evaluations: int = 50_000  # per file: each test's evaluations up to its last time
+    series_evaluations: int = 2_000_000  # per file: series x evaluations of each test
+
+
+TEST_LIMITS = TestLimits()
+# The flag of ``accel-autoscaler test`` that raises each limit.
+LIMIT_FLAGS = {
+    "samples": "--max-samples",
+    "series": "--max-series",
+    "evaluations": "--max-evaluations",
+    "series_evaluations": "--max-series-evaluations",
+}
+
+
+def over_limit(limit: str, asked: str, allowed: int, fix: str) -> str:
+    """The message for work over a limit: what is asked, the limit, what to
+    change, and the flag that raises it."""
+    return (
+        f"{asked}; the limit is {allowed:,} ({fix}, or raise it with "
+        f"{LIMIT_FLAGS[limit]} on accel-autoscaler test)"
+    )
+
+
+def parse_test_file(path: Path, limits: TestLimits = TEST_LIMITS) -> RuleTestFile | list[str]:
     """The parsed file, or every problem in it, sorted by position."""
-    reader = _TestFileReader(path)
+    reader = _TestFileReader(path, limits)
     root = reader.load(empty="empty file; expected ruleFiles and tests")
     parsed = reader.document(root) if root is not None else None
     if parsed is None or reader.problems:
@@ -155,11 +200,41 @@ _EXPANDING = re.compile(rf"^(?P<a>{_NUMBER})(?:(?P<op>[-+])(?P<b>{_UNSIGNED}))?x
 _SINGLE = re.compile(rf"^{_NUMBER}$")
 
 
+# The longest N in ``axN`` counted exactly: more digits than any limit has.
+_MAX_COUNT_DIGITS = 15
+
+
+def count_values(text: str) -> int:
+    """How many values ``expand_values(text)`` would give, without making them;
+    raises ValueError naming the bad token."""
+    total = 0
+    for token in text.split():
+        if token.startswith("_x") and token[2:].isdigit():
+            n, extra = token[2:], 0
+        elif m := _EXPANDING.match(token):
+            n, extra = m["n"], 1
+        elif token in ("_", "stale") or _SINGLE.match(token):
+            n, extra = "1", 0
+        else:
+            raise ValueError(_bad_value(token))
+        digits = n.lstrip("0") or "0"
+        # A count too long to be meant is larger than every limit; its digits
+        # are never converted (Python refuses beyond 4,300 of them).
+        total += 10**_MAX_COUNT_DIGITS if len(digits) > _MAX_COUNT_DIGITS else int(digits) + extra
+    return total
+
+
+def _bad_value(token: str) -> str:
+    shown = token if len(token) <= 40 else token[:37] + "..."
+    return f"bad value {shown!r}: expected a number, 'a+bxN', 'a-bxN', 'axN', '_', '_xN' or 'stale'"
+
+
 def expand_values(text: str) -> list[Point]:
     """promtool's expanding notation; raises ValueError naming the bad token.
 
     ``a+bxN`` is a, a+b, ..., a+N·b (N+1 values); ``axN`` is a, N+1 times; ``_`` is
-    no sample, ``_xN`` N of them; ``stale`` is a staleness marker."""
+    no sample, ``_xN`` N of them; ``stale`` is a staleness marker. Call
+    ``count_values`` first where the text is input: this allocates them all."""
     out: list[Point] = []
     for token in text.split():
         if token == "_":
@@ -177,18 +252,15 @@ def expand_values(text: str) -> list[Point]:
                 b = -b
             out += [a + i * b for i in range(int(m["n"]) + 1)]
         else:
-            raise ValueError(
-                f"bad value {token!r}: expected a number, 'a+bxN', 'a-bxN', 'axN', '_', "
-                "'_xN' or 'stale'"
-            )
+            raise ValueError(_bad_value(token))
     return out
 
 
 def parse_series(text: str) -> Labels:
     """``metric{a="b"}`` into its labels (``__name__`` included); raises ValueError."""
     try:
-        expr = pp.parse(text)
-    except Exception as e:
+        expr = parse(text)
+    except ExprError as e:
         raise ValueError(f"not a series {text!r}: {e}") from e
     if not isinstance(expr, pp.VectorSelector) or expr.offset is not None or expr.at is not None:
         raise ValueError(f'not a series {text!r}: write metric{{label="value",...}}')
@@ -222,9 +294,11 @@ _DEFAULT_INTERVAL_MS = 60_000
 class _TestFileReader(Reader):
     """Walks a test file's nodes, collecting every problem with its position."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, limits: TestLimits = TEST_LIMITS) -> None:
         super().__init__(path)
         self.path = path
+        self.limits = limits
+        self.samples = 0  # values in the file's input series so far
 
     def duration_ms(self, node: Node, what: str, *, positive: bool = False) -> int | None:
         seconds = self.duration(node, what, positive=positive)
@@ -308,6 +382,8 @@ class _TestFileReader(Reader):
         if "interval" in fields:
             written = self.duration_ms(fields["interval"][1], "interval", positive=True)
             interval = written or _DEFAULT_INTERVAL_MS
+        if not self.few_enough(fields):
+            return None
         series = self.each(fields, "inputSeries", self.series)
         alerts = self.each(fields, "alerts", self.alert)
         cluster = self.cluster(fields["cluster"][1]) if "cluster" in fields else None
@@ -344,6 +420,29 @@ class _TestFileReader(Reader):
             name, self.pos(node), interval, tuple(series), tuple(alerts), cluster, tuple(expect)
         )
 
+    def few_enough(self, fields: Entries) -> bool:
+        """Whether a test's input series and alerts are within the limit; they
+        are counted before any of them is read."""
+        counts = {
+            key: len(fields[key][1].value)
+            for key in ("inputSeries", "alerts")
+            if key in fields and isinstance(fields[key][1], SequenceNode)
+        }
+        total = sum(counts.values())
+        if total <= self.limits.series:
+            return True
+        key = max(counts, key=lambda k: counts[k])
+        self.problem(
+            fields[key][0],
+            over_limit(
+                "series",
+                f"this test has {total:,} input series and alerts",
+                self.limits.series,
+                "split it into several tests",
+            ),
+        )
+        return False
+
     def series(self, node: Node) -> InputSeries | None:
         fields = self.mapping(node, "an input series", ("series", "values"), ("series", "values"))
         if fields is None or "series" not in fields or "values" not in fields:
@@ -360,12 +459,39 @@ class _TestFileReader(Reader):
         points: list[Point] | None = None
         if values is not None:
             try:
-                points = expand_values(values)
+                count = count_values(values)
             except ValueError as e:
                 self.problem(values_node, str(e))
+            else:
+                points = self.expand(values_node, values, count)
         if labels is None or points is None:
             return None
         return InputSeries(labels, tuple(points), self.pos(node))
+
+    def expand(self, node: Node, values: str, count: int) -> list[Point] | None:
+        """The values, unless they take the file over its samples: then the
+        problem, once, at the series that does."""
+        before, self.samples = self.samples, self.samples + count
+        allowed = self.limits.samples
+        if self.samples <= allowed:
+            return expand_values(values)
+        if before <= allowed:
+            asked = (
+                f"{count:,} samples"
+                if count < 10**_MAX_COUNT_DIGITS
+                else "an immense number of samples"
+            )
+            self.problem(
+                node,
+                over_limit(
+                    "samples",
+                    f"these values expand to {asked}, taking the file's input series "
+                    f"past its limit on samples",
+                    allowed,
+                    "shorten the series (a larger interval needs fewer samples)",
+                ),
+            )
+        return None
 
     def alert(self, node: Node) -> InputAlert | None:
         fields = self.mapping(
@@ -480,7 +606,9 @@ class _TestFileReader(Reader):
 
 
 __all__ = [
+    "LIMIT_FLAGS",
     "STALE",
+    "TEST_LIMITS",
     "ClusterSpec",
     "Expectation",
     "ExpectedDecision",
@@ -489,7 +617,10 @@ __all__ = [
     "Point",
     "RuleTest",
     "RuleTestFile",
+    "TestLimits",
+    "count_values",
     "expand_values",
+    "over_limit",
     "parse_series",
     "parse_test_file",
     "series_text",

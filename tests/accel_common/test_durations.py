@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from accel_common.durations import duration_seconds, format_whole, parse_duration
+from accel_common.durations import (
+    MAX_MS,
+    duration_seconds,
+    format_whole,
+    parse_duration,
+    parse_duration_ms,
+)
 from accel_common.suggest import did_you_mean
 
 
@@ -43,3 +49,21 @@ def test_did_you_mean() -> None:
 @pytest.mark.parametrize(("ms", "text"), [(0, "0s"), (90_000, "1m30s"), (500, "500ms")])
 def test_format_whole(ms: int, text: str) -> None:
     assert format_whole(ms) == text
+
+
+@pytest.mark.parametrize(
+    "text", ["293y", "9" * 5000 + "s", "1" + "0" * 30 + "ms", "292y24w3d23h47m16s855ms"]
+)
+def test_a_duration_past_go_s_range_is_out_of_range(text: str) -> None:
+    with pytest.raises(ValueError, match=r"is out of range \(at most 292y24w3d23h47m16s854ms\)"):
+        parse_duration_ms(text)
+
+
+def test_the_longest_duration_and_leading_zeros() -> None:
+    assert parse_duration_ms("292y24w3d23h47m16s854ms") == MAX_MS
+    assert parse_duration_ms("0" * 5000 + "1s") == 1000
+
+
+def test_a_huge_fraction_is_refused_without_overflow() -> None:
+    with pytest.raises(ValueError, match="invalid duration '9999"):
+        parse_duration("9" * 5000 + ".5m")

@@ -37,15 +37,20 @@ ACCEPTED = {
 REFUSED = ["1.5m", ".5s", "5", "5 m", " 5m", "-1m", "+1m", "1m5h", "1h1h", "1mo", "soon", ""]
 
 
+# A rule file bounds each field (a cooldown: at most 30 days): the grammar is the
+# same, and a duration past the bound is refused as out of range, not as a typo.
+COOLDOWN_MAX = 30 * 86400.0
+
+
 def rule_file(tmp_path: Path, text: str) -> float:
     path = tmp_path / "rules.yaml"
     path.write_text(
         "apiVersion: accel-fleet/v1\nkind: RuleSet\nspec:\n  rules:\n"
         "    - {name: x, expr: accel_up == 0, target: device, action: {type: cordon},\n"
-        f"       for: '{text}'}}\n"
+        f"       cooldown: '{text}'}}\n"
     )
     try:
-        return load_ruleset([path]).rules[0].for_
+        return load_ruleset([path]).rules[0].cooldown
     except RuleSetError as e:
         raise ValueError(str(e)) from e
 
@@ -108,6 +113,10 @@ def test_every_surface_accepts_the_same_durations(
     tmp_path: Path, surface: str, text: str, seconds: float
 ) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
+    if surface == "rule file" and seconds > COOLDOWN_MAX:
+        with pytest.raises(ValueError, match=r"cooldown must be at most 4w2d, got"):
+            SURFACES[surface](tmp_path, text)
+        return
     assert SURFACES[surface](tmp_path, text) == pytest.approx(seconds)
 
 
