@@ -1,11 +1,11 @@
 """The controller: the evaluation loop of ``accel-autoscaler run``.
 
-Once per ``evaluationInterval`` the controller picks up changed rule files and
-runs one evaluation cycle (``engine/cycle.py``, the same function the simulator
-and the rule unit tests run): the source is refreshed, the nodes' remediation
-entries and the cluster's state (job ages and timeouts, node pools) are read into
-series, every rule (and its ``recover`` expression) is queried, and the engine's
-pure ``evaluate`` decides. Decisions are logged, counted for ``/metrics`` and
+Once per ``evaluationInterval`` the controller runs one evaluation cycle
+(``engine/cycle.py``, the same function the simulator and the rule unit tests
+run): the source is refreshed, the nodes' remediation entries and the cluster's
+state (job ages and timeouts, node pools) are read into series, every rule (and
+its ``recover`` expression) is queried, and the engine's pure ``evaluate``
+decides. Decisions are logged, counted for ``/metrics`` and
 handed to the executor (``autoscaler/executor.py``), which carries them out
 through the ``Kube`` wrapper without holding up the next cycle.
 
@@ -22,12 +22,24 @@ where), then resumes its in-flight work. Until that has succeeded it does not
 evaluate: an API server that cannot be read is no reason to act from memory. After
 each cycle the leader writes the state record when it changed (``StateRecord``),
 never in ``--dry-run``.
+
+Rules are hot-reloaded (``ruleset/watch.py``), and nothing in a rule file may put
+the controller to sleep or stop it answering: the files are looked at every
+second (``watch_rules``) and on SIGHUP (``request_reload``), the load runs in a
+worker thread, one at a time, so ``/healthz`` and the webhook answer while a
+hostile file is read, and a reload that changes the rules (or any SIGHUP) wakes
+the evaluation loop at once: a new ``evaluationInterval`` takes effect now, not
+when the old one is over. An interval that is not finite or outside
+``MIN_INTERVAL``..``MAX_INTERVAL`` (the loader refuses those; this is the second
+line) is clamped before it reaches a sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import os
 import time
 from collections import Counter
@@ -53,6 +65,15 @@ from autoscaler.sources.base import Source
 log = logging.getLogger("accel_autoscaler")
 
 DEFAULT_PORT = 9836
+
+# The evaluation intervals the loop accepts, the loader's bounds: one second is
+# as often as anything here is scraped, and a controller that waits more than an
+# hour between looks is not remediating anything.
+MIN_INTERVAL = 1.0
+MAX_INTERVAL = 3600.0
+# How often the rule files are looked at (a few stat calls) between cycles, so
+# that an edit takes effect within a second whatever the interval.
+WATCH_PERIOD = 1.0
 
 
 @dataclass
@@ -195,12 +216,69 @@ class Controller:
         # Whether the engine state was rebuilt from the cluster since this replica
         # started or last gained the lead; nothing to rebuild without an API.
         self.restored = executor is None
+        # The rule set the source was last told to retain series for.
+        self._retained: RuleSet | None = None
+        # Set to run the next cycle now (new rules, SIGHUP); set by SIGHUP to
+        # reload the rules whether or not their files changed.
+        self._wake = asyncio.Event()
+        self._reload_requested = asyncio.Event()
+        self._clamped: str | None = None
 
     @property
     def ruleset(self) -> RuleSet:
         return self.watcher.current
 
+    def interval(self) -> float:
+        """Seconds between cycles: the rule set's ``evaluationInterval``, clamped
+        into ``MIN_INTERVAL``..``MAX_INTERVAL`` (not finite: the default) with one
+        warning per bad value, so that no value can stop the loop for good."""
+        value = self.ruleset.evaluation_interval
+        if math.isfinite(value) and MIN_INTERVAL <= value <= MAX_INTERVAL:
+            return value
+        safe = (
+            min(MAX_INTERVAL, max(MIN_INTERVAL, value))
+            if math.isfinite(value)
+            else RuleSet().evaluation_interval
+        )
+        if self._clamped != repr(value):  # once per bad value (NaN != NaN)
+            log.warning(
+                "evaluationInterval %r is outside %gs..%gs; evaluating every %gs instead",
+                value,
+                MIN_INTERVAL,
+                MAX_INTERVAL,
+                safe,
+            )
+        self._clamped = repr(value)
+        return safe
+
+    def request_reload(self) -> None:
+        """SIGHUP: reload the rules now, whether or not their files changed, then
+        run a cycle. Only sets events: safe from a signal handler."""
+        self._reload_requested.set()
+
+    async def watch_rules(self, period: float | None = None) -> None:
+        """Looks at the rule files every ``period`` (``WATCH_PERIOD``) and reloads
+        on SIGHUP, until cancelled; a reload that changes the rules, and every
+        SIGHUP, wakes the evaluation loop. The load runs in a worker thread
+        (``RuleWatcher.refresh``)."""
+        period = WATCH_PERIOD if period is None else period
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reload_requested.wait(), timeout=period)
+            forced = self._reload_requested.is_set()
+            self._reload_requested.clear()
+            try:
+                changed = await self.watcher.refresh(force=forced)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # refresh answers every failure itself; belt and braces
+                log.exception("looking at the rule files failed")
+                continue
+            if changed or forced:
+                self._wake.set()
+
     def _retain(self) -> None:
+        self._retained = self.ruleset
         retain = getattr(self.source, "retain", None)
         if retain is not None:
             exprs = [NODES_QUERY]
@@ -326,8 +404,12 @@ class Controller:
 
     async def cycle(self) -> list[Decision]:
         """One evaluation (``engine/cycle.py``), if this replica leads and its state
-        was rebuilt from the cluster. The lock keeps an API call (breaker reset) and
-        the loop from interleaving on the engine state."""
+        was rebuilt from the cluster. Changed rule files are picked up first, unless
+        a load is running already (the cycle then goes on with the rules in force
+        rather than wait on it). The lock keeps an API call (breaker reset) and the
+        loop from interleaving on the engine state."""
+        if not self.watcher.busy:
+            await self.watcher.refresh()
         async with self.lock:
             if not self.leading():
                 if self.stats.standby == 0:
@@ -339,7 +421,7 @@ class Controller:
                 self.stats.unrestored += 1
                 return []
             start = time.perf_counter()
-            if self.watcher.check() or self.stats.cycles == 0:
+            if self._retained is not self.ruleset:
                 self._retain()
             now = self.clock()
             result = await run_cycle(
@@ -365,17 +447,28 @@ class Controller:
             return result.decisions
 
     async def run_forever(self) -> None:
+        """Cycles every ``interval()``, and at once when woken (new rules, SIGHUP),
+        with the rule files watched beside it; until cancelled."""
         loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            try:
-                await self.cycle()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the loop must outlive any one bad cycle
-                log.exception("evaluation cycle failed")
-            interval = self.ruleset.evaluation_interval
-            await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
+        watch = asyncio.create_task(self.watch_rules())
+        try:
+            while True:
+                started = loop.time()
+                # A wake while the cycle runs (its rules changed) runs the next at once.
+                self._wake.clear()
+                try:
+                    await self.cycle()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # the loop must outlive any one bad cycle
+                    log.exception("evaluation cycle failed")
+                left = self.interval() - (loop.time() - started)
+                if left > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout=left)
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
 
 
 class LeaderLabel:

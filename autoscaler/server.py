@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from accel_common import jsonread
 from accel_common.exposition import Exposition
 from accel_common.names import REMEDIATION_ANNOTATION
 from accel_common.secrets import read_basic_auth, read_token
@@ -180,8 +180,9 @@ def render_metrics(c: Controller) -> str:
         "accel_autoscaler_alerts_dropped_total",
         "counter",
         "Alerts dropped by the webhook receiver, by reason: expired (not re-sent within "
-        "--alerts.ttl), limit (--alerts.limit held already), standby (this replica stood "
-        "down), stale (a replay of a resolved or earlier incident).",
+        "--alerts.ttl), limit (--alerts.limit held already), oversize (more labels or "
+        "label bytes than any real alert), standby (this replica stood down), stale (a "
+        "replay of a resolved or earlier incident).",
         [(dict(reason=r), n) for r, n in sorted(c.alerts.dropped.items())],
     )
     clusterstate.write(c.cluster_rows, out)
@@ -302,15 +303,22 @@ def make_app(
             return response
         if request.content_length is not None and request.content_length > MAX_BODY:
             return refuse(413, f"body larger than {MAX_BODY} bytes")
+        raw = bytearray()
         try:
-            raw = await request.content.read(MAX_BODY + 1)
-        except ValueError as e:
-            return refuse(400, f"cannot read the body: {e}")
-        if len(raw) > MAX_BODY:
-            return refuse(413, f"body larger than {MAX_BODY} bytes")
+            # Chunk by chunk until the end or the limit: a body is never held whole
+            # past MAX_BODY, with or without a Content-Length.
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                raw += chunk
+                if len(raw) > MAX_BODY:
+                    return refuse(413, f"body larger than {MAX_BODY} bytes")
+        except (ValueError, web.RequestPayloadError) as e:
+            # A chunked encoding or a Content-Encoding that does not decode.
+            return refuse(400, f"cannot read the body: {str(e).strip()}")
+        except ConnectionError:  # the sender went away; there is no one to answer
+            return refuse(400, "the connection closed before the body was read")
         try:
-            payload = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            payload = jsonread.loads(bytes(raw), max_bytes=MAX_BODY)
+        except jsonread.JSONBodyError as e:
             return refuse(400, f"malformed JSON: {e}")
         try:
             done = c.alerts.ingest(payload, c.clock())

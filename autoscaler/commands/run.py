@@ -23,6 +23,7 @@ from accel_common import logs
 from accel_common.listen import Listener, ListenError, split_listen_address
 from accel_common.names import REMEDIATION_ANNOTATION, STATE_CONFIGMAP_SUFFIX
 from accel_common.secrets import SecretError, redact
+from accel_common.yamlread import count_text
 from autoscaler.actions.context import ActionContext
 from autoscaler.clusterstate import collect
 from autoscaler.commands.flags import (
@@ -300,7 +301,9 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
         log.error("%s", e)
         return 1
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGHUP, controller.watcher.reload)
+    # SIGHUP reloads the rules in a worker thread and then runs a cycle; the
+    # handler itself only sets an event.
+    loop.add_signal_handler(signal.SIGHUP, controller.request_reload)
     log.info(
         "listening on http://%s:%d, source %s%s, %d rules, every %gs%s",
         host or "0.0.0.0",
@@ -308,7 +311,7 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
         controller.source.name,
         _source_location(args),
         len(controller.ruleset.rules),
-        controller.ruleset.evaluation_interval,
+        controller.interval(),
         ", dry-run" if controller.dry_run else "",
     )
     tasks = [asyncio.create_task(controller.run_forever())]
@@ -385,13 +388,16 @@ def build_kube(args: argparse.Namespace) -> Any:
 
 def main(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)
+    # A SIGHUP before the loop's handler is installed (a reload sent while the
+    # controller starts) must not kill it: the files are watched anyway.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if problem := _leader_problem(args):
         return _fail(problem)
     try:
         watcher = RuleWatcher(args.rules, source=args.source)
     except RuleSetError as e:
         print(str(e), file=sys.stderr)
-        return _fail(f"the rules did not load ({len(e.problems)} problems above)")
+        return _fail(f"the rules did not load ({count_text(len(e.problems), 'problem')} above)")
     try:
         source = build_source(source_options(args))
         # Before anything connects or listens: a refused start has done nothing.

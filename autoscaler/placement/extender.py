@@ -15,8 +15,10 @@ background; when the source is down, or the state is older than ``--max-age``,
 filter passes every node through and prioritize gives every node the same score,
 and the reason is logged once per change. A scheduler that cannot reach us at all
 carries on because the extender is registered ``ignorable: true``. A body that is
-not an ``ExtenderArgs`` gets a 400 that says what is wrong; nothing in a request
-can crash the server.
+not an ``ExtenderArgs`` gets a 400 that says what is wrong: one larger than
+``MAX_BODY``, nested deeper than ``accel_common.jsonread.MAX_DEPTH``, or whose Pod
+or Nodes have the wrong shape where the scorer reads them. Nothing in a request
+can crash the server, and a pod that the scorer still cannot read fails open.
 
 Scores are integers 0–10 (``MaxExtenderPriority``): the best candidate gets 10 and
 the others their total relative to it, so the extender's weight in the scheduler
@@ -40,6 +42,7 @@ from typing import Any
 
 from aiohttp import web
 
+from accel_common import jsonread
 from accel_common.listen import Listener, ListenError
 from accel_common.names import PREFERRED_DEVICES_ANNOTATION
 from autoscaler.kube.protocol import Kube
@@ -82,12 +85,71 @@ def _field(body: Mapping[str, Any], name: str) -> Any:
     return None
 
 
+def _mapping(value: Any, where: str, *, strings: bool = False) -> None:
+    """``value`` is absent (None) or an object (of strings, with ``strings``)."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise BadArgs(f"{where} must be an object")
+    if strings and not all(isinstance(v, str) for v in value.values()):
+        raise BadArgs(f"{where} must map strings to strings")
+
+
+def _objects(value: Any, where: str) -> list[Obj]:
+    """``value`` is absent (None) or a list of objects."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise BadArgs(f"{where} must be a list of objects")
+    return value
+
+
+def _string_or_none(value: Any) -> bool:
+    # Not ``value or ""``: an empty list or object is no name either.
+    return value is None or isinstance(value, str)
+
+
+def _check_meta(meta: Any, where: str) -> None:
+    _mapping(meta, where)
+    for key in ("name", "namespace", "generateName"):
+        if not _string_or_none((meta or {}).get(key)):
+            raise BadArgs(f"{where}.{key} must be a string")
+    for key in ("labels", "annotations"):
+        _mapping((meta or {}).get(key), f"{where}.{key}", strings=True)
+
+
+def _check_pod(pod: Obj) -> None:
+    """The Pod's shape where the scorer reads it (metadata, containers' resources)."""
+    where = "ExtenderArgs.Pod"
+    _check_meta(pod.get("metadata"), f"{where}.metadata")
+    spec = pod.get("spec")
+    _mapping(spec, f"{where}.spec")
+    for i, c in enumerate(_objects((spec or {}).get("containers"), f"{where}.spec.containers")):
+        here = f"{where}.spec.containers[{i}]"
+        if not _string_or_none(c.get("name")):
+            raise BadArgs(f"{here}.name must be a string")
+        resources = c.get("resources")
+        _mapping(resources, f"{here}.resources")
+        for key in ("requests", "limits"):
+            _mapping((resources or {}).get(key), f"{here}.resources.{key}")
+
+
+def _check_node(node: Obj, i: int) -> None:
+    """A Node's shape where the scorer reads it (metadata, taints)."""
+    where = f"ExtenderArgs.Nodes.items[{i}]"
+    _check_meta(node.get("metadata"), f"{where}.metadata")
+    spec = node.get("spec")
+    _mapping(spec, f"{where}.spec")
+    _objects((spec or {}).get("taints"), f"{where}.spec.taints")
+
+
 def parse_args(body: Any) -> ExtenderArgs:
     if not isinstance(body, dict):
         raise BadArgs("the body must be a JSON object (ExtenderArgs: Pod, Nodes, NodeNames)")
     pod = _field(body, "Pod")
     if not isinstance(pod, dict):
         raise BadArgs("ExtenderArgs.Pod is missing or not an object")
+    _check_pod(pod)
     nodes_raw = _field(body, "Nodes")
     names_raw = _field(body, "NodeNames")
     nodes: tuple[Obj, ...] | None = None
@@ -95,8 +157,10 @@ def parse_args(body: Any) -> ExtenderArgs:
         items = nodes_raw.get("items") if isinstance(nodes_raw, dict) else None
         if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
             raise BadArgs("ExtenderArgs.Nodes must be a NodeList with an items list")
+        for i, n in enumerate(items):
+            _check_node(n, i)
         nodes = tuple(items)
-        names = tuple(str((n.get("metadata") or {}).get("name", "")) for n in items)
+        names = tuple(str((n.get("metadata") or {}).get("name") or "") for n in items)
     elif names_raw is not None:
         if not isinstance(names_raw, list) or not all(isinstance(n, str) for n in names_raw):
             raise BadArgs("ExtenderArgs.NodeNames must be a list of strings")
@@ -203,6 +267,11 @@ class Extender:
             why = f"pod {key}: {e}"
             self._fail_open(why, key)
             return key, None, None, why
+        except Exception as e:  # a shape parse_args let through: still never block
+            log.exception("pod %s cannot be read", key)
+            why = f"pod {key} cannot be read: {type(e).__name__}: {e}"
+            self._fail_open(why, key)
+            return key, None, None, why
         if req.count == 0:
             return key, req, None, "the pod asks for no accelerator devices"
         fleet, why = self.cache.current()
@@ -216,7 +285,14 @@ class Extender:
         if self._last_open:
             log.info("fleet state is back; placing by devices again")
             self._last_open = ""
-        return key, req, score(req, self._nodes(args), fleet, self.weights), ""
+        try:
+            ranking = score(req, self._nodes(args), fleet, self.weights)
+        except Exception as e:  # a shape parse_args let through: still never block
+            log.exception("scoring pod %s failed", key)
+            why = f"scoring pod {key} failed: {type(e).__name__}: {e}"
+            self._fail_open(why, key)
+            return key, req, None, why
+        return key, req, ranking, ""
 
     def filter(self, args: ExtenderArgs) -> Obj:
         """ExtenderFilterResult."""
@@ -240,7 +316,7 @@ class Extender:
         names = [n for n in args.node_names if n in passed]
         nodes_out: Obj | None = None
         if args.nodes is not None:
-            items = [n for n in args.nodes if n.get("metadata", {}).get("name") in passed]
+            items = [n for n in args.nodes if (n.get("metadata") or {}).get("name") in passed]
             nodes_out = {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items}
         return {
             "Nodes": nodes_out,
@@ -286,9 +362,16 @@ class Extender:
 
 
 async def _read_args(request: web.Request) -> ExtenderArgs:
+    # read() refuses a body over the app's client_max_size (MAX_BODY) with a 413.
     try:
-        body = await request.json(loads=json.loads)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raw = await request.read()
+    except web.RequestPayloadError as e:  # a Content-Encoding that does not decode
+        raise BadArgs(f"cannot read the body: {str(e).strip()}") from e
+    except ConnectionError as e:  # the sender went away; there is no one to answer
+        raise BadArgs("the connection closed before the body was read") from e
+    try:
+        body = jsonread.loads(raw, max_bytes=MAX_BODY)
+    except jsonread.JSONBodyError as e:
         raise BadArgs(f"the body is not JSON: {e}") from e
     return parse_args(body)
 

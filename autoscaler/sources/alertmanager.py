@@ -26,6 +26,11 @@ What is held must never act on something already over:
   (``clear``); while standing by it refuses the webhook, so what it held would be
   stale by the time it leads again.
 - **Floods.** At most ``limit`` alerts are held; a new one beyond that is dropped.
+  So is an alert larger than any real one (``MAX_LABELS`` labels, ``MAX_ALERT_BYTES``
+  of label names, values and fingerprint): what the receiver holds is bounded by
+  ``limit`` times that, whatever is posted. The resolved pairs remembered are
+  bounded by ``limit`` too, and the counters are one per reason: nothing else
+  grows with the alerts received.
 
 Every alert dropped is counted by reason (``DROP_REASONS``) for
 ``accel_autoscaler_alerts_dropped_total``.
@@ -46,6 +51,13 @@ log = logging.getLogger("accel_autoscaler.sources.alertmanager")
 
 MAX_BODY = 1024 * 1024
 
+# The largest alert held: its label count, and the bytes of its label names and
+# values and its fingerprint. Real alerts carry a few dozen short labels (the long
+# text goes in annotations, which are not held); with the default limit these
+# bound the firing alerts held to about 80 MiB at worst.
+MAX_LABELS = 64
+MAX_ALERT_BYTES = 8 * 1024
+
 # The sample label that names an alert's incident; the engine reads it.
 INCIDENT_LABEL = "__incident__"
 
@@ -57,10 +69,11 @@ DEFAULT_TTL = 3 * ALERTMANAGER_REPEAT_INTERVAL
 DEFAULT_LIMIT = 10_000
 
 # Why an alert was dropped: its TTL passed without a re-send ("expired"), the
-# receiver held ``limit`` alerts already ("limit"), this replica stood down
+# receiver held ``limit`` alerts already ("limit"), it was larger than
+# MAX_LABELS or MAX_ALERT_BYTES allow ("oversize"), this replica stood down
 # ("standby"), or the notification was a replay of a resolved or earlier incident
 # ("stale").
-DROP_REASONS = ("expired", "limit", "standby", "stale")
+DROP_REASONS = ("expired", "limit", "oversize", "standby", "stale")
 
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time: Alertmanager's "not set"
 _FNV64_OFFSET = 14695981039346656037
@@ -109,6 +122,8 @@ class _Notice:
     starts_at: float | None
     starts_raw: str | None
     ends_at: float | None
+    # Why it is too large to hold (MAX_LABELS, MAX_ALERT_BYTES); None when it is not.
+    oversize: str | None = None
 
 
 def incident_of(fingerprint: str, starts_at: str) -> str:
@@ -168,18 +183,45 @@ def _parse(payload: Any) -> list[_Notice]:
             raise PayloadError(f"{where}.labels must map strings to strings")
         if "alertname" not in labels:
             raise PayloadError(f"{where}.labels has no alertname")
+        if not all(_encodable(k) and _encodable(v) for k, v in labels.items()):
+            raise PayloadError(f"{where}.labels must be Unicode text (no lone surrogates)")
         fp = raw.get("fingerprint") or fingerprint_of(labels)
-        if not isinstance(fp, str):
+        if not isinstance(fp, str) or not _encodable(fp):
             raise PayloadError(f"{where}.fingerprint must be a string")
         raw_starts = raw.get("startsAt", _ZERO_TIME)
         starts = _time(raw_starts, f"{where}.startsAt")
         ends = _time(raw.get("endsAt", _ZERO_TIME), f"{where}.endsAt")
         notices.append(
             _Notice(
-                status, fp, dict(labels), starts, raw_starts if starts is not None else None, ends
+                status,
+                fp,
+                dict(labels),
+                starts,
+                raw_starts if starts is not None else None,
+                ends,
+                _oversize(labels, fp),
             )
         )
     return notices
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is Unicode that UTF-8 can carry: JSON's ``\\ud800`` escapes
+    make lone surrogates, which would fail later in a log line or a fingerprint."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _oversize(labels: Mapping[str, str], fingerprint: str) -> str | None:
+    if len(labels) > MAX_LABELS:
+        return f"{len(labels)} labels (at most {MAX_LABELS})"
+    size = len(fingerprint) + sum(len(k) + len(v) for k, v in labels.items())
+    if size > MAX_ALERT_BYTES:
+        return f"{size} characters of labels and fingerprint (at most {MAX_ALERT_BYTES})"
+    return None
 
 
 class AlertReceiver:
@@ -224,11 +266,20 @@ class AlertReceiver:
         for n in notices:
             if n.status == "firing":
                 firing += 1
-                if (reason := self._fire(n, now)) is not None:
+                if n.oversize is not None:
+                    dropped["oversize"] += 1
+                    log.warning(
+                        "alert dropped: %s %s has %s",
+                        n.labels["alertname"][:200],
+                        n.fingerprint[:64],
+                        n.oversize,
+                    )
+                elif (reason := self._fire(n, now)) is not None:
                     dropped[reason] += 1
             else:
                 resolved += 1
-                self._resolve(n, now)
+                if n.oversize is None:  # one never held has nothing to resolve
+                    self._resolve(n, now)
         if dropped["limit"]:
             log.warning(
                 "%d new alerts dropped: %d alerts are held already (the limit)",

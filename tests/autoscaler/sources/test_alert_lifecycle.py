@@ -62,7 +62,7 @@ def test_defaults_are_three_alertmanager_repeat_intervals_and_ten_thousand() -> 
     r = AlertReceiver()
     assert (r.ttl, DEFAULT_TTL, r.limit, DEFAULT_LIMIT) == (12 * 3600, 12 * 3600, 10_000, 10_000)
     assert r.remember == r.ttl
-    assert dict(r.dropped) == {"expired": 0, "limit": 0, "standby": 0, "stale": 0}
+    assert dict(r.dropped) == {"expired": 0, "limit": 0, "oversize": 0, "standby": 0, "stale": 0}
 
 
 def test_every_sample_carries_its_incident() -> None:
