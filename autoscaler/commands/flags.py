@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 from pathlib import Path
 
 from accel_common.durations import parse_duration
@@ -13,6 +14,8 @@ from accel_common.secrets import SecretError, read_basic_auth, read_token
 from autoscaler.kube.client import ClientKube, KubeConfigError
 from autoscaler.kube.protocol import Kube
 from autoscaler.sources.build import SourceOptions
+from autoscaler.sources.prometheus import DEFAULT_BODY_SIZE_LIMIT as PROMETHEUS_BODY_LIMIT
+from autoscaler.sources.scrape import DEFAULT_BODY_SIZE_LIMIT, DEFAULT_SAMPLE_LIMIT
 
 
 def duration(text: str) -> float:
@@ -24,6 +27,38 @@ def duration(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
     return seconds
+
+
+# Prometheus's units.Base2Bytes: KB and KiB are both 1024 bytes.
+_SIZE = re.compile(r"\s*([0-9]+)\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_MAX_SIZE = 1 << 40
+
+
+def byte_size(text: str) -> int:
+    """A positive size in bytes: ``1048576``, ``512KiB``, ``64MiB``, ``1GB`` (base 2, as
+    Prometheus reads ``body_size_limit``), at most 1 TiB."""
+    m = _SIZE.fullmatch(text)
+    if m is None or len(m.group(1)) > 15:
+        raise argparse.ArgumentTypeError(f"not a size {text!r} (e.g. 64MiB, 512KiB, 1048576)")
+    size = int(m.group(1)) * _UNITS[(m.group(2) or "")[:1].lower()]
+    if not 0 < size <= _MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"size must be above 0 and at most 1TiB, got {text!r}")
+    return size
+
+
+# argparse names the type in its messages ("invalid size value").
+byte_size.__name__ = "size"
+
+
+def count(text: str) -> int:
+    """A positive whole number (a limit)."""
+    if not text.isascii() or not text.strip().isdigit() or len(text.strip()) > 15:
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
+    return value
 
 
 def existing_file(text: str) -> Path:
@@ -102,6 +137,14 @@ def add_source_arguments(p: argparse.ArgumentParser, *, what: str = "rule result
         help="per query (default 10s)",
     )
     prom.add_argument(
+        "--prometheus.body-size-limit",
+        dest="prometheus_body_size_limit",
+        type=byte_size,
+        default=PROMETHEUS_BODY_LIMIT,
+        metavar="SIZE",
+        help="an answer larger than this is unknown for its rule (default 64MiB)",
+    )
+    prom.add_argument(
         "--source.health-query",
         dest="health_query",
         default="count(accel_up)",
@@ -118,6 +161,24 @@ def add_source_arguments(p: argparse.ArgumentParser, *, what: str = "rule result
     scrape.add_argument(
         "--scrape.timeout", dest="scrape_timeout", type=duration, default=10.0, metavar="DURATION"
     )
+    scrape.add_argument(
+        "--scrape.body-size-limit",
+        dest="scrape_body_size_limit",
+        type=byte_size,
+        default=DEFAULT_BODY_SIZE_LIMIT,
+        metavar="SIZE",
+        help="uncompressed body size at which a target's scrape fails, as Prometheus's "
+        "body_size_limit (default 64MiB)",
+    )
+    scrape.add_argument(
+        "--scrape.sample-limit",
+        dest="scrape_sample_limit",
+        type=count,
+        default=DEFAULT_SAMPLE_LIMIT,
+        metavar="N",
+        help="a target exposing more samples is refused whole, as Prometheus's "
+        "sample_limit (default %(default)s)",
+    )
 
 
 def source_options(args: argparse.Namespace) -> SourceOptions:
@@ -129,9 +190,12 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
         prometheus_token_file=args.prometheus_token_file,
         prometheus_basic_auth_file=args.prometheus_basic_auth_file,
         prometheus_ca_file=args.prometheus_ca_file,
+        prometheus_body_size_limit=args.prometheus_body_size_limit,
         health_query=args.health_query,
         targets=args.targets,
         scrape_timeout=args.scrape_timeout,
+        scrape_body_size_limit=args.scrape_body_size_limit,
+        scrape_sample_limit=args.scrape_sample_limit,
     )
 
 
@@ -179,7 +243,9 @@ __all__ = [
     "add_placement_source_arguments",
     "add_source_arguments",
     "basic_auth_file",
+    "byte_size",
     "close_kube",
+    "count",
     "duration",
     "existing_file",
     "open_kube",

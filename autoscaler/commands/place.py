@@ -10,6 +10,12 @@ Nodes come from the cluster (``--kubeconfig``) or, offline, from ``--nodes FILE`
 (a NodeList or a list of Node objects, JSON or YAML, as ``kubectl get nodes -o
 yaml`` writes it); without either, every node the metrics know is a candidate,
 with no labels or taints.
+
+With ``--source scrape`` the answer comes from one scrape, which has no history: a
+device whose fatal-fault counter is above 0 cannot be dated, so it is not offered,
+and a warning on stderr names it (``placement/fleet.py``). A device faulted in the
+last 10 minutes is refused by both sources alike; ``--source prometheus``, which
+has the history, also offers a device whose fault is older.
 """
 
 from __future__ import annotations

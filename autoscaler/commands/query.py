@@ -5,7 +5,8 @@ Prometheus's own answer for the same file.
 
 Exit status: 0 with a result, 2 for a usage problem (bad time, unreadable or
 malformed file, an expression that does not parse or is outside the subset),
-1 for an evaluation error.
+1 for an evaluation error. The file is outside input: it is read up to
+``--series.size-limit`` and parsed by the bounded reader in ``promql/openmetrics.py``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import argparse
 import math
 import sys
 
+from autoscaler.commands.flags import byte_size
 from autoscaler.promql.errors import EvalError, ExprError
 from autoscaler.promql.evaluator import Evaluator
-from autoscaler.promql.openmetrics import OpenMetricsError, load
+from autoscaler.promql.openmetrics import FILE_LIMIT, OpenMetricsError, load
 from autoscaler.promql.query import result_json
 
 _PROG = "accel-autoscaler query"
@@ -32,10 +34,18 @@ def add_arguments(q: argparse.ArgumentParser) -> None:
         "openmetrics reads)",
     )
     q.add_argument("--time", required=True, metavar="T", help="evaluation time: unix seconds")
+    q.add_argument(
+        "--series.size-limit",
+        dest="series_size_limit",
+        type=byte_size,
+        default=FILE_LIMIT,
+        metavar="SIZE",
+        help="a larger series file is refused (default 256MiB)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    return query(args.expr, args.series, args.time)
+    return query(args.expr, args.series, args.time, size_limit=args.series_size_limit)
 
 
 def _fail(message: str, status: int) -> int:
@@ -43,7 +53,7 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
-def query(expr: str, series_file: str, time: str) -> int:
+def query(expr: str, series_file: str, time: str, size_limit: int = FILE_LIMIT) -> int:
     try:
         t = float(time)
         if not math.isfinite(t):
@@ -51,10 +61,10 @@ def query(expr: str, series_file: str, time: str) -> int:
     except ValueError:
         return _fail(f"--time must be unix seconds, got {time!r}", 2)
     try:
-        store = load(series_file)
+        store = load(series_file, limit=size_limit)
     except OSError as e:
         return _fail(f"cannot read {series_file}: {e.strerror or e}", 2)
-    except (OpenMetricsError, UnicodeDecodeError) as e:
+    except OpenMetricsError as e:
         return _fail(str(e), 2)
     evaluator = Evaluator(store)
     try:

@@ -19,6 +19,12 @@ three is only what they plug in:
   cycle's ages);
 - ``submit``: where decisions go (the executor, or nowhere).
 
+"Unknown" is as narrow as the failure: sources answer a failed query with
+``Unknown`` (``sources/base.py``), and should one raise anyway (a bug, an answer
+nobody foresaw), the exception is that rule's ``Unknown`` with the reason, logged
+with its traceback; the other rules are still asked and evaluated. A ``refresh``
+that raises is a source that is down this cycle.
+
 The order is part of the contract: a source that is down makes every expression
 rule ``Unknown`` (``alertname`` rules read the receiver, which holds every alert
 it was sent) and its cluster ``None``; a rule's ``recover`` expression is only
@@ -28,6 +34,7 @@ asked while the rule has active targets, and only about them, because
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -38,6 +45,8 @@ from autoscaler.engine.state import ClusterInfo, EngineState
 from autoscaler.ruleset.model import TARGET_LABELS, Rule, RuleSet
 from autoscaler.sources.base import Source
 from autoscaler.types import QueryResult, Unknown, Vector
+
+log = logging.getLogger("accel_autoscaler.engine.cycle")
 
 # The nodes the breaker counts, from the exporters' own series.
 NODES_QUERY = "count by (node) (accel_up)"
@@ -85,10 +94,20 @@ async def run_cycle(
 ) -> CycleResult:
     """One evaluation of ``ruleset`` at ``now``; mutates ``state`` (and records the
     decisions in it) and hands each decision to ``submit``."""
-    up = await source.refresh(now)
+    try:
+        up = await source.refresh(now)
+    except Exception as e:
+        log.exception("source %s: refresh failed: %s", source.name, e)
+        up = False
     if prepare is not None:
         await prepare(now)
-    info = await cluster(now) if (up and cluster is not None) else None
+    info: ClusterInfo | None = None
+    if up and cluster is not None:
+        try:
+            info = await cluster(now)
+        except Exception as e:
+            # Unknown cluster: the breaker does not count this cycle, as when down.
+            log.exception("the cluster view failed: %s", e)
     down = Unknown(f"source {source.name} is down")
     active = {rule for rule, _ in state.active}
     results: dict[str, QueryResult] = {}
@@ -100,9 +119,11 @@ async def run_cycle(
             results[rule.name] = down
         else:
             assert rule.expr is not None
-            results[rule.name] = await source.query(rule.expr, now)
+            results[rule.name] = await _ask(rule.name, source.query(rule.expr, now))
         if rule.recover is not None and rule.name in active:
-            recover[rule.name] = await _recover(rule, source, state, now) if up else down
+            recover[rule.name] = (
+                await _ask(rule.name, _recover(rule, source, state, now)) if up else down
+            )
     decisions = evaluate(
         ruleset, results, state, now, recover_results=recover, cluster=info, dry_run=dry_run
     )
@@ -112,6 +133,15 @@ async def run_cycle(
             submit(d)
     unknown = tuple(name for name, r in results.items() if isinstance(r, Unknown))
     return CycleResult(now, up, decisions, unknown)
+
+
+async def _ask(rule: str, query: Awaitable[QueryResult]) -> QueryResult:
+    """One rule's query; an exception is that rule's Unknown, not the cycle's end."""
+    try:
+        return await query
+    except Exception as e:
+        log.exception("rule %s: the query raised %s: %s", rule, type(e).__name__, e)
+        return Unknown(f"query failed: {type(e).__name__}: {e}")
 
 
 async def _recover(rule: Rule, source: Source, state: EngineState, now: float) -> QueryResult:

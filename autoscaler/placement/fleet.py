@@ -12,6 +12,17 @@ The node is the ``node`` label that relabeling (or the scrape source's
 Partitions (MIG instances, AMD compute partitions: ``parent`` set) are left out:
 whole devices are what the extended resources hand out.
 
+"No fatal fault lately" needs history, and both sources must give the same answer
+for the same data. ``Q_FATAL`` finds a device whose fatal-fault counter rose in the
+last 10 minutes. That needs a sample from 10 minutes ago; where there is none (a
+one-shot ``place --source scrape``, a Prometheus or an exporter younger than 10
+minutes) the counter cannot be dated, so ``Q_FATAL_UNDATED`` also refuses a device
+whose counter is above 0 and has no sample 10 minutes back, with a warning that
+says so. With the same samples, Prometheus and the scrape source refuse the same
+devices; the scrape source keeps the history in its store across scrapes
+(``keep_at_least``), so a long-running reader of it (the extender) dates faults
+exactly as Prometheus does once it has scraped for 10 minutes.
+
 A source that is down, or a device catalogue query that fails, is an error
 (``FleetUnavailable``) and never an empty fleet: an empty fleet would reject every
 node, and the extender's answer to "we do not know" is to let the scheduler go on
@@ -26,6 +37,7 @@ from dataclasses import dataclass
 
 from autoscaler.placement.score import Device, FleetState, NodeDevices
 from autoscaler.sources.base import Source
+from autoscaler.sources.store import StoreSource
 from autoscaler.types import QueryResult, Sample, Unknown, Vector
 
 log = logging.getLogger("accel_autoscaler.placement.fleet")
@@ -40,6 +52,25 @@ Q_PODS = "accel_device_pod_info"
 # A device that had a fatal fault in the last 10 minutes is not offered, even if it
 # answers again: the remediation rules decide when it is trusted again.
 Q_FATAL = 'increase(accel_fault_events_total{severity="fatal"}[10m]) > 0'
+# A fatal count with nothing 10 minutes back to compare it with: it may be recent.
+Q_FATAL_UNDATED = (
+    'accel_fault_events_total{severity="fatal"} > 0 '
+    'unless accel_fault_events_total{severity="fatal"} offset 10m'
+)
+QUERIES = (
+    Q_INFO,
+    Q_UP,
+    Q_UTIL,
+    Q_MEM_USED,
+    Q_MEM_TOTAL,
+    Q_DISTANCE,
+    Q_PODS,
+    Q_FATAL,
+    Q_FATAL_UNDATED,
+)
+
+
+_last_undated = ""
 
 
 class FleetUnavailable(RuntimeError):
@@ -80,6 +111,9 @@ async def _query(source: Source, expr: str, at: float) -> Vector | None:
 async def read_fleet(source: Source, at: float, *, refresh: bool = True) -> FleetState:
     """Refreshes ``source`` (unless told not to) and reads the fleet state at ``at``.
     Raises FleetUnavailable when the source is down or has no devices."""
+    if isinstance(source, StoreSource):
+        # Before the refresh stores anything: the history the queries look back on.
+        source.keep_at_least(QUERIES)
     if refresh and not await source.refresh(at):
         raise FleetUnavailable(f"source {source.name} is down")
     info = await source.query(Q_INFO, at)
@@ -92,6 +126,23 @@ async def read_fleet(source: Source, at: float, *, refresh: bool = True) -> Flee
     used = _values(await source.query(Q_MEM_USED, at))
     total = _values(await source.query(Q_MEM_TOTAL, at))
     fatal = _values(await source.query(Q_FATAL, at))
+    undated = {
+        k: v for k, v in _values(await source.query(Q_FATAL_UNDATED, at)).items() if k not in fatal
+    }
+    if undated:
+        order = sorted(undated.items(), key=lambda kv: (kv[0].node, kv[0].device))
+        named = ", ".join(f"{k.node}/{k.device} ({v:g})" for k, v in order)
+        message = (
+            f"not offered: {named}: "
+            f"fatal faults counted, and {source.name} has no sample from 10 minutes ago to "
+            "tell whether they are recent (a single scrape has no history; Prometheus, or a "
+            "scrape source that has run for 10 minutes, can tell)"
+        )
+        # A reader that refreshes every 15 s (the extender) says it once, not 40 times.
+        global _last_undated
+        log.log(logging.DEBUG if message == _last_undated else logging.WARNING, "%s", message)
+        _last_undated = message
+        fatal.update(undated)
     pods = await _query(source, Q_PODS, at)
     dist = await _query(source, Q_DISTANCE, at)
     up_by = _values(up) if up is not None else {}

@@ -35,6 +35,7 @@ from autoscaler.promql.symbols import F64, I64, Symbols
 from autoscaler.promql.textformat import (
     LineError,
     parse_series,
+    parse_timestamp_ms,
     parse_value,
     split_series,
     split_value,
@@ -43,6 +44,8 @@ from autoscaler.types import Labels
 
 _MIN = np.iinfo(np.int64).min
 _FOREVER = 1 << 62
+MAX_FUTURE_MS = 10 * 60_000
+"""How far after its scrape time a scraped sample's own timestamp may lie."""
 
 
 def seconds_to_ms(t: float) -> int:
@@ -265,6 +268,8 @@ class SeriesStore:
         timestamp keep it and are not tracked for staleness (as in Prometheus).
         A body that does not parse stores nothing, marks the target's series stale
         (Prometheus treats it as a failed scrape) and raises ExpositionError.
+        A scrape (``target`` given) whose sample carries a timestamp more than
+        MAX_FUTURE_MS after t fails the same way.
         Returns the number of samples stored.
         """
         t_ms = seconds_to_ms(t)
@@ -297,10 +302,15 @@ class SeriesStore:
                     if ts_text is None:
                         current.setdefault(ref, value)
                     else:
-                        try:
-                            ts = int(ts_text)
-                        except ValueError:
-                            raise LineError(f"invalid timestamp {ts_text!r}") from None
+                        ts = parse_timestamp_ms(ts_text)
+                        if target is not None and ts > t_ms + MAX_FUTURE_MS:
+                            # One target's clock (or a hostile body) must not move
+                            # the store's newest time: the trim that follows would
+                            # drop every other target's history.
+                            raise LineError(
+                                f"the sample's timestamp {ts} ms is more than "
+                                f"{MAX_FUTURE_MS // 60_000}m after the scrape time"
+                            )
                         timed.append((ref, ts, value))
                 except LineError as e:
                     raise ExpositionError(f"line {lineno}: {e}") from None

@@ -1,10 +1,24 @@
-"""The source contract the controller drives once per evaluation cycle."""
+"""The source contract the controller drives once per evaluation cycle, and the one
+bounded reader of the HTTP bodies the sources fetch.
+
+Both HTTP sources read answers from outside (an exporter's exposition, a
+Prometheus API answer), so neither lets its client library read a body whole:
+``read_body`` reads in chunks and stops one byte past a limit, and inflates gzip
+itself with a bounded output per step, so that the limit holds for the
+uncompressed body and a gzip bomb costs no more than a plain body of the limit's
+size. Its ``BodyError`` names the flag that raises the limit.
+"""
 
 from __future__ import annotations
 
+import zlib
 from typing import Protocol
 
+import aiohttp
+
 from autoscaler.types import QueryResult, Unknown, Vector
+
+_CHUNK = 64 * 1024
 
 
 class Source(Protocol):
@@ -32,3 +46,70 @@ def has_data(result: QueryResult) -> bool:
     if isinstance(result, Unknown):
         return False
     return not (isinstance(result, Vector) and not result.samples)
+
+
+class BodyError(ValueError):
+    """An HTTP body that was not read: over the limit, or broken compression."""
+
+
+def _inflater(encoding: str) -> zlib._Decompress | None:
+    """A decompressor for the response's Content-Encoding; None for identity."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompressobj(zlib.MAX_WBITS)
+    raise BodyError(f"unsupported Content-Encoding {encoding[:40]!r} (gzip was asked for)")
+
+
+async def read_body(resp: aiohttp.ClientResponse, limit: int, flag: str) -> bytes:
+    """The response's uncompressed body, at most ``limit`` bytes. ``resp`` must come
+    from a session with ``auto_decompress=False`` (``bounded_session``). BodyError
+    one byte past the limit (naming ``flag``, which raises it), or when the
+    compressed stream is broken or cut short."""
+    too_large = BodyError(f"body larger than {limit} bytes (raise {flag})")
+    encoding = resp.headers.get("Content-Encoding", "")
+    if resp.content_length is not None and resp.content_length > limit and not encoding:
+        raise too_large
+    inflater = _inflater(encoding)
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in resp.content.iter_chunked(_CHUNK):
+            if inflater is None:
+                parts.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                continue
+            data = chunk
+            while data and not inflater.eof:
+                # max_length bounds what one call may inflate: a bomb stops here.
+                out = inflater.decompress(data, limit + 1 - size)
+                parts.append(out)
+                size += len(out)
+                if size > limit:
+                    raise too_large
+                if not out and inflater.unconsumed_tail == data:
+                    break  # no progress: the rest waits for the next chunk
+                data = inflater.unconsumed_tail
+    except zlib.error as e:
+        raise BodyError(f"the compressed body is broken: {e}") from None
+    if inflater is not None and not inflater.eof:
+        raise BodyError("the compressed body ends before its end marker")
+    return b"".join(parts)
+
+
+def bounded_session(
+    timeout: float, headers: dict[str, str], connector: aiohttp.BaseConnector | None = None
+) -> aiohttp.ClientSession:
+    """A client session for ``read_body``: it asks for gzip and leaves inflating to
+    ``read_body``, under the limit."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=timeout),
+        headers={**headers, "Accept-Encoding": "gzip"},
+        connector=connector,
+        auto_decompress=False,
+    )

@@ -12,8 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoscaler.sources.base import Source
-from autoscaler.sources.prometheus import PrometheusConfig, PrometheusSource
-from autoscaler.sources.scrape import ScrapeSource, parse_targets
+from autoscaler.sources.prometheus import (
+    DEFAULT_BODY_SIZE_LIMIT as PROMETHEUS_BODY_LIMIT,
+)
+from autoscaler.sources.prometheus import (
+    PrometheusConfig,
+    PrometheusSource,
+)
+from autoscaler.sources.scrape import (
+    DEFAULT_BODY_SIZE_LIMIT,
+    DEFAULT_SAMPLE_LIMIT,
+    ScrapeLimits,
+    ScrapeSource,
+    parse_targets,
+)
 
 
 @dataclass(frozen=True)
@@ -24,9 +36,12 @@ class SourceOptions:
     prometheus_token_file: Path | None = None
     prometheus_basic_auth_file: Path | None = None
     prometheus_ca_file: Path | None = None
+    prometheus_body_size_limit: int = PROMETHEUS_BODY_LIMIT
     health_query: str = "count(accel_up)"
     targets: str | None = None
     scrape_timeout: float = 10.0
+    scrape_body_size_limit: int = DEFAULT_BODY_SIZE_LIMIT
+    scrape_sample_limit: int = DEFAULT_SAMPLE_LIMIT
 
 
 def build_source(options: SourceOptions) -> Source:
@@ -42,10 +57,17 @@ def build_source(options: SourceOptions) -> Source:
                 basic_auth_file=options.prometheus_basic_auth_file,
                 ca_file=options.prometheus_ca_file,
                 health_query=options.health_query,
+                body_size_limit=options.prometheus_body_size_limit,
             )
         )
     if options.kind != "scrape":
         raise ValueError(f"unknown source {options.kind!r} (use prometheus or scrape)")
     if not options.targets:
         raise ValueError("--source scrape needs --targets NODE=URL,...")
-    return ScrapeSource(parse_targets(options.targets), timeout=options.scrape_timeout)
+    return ScrapeSource(
+        parse_targets(options.targets),
+        timeout=options.scrape_timeout,
+        limits=ScrapeLimits(
+            body_size=options.scrape_body_size_limit, samples=options.scrape_sample_limit
+        ),
+    )

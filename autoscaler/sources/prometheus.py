@@ -10,6 +10,17 @@ run: a Prometheus that answers but has no accelerator data (its scrape is broken
 the exporters are gone) is as unknown as one that is down, and the controller must
 not read its silence as "all healthy".
 
+An answer is outside input too, and one malformed answer must cost only its own
+rule: the body is read up to ``--prometheus.body-size-limit`` (64 MiB, uncompressed,
+``sources/base.py``'s ``read_body``), its JSON is read by the one bounded JSON
+reader (``accel_common.jsonread``: nesting depth, integer size), and
+``parse_result`` checks the shape of what it reads
+(a list of ``{"metric": {str: str}, "value": [time, "number"]}``, at most
+``textformat.MAX_LABELS`` labels each), so bad JSON, a wrong shape, a value that
+is not a number or a label that is not a string is ``Unknown`` for that query with
+the reason, and nothing escapes to the cycle. A large answer is decoded in a
+thread, so the event loop (``/healthz``) keeps answering meanwhile.
+
 ``--prometheus.url`` may carry a user and password; every message this source
 writes (log lines, the reasons of ``Unknown`` that reach the decision log and the
 API) goes through ``accel_common.secrets.redact``, so the password never leaves it.
@@ -17,12 +28,13 @@ API) goes through ``accel_common.secrets.redact``, so the password never leaves 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+import math
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 from tenacity import (
@@ -32,11 +44,17 @@ from tenacity import (
     wait_exponential,
 )
 
+from accel_common import jsonread
 from accel_common.secrets import read_basic_auth, read_token, redact
-from autoscaler.sources.base import has_data
+from autoscaler.promql.textformat import MAX_LABELS, LineError, parse_value
+from autoscaler.sources.base import BodyError, bounded_session, has_data, read_body
 from autoscaler.types import QueryResult, Sample, Scalar, Unknown, Vector, labels_of
 
 log = logging.getLogger("accel_autoscaler.sources.prometheus")
+
+DEFAULT_BODY_SIZE_LIMIT = 64 * 1024 * 1024
+# Answers above this are decoded in a thread, off the event loop.
+_THREAD_ABOVE = 1024 * 1024
 
 
 class TransientError(Exception):
@@ -52,21 +70,82 @@ class PrometheusConfig:
     ca_file: Path | None = None
     health_query: str = "count(accel_up)"
     attempts: int = 3
+    body_size_limit: int = DEFAULT_BODY_SIZE_LIMIT
 
 
-def parse_result(data: dict[str, Any]) -> QueryResult:
-    """Converts the ``data`` object of /api/v1/query into our result types."""
-    kind = data.get("resultType")
-    result = data.get("result")
-    if kind == "vector" and isinstance(result, list):
-        samples = tuple(
-            Sample(labels_of(item["metric"]), float(item["value"][1]), float(item["value"][0]))
-            for item in result
-        )
-        return Vector(samples)
-    if kind == "scalar" and isinstance(result, list):
-        return Scalar(float(result[1]), float(result[0]))
-    return Unknown(f"unsupported result type {kind!r} (a rule must yield a vector)")
+class MalformedAnswer(ValueError):
+    """An answer that is JSON but not the shape of ``/api/v1/query``'s."""
+
+
+def _time(v: object, where: str) -> float:
+    # bool is an int to Python, and never a time to Prometheus.
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise MalformedAnswer(f"{where}: the time is {type(v).__name__}, not a number")
+    t = float(v)
+    if not math.isfinite(t):
+        raise MalformedAnswer(f"{where}: the time {v!r} is not finite")
+    return t
+
+
+def _value(v: object, where: str) -> float:
+    if not isinstance(v, str):
+        raise MalformedAnswer(f"{where}: the value is {type(v).__name__}, not a string")
+    try:
+        return parse_value(v)
+    except LineError as e:
+        raise MalformedAnswer(f"{where}: {e}") from None
+
+
+def _pair(v: object, where: str) -> tuple[float, float]:
+    if not isinstance(v, list) or len(v) != 2:
+        raise MalformedAnswer(f'{where}: expected [time, "value"]')
+    return _time(v[0], where), _value(v[1], where)
+
+
+def _metric(v: object, where: str) -> dict[str, str]:
+    if not isinstance(v, dict):
+        raise MalformedAnswer(f"{where}: metric is {type(v).__name__}, not an object")
+    if len(v) > MAX_LABELS:
+        raise MalformedAnswer(f"{where}: {len(v)} labels (at most {MAX_LABELS})")
+    for k, label_value in v.items():
+        if not isinstance(label_value, str):
+            raise MalformedAnswer(
+                f"{where}: label {k[:40]!r} is {type(label_value).__name__}, not a string"
+            )
+    return v
+
+
+def parse_result(data: object) -> QueryResult:
+    """Converts the ``data`` object of /api/v1/query into our result types; an
+    answer of the wrong shape is Unknown with what is wrong and where."""
+    try:
+        if not isinstance(data, dict):
+            raise MalformedAnswer(f"data is {type(data).__name__}, not an object")
+        kind = data.get("resultType")
+        result = data.get("result")
+        if kind == "vector" and isinstance(result, list):
+            samples = []
+            for i, item in enumerate(result):
+                where = f"result[{i}]"
+                if not isinstance(item, dict):
+                    raise MalformedAnswer(f"{where} is {type(item).__name__}, not an object")
+                t, v = _pair(item.get("value"), where)
+                samples.append(Sample(labels_of(_metric(item.get("metric"), where)), v, t))
+            return Vector(tuple(samples))
+        if kind == "scalar":
+            t, v = _pair(result, "result")
+            return Scalar(v, t)
+    except MalformedAnswer as e:
+        return Unknown(f"malformed Prometheus answer: {e}")
+    kind_text = repr(kind)[:40]
+    return Unknown(f"unsupported result type {kind_text} (a rule must yield a vector)")
+
+
+def decode_json(body: bytes) -> object:
+    """The answer's JSON, through the one bounded JSON reader
+    (``accel_common.jsonread``: at most ``MAX_DEPTH`` arrays and objects open at
+    once, no 5,000-digit integers); ValueError saying what is wrong."""
+    return jsonread.loads(body, max_bytes=len(body))
 
 
 class PrometheusSource:
@@ -95,14 +174,12 @@ class PrometheusSource:
             ssl_ctx: ssl.SSLContext | bool = True
             if self.config.ca_file is not None:
                 ssl_ctx = ssl.create_default_context(cafile=str(self.config.ca_file))
-            self._session = aiohttp.ClientSession(
-                headers=self._headers(),
-                timeout=aiohttp.ClientTimeout(total=self.config.timeout),
-                connector=aiohttp.TCPConnector(ssl=ssl_ctx),
+            self._session = bounded_session(
+                self.config.timeout, self._headers(), aiohttp.TCPConnector(ssl=ssl_ctx)
             )
         return self._session
 
-    async def _get(self, expr: str, at: float) -> dict[str, Any]:
+    async def _get(self, expr: str, at: float) -> object:
         # Inside _query's try: a secret file emptied since the start is "query failed".
         session = self._session_now()
         url = self.config.url.rstrip("/") + "/api/v1/query"
@@ -110,15 +187,24 @@ class PrometheusSource:
             async with session.get(url, params={"query": expr, "time": f"{at:.3f}"}) as resp:
                 if resp.status == 429 or resp.status >= 500:
                     raise TransientError(f"HTTP {resp.status} from {redact(url)}")
-                body: dict[str, Any] = await resp.json(content_type=None)
+                raw = await read_body(
+                    resp, self.config.body_size_limit, "--prometheus.body-size-limit"
+                )
         except (aiohttp.ClientConnectionError, TimeoutError) as e:
             raise TransientError(redact(f"{type(e).__name__}: {e}")) from e
-        except (aiohttp.ContentTypeError, ValueError) as e:
+        try:
+            if len(raw) > _THREAD_ABOVE:
+                body = await asyncio.to_thread(decode_json, raw)
+            else:
+                body = decode_json(raw)
+        except ValueError as e:
             raise ValueError(redact(f"not a Prometheus API answer: {e}")) from e
+        if not isinstance(body, dict):
+            raise ValueError(f"not a Prometheus API answer: a JSON {type(body).__name__}")
         if body.get("status") != "success":
-            raise ValueError(f"{body.get('errorType', 'error')}: {body.get('error', body)}")
-        data: dict[str, Any] = body["data"]
-        return data
+            error = f"{body.get('errorType', 'error')}: {body.get('error', body)}"
+            raise ValueError(error[:500])
+        return body.get("data")
 
     async def _query(self, expr: str, at: float) -> QueryResult:
         try:
@@ -134,7 +220,7 @@ class PrometheusSource:
             self.up = False
             self.last_error = str(e)
             return Unknown(f"prometheus unreachable: {e}")
-        except (ValueError, KeyError, aiohttp.ClientError) as e:
+        except (ValueError, BodyError, aiohttp.ClientError) as e:
             return Unknown(redact(f"query failed: {e}"))
         return parse_result(data)
 

@@ -61,6 +61,15 @@ class StoreSource:
             need = max(required_retention(e) for e in exprs)
             self.store.retention = max(need, self.retention_floor)
 
+    def keep_at_least(self, exprs: Sequence[str]) -> None:
+        """Raises the retention (and its floor, which ``retain`` keeps) to what
+        ``exprs`` need, never lowers it: for a reader such as placement that asks
+        its own queries of a source whose rules set the retention."""
+        if exprs:
+            need = max(required_retention(e) for e in exprs)
+            self.retention_floor = max(self.retention_floor, need)
+            self.store.retention = max(self.store.retention, need)
+
     async def refresh(self, at: float) -> bool:
         return True
 
