@@ -12,19 +12,52 @@ Why it is built this way:
   to be read (which would need root).
 * Everything is best effort: a missing file or link leaves the answer empty and the
   pair is then placed by NUMA node, never guessed closer than it is.
+* The device's own attributes (``numa_node``, ``local_cpulist``) are read once, at
+  discovery, through the bounded reader (``accel_common.readfile``). One that is there
+  but unusable (not UTF-8, too big, not the kernel's format) leaves its label empty
+  with one warning; it never costs the device its identity, since every vendor backend
+  names its devices with what it reads here.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from accel_common.readfile import FieldError, read_text
 from exporter.model import DeviceInfo, Link
+
+log = logging.getLogger("accel_exporter.pcitopo")
+
+# The kernel's CPU list format (``0-31,64-95``); anything else is not a CPU list.
+_CPU_LIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+# A NUMA node number as the kernel writes it; -1 is "the platform does not say".
+_NUMA_NODE = re.compile(r"^-?\d{1,5}$")
 
 
 def _pci_dir(sysfs: Path, pci: str) -> Path:
     return sysfs / "bus" / "pci" / "devices" / pci
+
+
+def attribute(path: Path, form: re.Pattern[str], what: str) -> str:
+    """A one-line identity attribute of a device, stripped, when it has the kernel's
+    ``form``; empty when the file is absent, and empty with one warning (the file and
+    why) when it is there but unusable."""
+    try:
+        text = read_text(path).strip()
+    except FieldError as e:
+        if e.absent:
+            return ""
+        reason = e.reason
+    else:
+        if not text or form.match(text):
+            return text
+        reason = f"not a {what}: {text[:40]!r}"
+    log.warning("%s: %s; left empty", path, reason)
+    return ""
 
 
 def cpu_affinity(sysfs: Path, pci: str) -> str:
@@ -32,10 +65,21 @@ def cpu_affinity(sysfs: Path, pci: str) -> str:
     job can be pinned next to its accelerator; empty when sysfs does not say."""
     if not pci:
         return ""
-    try:
-        return (_pci_dir(sysfs, pci) / "local_cpulist").read_text().strip()
-    except OSError:
+    return attribute(_pci_dir(sysfs, pci) / "local_cpulist", _CPU_LIST, "CPU list")
+
+
+def numa_node_at(path: Path) -> str:
+    """A ``numa_node`` file's node, empty when the platform does not say."""
+    node = attribute(path, _NUMA_NODE, "NUMA node")
+    # The kernel writes -1 when the platform does not say (single-socket hosts, VMs).
+    return "" if node.startswith("-") else node
+
+
+def numa_node(sysfs: Path, pci: str) -> str:
+    """The NUMA node of the PCI device at ``pci``, empty when unknown."""
+    if not pci:
         return ""
+    return numa_node_at(_pci_dir(sysfs, pci) / "numa_node")
 
 
 def pci_path(sysfs: Path, pci: str) -> tuple[str, ...]:

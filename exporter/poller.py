@@ -17,6 +17,11 @@ Why it is built this way:
 * The fault counters are the exporter's own: backends hand over new events, the
   poller classifies them through ``exporter.faults`` and adds them up, so a counter
   never goes backwards when a device is lost and found again.
+* Each transition is logged once, here and nowhere else: a device or backend going
+  down with its reason, coming back with how long it was down. A reason that changes
+  while it stays down (a lost GPU's first reading names the Xid, the next ones say
+  "lost") is not a transition. A device down only because its backend is down is
+  covered by the backend's line, and comes back silently with it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from accel_common.durations import format_whole
 from exporter import faults
 from exporter.backends.base import Backend
 from exporter.model import (
@@ -82,8 +88,24 @@ class _BackendState:
     devices: list[DeviceInfo] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
     pods: list[PodAssignment] = field(default_factory=list)
-    # Per-device reasons already logged, so a flapping field logs once, not per poll.
+    # Devices already said to be duplicates of another backend's, said once.
     logged: set[tuple[str, str]] = field(default_factory=set)
+    # When the backend went down (clock time); None while up or before its first poll.
+    down_since: float | None = None
+
+
+@dataclass
+class _Down:
+    """A device that is down: since when, and whether its own line said so (not when
+    only its backend is down)."""
+
+    since: float
+    logged: bool
+
+
+def _for(seconds: float) -> str:
+    """A time down, in the duration grammar (``1m30s``; ``0s`` under a second)."""
+    return format_whole(int(max(seconds, 0.0)) * 1000)
 
 
 class Poller:
@@ -109,6 +131,7 @@ class Poller:
         ]
         self._devices: dict[str, DeviceState] = {}
         self._owner: dict[str, str] = {}
+        self._down: dict[str, _Down] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._publish_lock = asyncio.Lock()
         self.snapshot = Snapshot(b"", gzip.compress(b""), 0.0)
@@ -168,14 +191,27 @@ class Poller:
         finally:
             if fut.done():
                 st.in_flight = None
-        self._apply(st, result)
-        if not st.up:
+        if st.down_since is not None:
+            down_for = _for(self.clock() - st.down_since)
+            log.info(
+                "backend %s is up with %d devices after %s down",
+                name,
+                len(result.devices),
+                down_for,
+            )
+        elif not st.up:
             log.info("backend %s is up with %d devices", name, len(result.devices))
-        st.up, st.reason = True, ""
+        # After the backend's line, so that its devices' own lines follow it.
+        self._apply(st, result)
+        st.up, st.reason, st.down_since = True, "", None
 
     def _set_down(self, st: _BackendState, reason: str, level: int = logging.WARNING) -> None:
-        if reason != st.reason:
+        now = self.clock()
+        if st.down_since is None:
+            st.down_since = now
             log.log(level, "backend %s is down: %s", st.backend.name, reason)
+        elif reason != st.reason:
+            log.debug("backend %s is still down, now: %s", st.backend.name, reason)
         st.up, st.reason = False, reason
         st.pods = []
         for d in st.devices:
@@ -183,6 +219,25 @@ class Poller:
             if ds is not None:
                 ds.reading = Reading(up=False, down_reason=f"backend {st.backend.name}: {reason}")
                 ds.lines = None
+                # The backend's line says it; this device's own line waits for a
+                # reason of its own.
+                self._down.setdefault(d.device, _Down(now, logged=False))
+
+    def _transition(self, device: str, reading: Reading) -> None:
+        """Logs ``device``'s change of state, if this reading is one."""
+        down = self._down.get(device)
+        if not reading.up:
+            if down is None:
+                down = self._down[device] = _Down(self.clock(), logged=False)
+            if not down.logged:
+                down.logged = True
+                log.warning("device %s is down: %s", device, reading.down_reason)
+            return
+        if down is None:
+            return
+        del self._down[device]
+        if down.logged:
+            log.info("device %s is up again after %s down", device, _for(self.clock() - down.since))
 
     def _apply(self, st: _BackendState, result: PollResult) -> None:
         name = st.backend.name
@@ -211,11 +266,7 @@ class Poller:
             if ds is None:
                 ds = self._devices[d.device] = DeviceState(d, reading)
             ds.info, ds.reading, ds.lines = d, reading, None
-            if not reading.up:
-                key = (d.device, reading.down_reason)
-                if key not in st.logged:
-                    st.logged.add(key)
-                    log.warning("device %s is down: %s", d.device, reading.down_reason)
+            self._transition(d.device, reading)
             for ev in reading.fault_events:
                 sev = faults.classify(d.vendor, ev.code)
                 ds.faults[sev] = ds.faults.get(sev, 0) + 1

@@ -34,6 +34,13 @@ Choices worth knowing:
   the time between two reads. RAPL counters are readable by root only on most
   kernels since 2020 (the PLATYPUS side channel), so an unprivileged exporter simply
   has no energy or power fields.
+* **Bounded reads.** Every file goes through ``accel_common.readfile`` (sysfs
+  attributes capped at 64 KiB; ``/proc/stat`` and ``/proc/cpuinfo``, which grow with
+  the host, at 32 MiB), numbers are at most 64-bit, and a CPU list expands to at most
+  ``MAX_CPUS`` entries: a ``cpu/online`` reading ``0-400000000`` is a bad field, not
+  400 million set entries. A file that is there but unusable leaves its field out with
+  its reason in ``missing`` and one warning; the socket keeps its identity and
+  ``accel_up``.
 """
 
 from __future__ import annotations
@@ -47,7 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from exporter.backends.base import Backend, BackendOptions
+from accel_common.readfile import TABLE_LIMIT, TEXT_LIMIT, FieldError, parse_int, read_text
+from exporter.backends.base import Backend, BackendOptions, MissingFields
 from exporter.model import BackendUnavailableError, DeviceInfo, DeviceLostError, Reading
 
 log = logging.getLogger("accel_exporter.cpu")
@@ -69,36 +77,37 @@ _PLACEHOLDER_UUIDS = frozenset(
     {"00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff"}
 )
 _KIB = 1024
+# The most CPUs a range list may name: Linux's NR_CPUS tops out at 8,192 (MAXSMP), so
+# 65,536 leaves room for any real host and refuses a list no kernel writes.
+MAX_CPUS = 65_536
 
 
-def _read(path: Path) -> str | None:
-    """The file's text, or None when it is missing or unreadable: a field that
-    cannot be read is left out, never guessed."""
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _read_int(path: Path) -> int | None:
-    text = _read(path)
-    if text is None:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """A kernel range list ("0-3,8-11") as a set of CPU (or node) numbers."""
+def parse_cpu_list(text: str, path: Path | None = None) -> set[int]:
+    """A kernel range list ("0-3,8-11") as a set of CPU (or node) numbers;
+    ``FieldError`` when it is not one, or names more than ``MAX_CPUS``."""
     out: set[int] = set()
+    count = 0
     for part in text.strip().split(","):
         if not part:
             continue
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
+        lo_text, _, hi_text = part.partition("-")
+        lo = parse_int(lo_text, path=path)
+        hi = parse_int(hi_text, path=path) if hi_text else lo
+        if lo < 0 or hi < lo:
+            raise FieldError(f"not a CPU range: {part[:40]!r}", path)
+        count += hi - lo + 1
+        if count > MAX_CPUS:
+            raise FieldError(f"names more than {MAX_CPUS} CPUs", path)
+        out.update(range(lo, hi + 1))
     return out
+
+
+def _number(text: str) -> int | None:
+    """A decimal field of a procfs table (at most 64-bit), None when it is not one."""
+    try:
+        return parse_int(text)
+    except FieldError:
+        return None
 
 
 def _meminfo(text: str) -> dict[str, int]:
@@ -110,10 +119,9 @@ def _meminfo(text: str) -> dict[str, int]:
         if parts[:1] == ["Node"]:
             parts = parts[2:]
         if len(parts) >= 2 and parts[0].endswith(":"):
-            try:
-                out[parts[0][:-1]] = int(parts[1])
-            except ValueError:
-                continue
+            value = _number(parts[1])
+            if value is not None:
+                out[parts[0][:-1]] = value
     return out
 
 
@@ -151,6 +159,39 @@ class CpuBackend(Backend):
         self._clock = clock
         self._sockets: dict[str, _Socket] = {}
         self._rapl: dict[str, _RaplZone] = {}
+        # device -> field key -> why the last read has no value for it; and each bad
+        # file warned about once.
+        self.missing = MissingFields(log)
+        self._reading = ""  # the device being read, whose reasons a bad file joins
+
+    # -- files -----------------------------------------------------------------------
+
+    def _read(self, path: Path, key: str = "", limit: int = TEXT_LIMIT) -> str | None:
+        """The file's text, or None when it is absent or unusable: a field that
+        cannot be read is left out, never guessed. An unusable file (not UTF-8, over
+        ``limit``, not a regular file) is warned about once and its reason kept
+        under ``key`` for the device being read."""
+        try:
+            return read_text(path, limit)
+        except FieldError as e:
+            if not e.absent:
+                self._bad(e, key)
+            return None
+
+    def _read_int(self, path: Path, key: str = "") -> int | None:
+        text = self._read(path, key)
+        if text is None:
+            return None
+        try:
+            return parse_int(text, path=path)
+        except FieldError as e:
+            self._bad(e, key)
+            return None
+
+    def _bad(self, e: FieldError, key: str = "") -> None:
+        if key and self._reading in self.missing:
+            self.missing.note(self._reading, (key,), str(e))
+        self.missing.warn_once(("cpu", str(e)), "cpu: %s; left out", e)
 
     # -- paths ---------------------------------------------------------------------
 
@@ -164,12 +205,12 @@ class CpuBackend(Backend):
 
     def _online_cpus(self) -> set[int]:
         cpu_dir = self._sys("devices", "system", "cpu")
-        online = _read(cpu_dir / "online")
+        online = self._read(cpu_dir / "online")
         if online is not None:
             try:
-                return parse_cpu_list(online)
-            except ValueError:
-                pass
+                return parse_cpu_list(online, cpu_dir / "online")
+            except FieldError as e:
+                self._bad(e)
         # Without the online list every CPU directory counts; an offline CPU has no
         # topology there and drops out below.
         return {int(p.name[3:]) for p in cpu_dir.glob("cpu[0-9]*") if p.name[3:].isdigit()}
@@ -177,30 +218,30 @@ class CpuBackend(Backend):
     def _node_cpus(self) -> dict[int, set[int]]:
         out: dict[int, set[int]] = {}
         for p in self._sys("devices", "system", "node").glob("node[0-9]*"):
-            text = _read(p / "cpulist")
+            text = self._read(p / "cpulist")
             if p.name[4:].isdigit() and text is not None:
                 try:
-                    out[int(p.name[4:])] = parse_cpu_list(text)
-                except ValueError:
-                    continue
+                    out[int(p.name[4:])] = parse_cpu_list(text, p / "cpulist")
+                except FieldError as e:
+                    self._bad(e)
         return out
 
     def _models(self) -> dict[int, str]:
         """CPU number -> "model name" from /proc/cpuinfo (absent on arm64)."""
-        text = _read(self._proc("cpuinfo")) or ""
+        text = self._read(self._proc("cpuinfo"), limit=TABLE_LIMIT) or ""
         out: dict[int, str] = {}
         cpu: int | None = None
         for line in text.splitlines():
             key, _, value = line.partition(":")
             key = key.strip()
             if key == "processor":
-                cpu = int(value) if value.strip().isdigit() else None
+                cpu = _number(value)
             elif key == "model name" and cpu is not None:
                 out[cpu] = value.strip()
         return out
 
     def _machine_uuid(self) -> str | None:
-        text = _read(self._sys("class", "dmi", "id", "product_uuid"))
+        text = self._read(self._sys("class", "dmi", "id", "product_uuid"))
         if text is None:
             return None
         value = text.strip().lower()
@@ -216,7 +257,7 @@ class CpuBackend(Backend):
         by_socket: dict[int, set[int]] = {}
         unplaced: set[int] = set()
         for cpu in cpus:
-            package = _read_int(
+            package = self._read_int(
                 self._sys(
                     "devices", "system", "cpu", f"cpu{cpu}", "topology", "physical_package_id"
                 )
@@ -235,7 +276,7 @@ class CpuBackend(Backend):
         node_cpus = self._node_cpus()
         models = self._models()
         machine_uuid = self._machine_uuid()
-        release = (_read(self._proc("sys", "kernel", "osrelease")) or "").strip()
+        release = (self._read(self._proc("sys", "kernel", "osrelease")) or "").strip()
 
         socket_nodes = {
             s: tuple(sorted(n for n, nc in node_cpus.items() if nc & socket_cpus))
@@ -285,7 +326,9 @@ class CpuBackend(Backend):
     def read(self, device: DeviceInfo) -> Reading:
         sock = self._sockets[device.device]
         reading = Reading()
-        stat = _read(self._proc("stat"))
+        self.missing.begin(device.device, {})
+        self._reading = device.device
+        stat = self._read(self._proc("stat"), "utilization", TABLE_LIMIT)
         if stat is not None:
             times = self._cpu_times(stat, sock.cpus)
             if not times:
@@ -303,19 +346,19 @@ class CpuBackend(Backend):
             if not line.startswith("cpu") or line.startswith("cpu "):
                 continue
             fields = line.split()
-            cpu = fields[0][3:]
-            if not cpu.isdigit() or int(cpu) not in cpus:
+            cpu = _number(fields[0][3:])
+            if cpu is None or cpu not in cpus:
                 continue
-            try:
-                values = [int(v) for v in fields[1:9]]
-            except ValueError:
+            numbers = [_number(v) for v in fields[1:9]]
+            values = [v for v in numbers if v is not None]
+            if len(values) != len(numbers):
                 continue
             # user nice system idle iowait irq softirq steal; guest and guest_nice
             # (fields 9 and 10) are already counted in user and nice. Steal counts as
             # busy: the hypervisor had the CPU, so it was not free for this host.
             values += [0] * (8 - len(values))
             total = sum(values)
-            out[int(cpu)] = _CpuTimes(busy=total - values[3] - values[4], total=total)
+            out[cpu] = _CpuTimes(busy=total - values[3] - values[4], total=total)
         return out
 
     @staticmethod
@@ -333,7 +376,7 @@ class CpuBackend(Backend):
         return min(max(busy / total, 0.0), 1.0)
 
     def _memory(self, sock: _Socket, reading: Reading) -> None:
-        host_text = _read(self._proc("meminfo"))
+        host_text = self._read(self._proc("meminfo"), "memory_total_bytes", TABLE_LIMIT)
         host = _meminfo(host_text) if host_text is not None else {}
         if sock.memory_from == "host":
             total_kb = host.get("MemTotal")
@@ -374,7 +417,7 @@ class CpuBackend(Backend):
         for p in self._sys("devices", "system", "node").glob("node[0-9]*"):
             if not p.name[4:].isdigit():
                 continue
-            text = _read(p / "meminfo")
+            text = self._read(p / "meminfo", "memory_total_bytes")
             if text is None:
                 every = False
             else:
@@ -384,7 +427,7 @@ class CpuBackend(Backend):
     def _temperatures(self, socket: int) -> dict[str, float]:
         hwmons: list[tuple[Path, str]] = []
         for p in sorted(self._sys("class", "hwmon").glob("hwmon*")):
-            driver = (_read(p / "name") or "").strip()
+            driver = (self._read(p / "name") or "").strip()
             if driver in _HWMON_DRIVERS:
                 hwmons.append((p, driver))
         amd = [p for p, driver in hwmons if driver != "coretemp"]
@@ -402,18 +445,16 @@ class CpuBackend(Backend):
                 out[sensor] = max(celsius, out.get(sensor, celsius))
         return out
 
-    @staticmethod
-    def _inputs(hwmon: Path) -> Iterable[tuple[str | None, Path]]:
+    def _inputs(self, hwmon: Path) -> Iterable[tuple[str | None, Path]]:
         """(label, input file) of every temperature input; label None when
         unlabelled. Values are read only for the sensors that are kept: coretemp
         has one input per core, and a large socket has dozens."""
         for p in sorted(hwmon.glob("temp*_input")):
-            label = _read(p.with_name(p.name.replace("_input", "_label")))
+            label = self._read(p.with_name(p.name.replace("_input", "_label")))
             yield (label.strip() if label is not None else None), p
 
-    @staticmethod
-    def _celsius(path: Path) -> float | None:
-        millidegrees = _read_int(path)
+    def _celsius(self, path: Path) -> float | None:
+        millidegrees = self._read_int(path, "temperatures")
         return millidegrees / 1000.0 if millidegrees is not None else None
 
     def _coretemp(self, hwmon: Path, socket: int) -> dict[str, float]:
@@ -464,7 +505,7 @@ class CpuBackend(Backend):
         for p in sorted(self._sys("class", "powercap").glob("intel-rapl:*")):
             if not _RAPL_ZONE.match(p.name):
                 continue  # sub-zones (core, uncore, dram) are inside their package
-            zone_name = (_read(p / "name") or "").strip()
+            zone_name = (self._read(p / "name") or "").strip()
             m = _RAPL_PACKAGE.match(zone_name)
             # Without a name, zone N is package N.
             package = int(m.group(1)) if m else int(p.name.split(":")[1])
@@ -491,7 +532,7 @@ class CpuBackend(Backend):
     def _zone_energy(self, zone: Path) -> int | None:
         """The zone's energy in µJ since the exporter first read it (plus the
         counter's value then), carried across the counter's wraparound."""
-        raw = _read_int(zone / "energy_uj")
+        raw = self._read_int(zone / "energy_uj", "energy_joules")
         if raw is None:
             return None
         key = str(zone)
@@ -504,7 +545,7 @@ class CpuBackend(Backend):
             # The counter wrapped at max_energy_range_uj. More than one wrap between
             # two reads would take tens of minutes at full power, far longer than a
             # poll interval, so one wrap is all there can be.
-            max_range = _read_int(zone / "max_energy_range_uj")
+            max_range = self._read_int(zone / "max_energy_range_uj", "energy_joules")
             if max_range is None:
                 # Without the range this interval's energy is unknown: skip it, so
                 # the total stays low rather than going backwards.

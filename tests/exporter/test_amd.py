@@ -15,6 +15,7 @@ import errno
 import importlib.util
 import inspect
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -531,16 +532,17 @@ def test_enodev_is_a_lost_card_and_eperm_one_field(
 ) -> None:
     backend = sysfs_backend(tree)
     amd0, amd1 = backend.discover()
-    real = Path.read_text
+    real = os.open
     fail: dict[str, int] = {}
 
-    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+    def os_open(path: str | Path, *args: Any, **kwargs: Any) -> int:
+        # The failure comes from the open(2) under the bounded reader, as the kernel's would.
         for needle, code in fail.items():
-            if needle in str(self):
-                raise OSError(code, "injected")
-        return real(self, *args, **kwargs)
+            if needle in str(path):
+                raise OSError(code, os.strerror(code))
+        return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(os, "open", os_open)
     fail["card1/device/gpu_busy_percent"] = errno.ENODEV
     with pytest.raises(DeviceLostError, match="No such device"):
         backend.read(amd1)

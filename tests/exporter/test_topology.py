@@ -10,6 +10,7 @@ nodes are numbered in probe order, not PCI order, as the driver does.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -26,7 +27,7 @@ from exporter.backends.nvidia import NvidiaBackend
 from exporter.backends.nvidia.device import normalize_bus_id
 from exporter.backends.oneapi import OneapiBackend
 from exporter.model import DeviceInfo, Link
-from exporter.pcitopo import cpu_affinity, pci_path, pcie_link_type, pcie_links
+from exporter.pcitopo import cpu_affinity, numa_node, pci_path, pcie_link_type, pcie_links
 from exporter.poller import Poller
 from tests.exporter.test_oneapi import sysfs_node
 from tests.support.exposition import parse, value
@@ -317,6 +318,27 @@ def test_cpu_affinity_from_local_cpulist(tmp_path: Path) -> None:
     (root / "bus/pci/devices" / addr / "local_cpulist").write_text("0-31,64-95\n")
     assert cpu_affinity(root, addr) == "0-31,64-95"
     assert cpu_affinity(root, "") == ""
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [(b"0-31\xff\n", "not UTF-8"), (b"all of them\n", "not a CPU list: 'all of them'"),
+     (b"1" * 70_000, "larger than 65536 bytes")],
+)  # fmt: skip
+def test_an_unusable_local_cpulist_is_empty_with_one_warning(
+    tmp_path: Path, content: bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "sys"
+    addr = make_pci(root, "pci0000:00/0000:00:01.0/0000:01:00.0")
+    (root / "bus/pci/devices" / addr / "local_cpulist").write_bytes(content)
+    (root / "bus/pci/devices" / addr / "numa_node").write_text("9" * 400)
+    with caplog.at_level(logging.WARNING, "accel_exporter.pcitopo"):
+        assert cpu_affinity(root, addr) == ""
+        assert numa_node(root, addr) == ""
+    assert len(caplog.records) == 2
+    assert reason in caplog.records[0].getMessage()
+    assert "local_cpulist" in caplog.records[0].getMessage()
+    assert "numa_node: not a NUMA node" in caplog.records[1].getMessage()
 
 
 async def test_oneapi_cards_are_placed_by_the_pci_tree(tmp_path: Path) -> None:

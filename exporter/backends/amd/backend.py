@@ -107,7 +107,7 @@ class AmdBackend(Backend):
         amdgpu publishes it without ROCm), and the PCIe path for every pair of GPUs
         that xGMI does not join, so every pair has a place on the distance scale."""
         devices = [g.info for g in self._gpus.values()]
-        links = xgmi_links(self.options.sysfs, devices)
+        links = xgmi_links(self.options.sysfs, devices, self.missing)
         joined = {(link.device, link.peer_device) for link in links}
         links += [
             link

@@ -21,6 +21,11 @@ Why it is built this way:
 * A partitioned GPU (MI300X in CPX mode) has one KFD node per partition, all on one
   PCI function: links between them are inside the device and are not reported, and
   links between two devices are reported once per device pair.
+* Files are read through the bounded reader (``accel_common.readfile``). A
+  ``properties`` file that is unusable (not UTF-8, over the cap, not a file) reads as
+  empty, so that node is not matched to a GPU, with one warning through the
+  backend's ``MissingFields``; a value no kernel writes (400 digits) drops that line.
+  Neither ever takes the backend or a GPU's identity down.
 """
 
 from __future__ import annotations
@@ -28,18 +33,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from accel_common.readfile import FieldError, parse_int, read_text
+from exporter.backends.base import MissingFields
 from exporter.model import DeviceInfo, Link
 
 IOLINK_TYPE_PCIEXPRESS = 2
 IOLINK_TYPE_XGMI = 11
 
 
-def properties(path: Path) -> dict[str, int]:
+def properties(path: Path, missing: MissingFields | None = None) -> dict[str, int]:
     """A KFD ``properties`` file as name -> integer; lines that are not ``name int``
-    (a newer kernel's additions) are skipped rather than failing the whole file."""
+    (a newer kernel's additions) are skipped rather than failing the whole file. An
+    unusable file is empty, said once through ``missing`` when given."""
     try:
-        text = path.read_text()
-    except OSError:
+        text = read_text(path)
+    except FieldError as e:
+        if missing is not None and not e.absent:
+            missing.warn_once(("kfd", str(e)), "amd: KFD topology: %s; node skipped", e)
         return {}
     out: dict[str, int] = {}
     for line in text.splitlines():
@@ -47,8 +57,8 @@ def properties(path: Path) -> dict[str, int]:
         if len(parts) != 2:
             continue
         try:
-            out[parts[0]] = int(parts[1], 0)
-        except ValueError:
+            out[parts[0]] = parse_int(parts[1], 0)
+        except FieldError:
             continue
     return out
 
@@ -68,10 +78,12 @@ def nodes_dir(sysfs: Path) -> Path:
     return sysfs / "class" / "kfd" / "kfd" / "topology" / "nodes"
 
 
-def xgmi_links(sysfs: Path, devices: Sequence[DeviceInfo]) -> list[Link]:
+def xgmi_links(
+    sysfs: Path, devices: Sequence[DeviceInfo], missing: MissingFields | None = None
+) -> list[Link]:
     """xGMI links between the given whole devices, both directions, in device order;
     empty when the KFD topology is absent (amdgpu without KFD, a container without
-    that part of sysfs)."""
+    that part of sysfs). Unusable files are said once through ``missing``."""
     by_pci = {d.pci_bus_id: d.device for d in devices if d.pci_bus_id and not d.parent}
     root = nodes_dir(sysfs)
     try:
@@ -81,18 +93,19 @@ def xgmi_links(sysfs: Path, devices: Sequence[DeviceInfo]) -> list[Link]:
     device_of: dict[int, str] = {}
     for node in node_dirs:
         try:
-            gpu_id = int((node / "gpu_id").read_text().strip() or "0")
-        except (OSError, ValueError):
+            text = read_text(node / "gpu_id")
+            gpu_id = parse_int(text) if text.strip() else 0
+        except FieldError:
             continue
         if gpu_id == 0:
             continue  # a CPU node
-        name = by_pci.get(node_pci_address(properties(node / "properties")))
+        name = by_pci.get(node_pci_address(properties(node / "properties", missing)))
         if name is not None:
             device_of[int(node.name)] = name
     pairs: set[tuple[str, str]] = set()
     for node in node_dirs:
         for link in sorted((node / "io_links").glob("*/properties")):
-            props = properties(link)
+            props = properties(link, missing)
             if props.get("type") != IOLINK_TYPE_XGMI:
                 continue
             a = device_of.get(props.get("node_from", int(node.name)))

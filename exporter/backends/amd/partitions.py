@@ -26,6 +26,9 @@ Why it is built this way:
   partition is the size of the memory it allocates from, its memory partition's,
   which in CPX/NPS4 two compute partitions share. GPU-wide figures stay on the parent,
   and each of a partition's other fields carries why it has none.
+* A mode file that is there but unusable (not UTF-8, over the bounded reader's cap)
+  reads as "not partitioned", with one warning: the GPU stays one whole device rather
+  than vanishing with the backend.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from accel_common.readfile import FieldError, read_text
 from exporter.backends.amd.device import FIELDS, VENDOR, Gpu
 from exporter.backends.amd.kfd import node_pci_address, nodes_dir, properties
+from exporter.backends.base import MissingFields
 from exporter.model import DeviceInfo, DeviceLostError, Reading
 
 log = logging.getLogger("accel_exporter.amd")
@@ -52,23 +57,43 @@ class Partition:
     memory_bytes: float | None
 
 
-def read_mode(device_dir: Path, which: str) -> str:
+def read_mode(device_dir: Path, which: str, missing: MissingFields | None = None) -> str:
     """``current_compute_partition`` or ``current_memory_partition`` (``which`` is
     ``compute`` or ``memory``) as the driver writes it, upper case; empty when the
-    GPU has no such file (not partitionable) or it cannot be read."""
+    GPU has no such file (not partitionable) or it cannot be read, which is said once
+    through ``missing`` when given."""
     try:
-        return (device_dir / f"current_{which}_partition").read_text().strip().upper()
-    except OSError:
+        text = read_text(device_dir / f"current_{which}_partition").strip().upper()
+    except FieldError as e:
+        if missing is not None and not e.absent:
+            missing.warn_once(
+                ("partition", str(e)), "amd: %s; the GPU is taken as not partitioned", e
+            )
         return ""
+    # A mode is a short word (SPX, NPS4); anything else is not one the driver wrote.
+    if text and (len(text) > 16 or not text.isalnum()):
+        if missing is not None:
+            missing.warn_once(
+                ("partition", str(device_dir), which),
+                "amd: %s/current_%s_partition: not a partition mode: %r",
+                device_dir,
+                which,
+                text[:40],
+            )
+        return ""
+    return text
 
 
-def profile(device_dir: Path) -> str:
+def profile(device_dir: Path, missing: MissingFields | None = None) -> str:
     """The ``profile`` of a partition of this GPU: ``CPX/NPS4``, or ``CPX`` alone."""
-    compute, memory = read_mode(device_dir, "compute"), read_mode(device_dir, "memory")
+    compute = read_mode(device_dir, "compute", missing)
+    memory = read_mode(device_dir, "memory", missing)
     return f"{compute}/{memory}" if compute and memory else compute
 
 
-def partitions(sysfs: Path, pci_bus_id: str) -> list[Partition]:
+def partitions(
+    sysfs: Path, pci_bus_id: str, missing: MissingFields | None = None
+) -> list[Partition]:
     """The compute partitions of the GPU at ``pci_bus_id``, in the driver's order;
     empty when the GPU is whole (one KFD node) or the KFD topology is absent."""
     try:
@@ -77,10 +102,10 @@ def partitions(sysfs: Path, pci_bus_id: str) -> list[Partition]:
         return []
     found: list[tuple[int, float | None]] = []
     for node in node_dirs:
-        props = properties(node / "properties")
+        props = properties(node / "properties", missing)
         if not props.get("gpu_id") or node_pci_address(props) != pci_bus_id:
             continue
-        bank = properties(node / "mem_banks" / "0" / "properties").get("size_in_bytes")
+        bank = properties(node / "mem_banks" / "0" / "properties", missing).get("size_in_bytes")
         found.append((props.get("drm_render_minor", 0), float(bank) if bank else None))
     if len(found) < 2:
         return []
@@ -90,13 +115,15 @@ def partitions(sysfs: Path, pci_bus_id: str) -> list[Partition]:
     ]
 
 
-def children(sysfs: Path, parent: DeviceInfo, device_dir: Path) -> list[Gpu]:
+def children(
+    sysfs: Path, parent: DeviceInfo, device_dir: Path, missing: MissingFields | None = None
+) -> list[Gpu]:
     """The compute partitions of a GPU in DPX/QPX/CPX mode as child devices
     ``amdN_pK``; none for a whole GPU."""
-    if not parent.pci_bus_id or not read_mode(device_dir, "compute"):
+    if not parent.pci_bus_id or not read_mode(device_dir, "compute", missing):
         return []
-    parts = partitions(sysfs, parent.pci_bus_id)
-    mode = profile(device_dir)
+    parts = partitions(sysfs, parent.pci_bus_id, missing)
+    mode = profile(device_dir, missing)
     out: list[Gpu] = []
     for part in parts:
         info = DeviceInfo(

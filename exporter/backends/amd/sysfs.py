@@ -24,6 +24,13 @@ Why it is built this way:
   power (the secondary die of an MI250 writes 0) is not a measurement either.
 * **A lost GPU** (its sysfs directory vanished, or a read answered ENODEV) ends the
   read with ``DeviceLostError``; the poller keeps its identity with ``accel_up 0``.
+* **A bad file is one bad field.** Every file goes through the bounded reader
+  (``accel_common.readfile``): a ``gpu_metrics`` linked to a device or a FIFO, a file
+  over its size cap, bytes that are not UTF-8 or a number no kernel attribute holds
+  (400 digits) drop that field, with its reason in ``missing`` and one warning; the
+  GPU keeps its identity and ``accel_up``. At discovery, an unusable identity file
+  (``product_name``, ``unique_id``, ``numa_node``) leaves that part of the identity to
+  its fallback (the model from the PCI id, the PCI address as uuid), never the GPU.
 
 Sensor names are vendor-neutral: amdgpu's ``edge`` sensor is ``gpu`` (the die
 temperature NVIDIA calls GPU), ``junction``/``hotspot`` is ``hotspot``, ``mem`` is
@@ -38,13 +45,13 @@ import os
 import re
 from pathlib import Path
 
+from accel_common.readfile import BLOB_LIMIT, FieldError, parse_int, read_bytes, read_text
 from exporter.backends.amd import partitions
 from exporter.backends.amd.device import (
     PCI_VENDOR_AMD,
     VENDOR,
     Gpu,
     amdsmi_uuid,
-    hex_or_none,
     model_name,
     ras_events,
 )
@@ -59,7 +66,7 @@ from exporter.backends.amd.gpu_metrics import (
 )
 from exporter.backends.base import BackendOptions, MissingFields
 from exporter.model import BackendUnavailableError, DeviceInfo, DeviceLostError, Reading
-from exporter.pcitopo import cpu_affinity
+from exporter.pcitopo import cpu_affinity, numa_node_at
 
 log = logging.getLogger("accel_exporter.amd")
 
@@ -72,7 +79,10 @@ HWMON_CLOCKS: dict[str, str] = {"sclk": "graphics", "mclk": "memory"}
 
 _CARD = re.compile(r"^card(\d+)$")
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_RAS_LINE = re.compile(r"^\s*(ue|ce|de)\s*:\s*(\d+)\s*$")
+# At most 20 digits: a RAS count is a 64-bit counter, and a longer one is not a count.
+_RAS_LINE = re.compile(r"^\s*(ue|ce|de)\s*:\s*(\d{1,20})\s*$")
+# What amdgpu answers in a RAS count file while the GPU resets: normal, not worth a word.
+_RAS_BUSY = "Query currently inaccessible"
 _TEMP_INPUT = re.compile(r"^temp(\d+)_input$")
 _FREQ_INPUT = re.compile(r"^freq(\d+)_input$")
 # errno values that mean the device itself is gone, not that one file failed.
@@ -80,23 +90,26 @@ _LOST_ERRNOS = frozenset({errno.ENODEV, errno.ENXIO})
 
 
 def read_quiet(path: Path) -> str | None:
-    """The file's text, or None when it is missing or unreadable."""
+    """The file's text, or None when it is absent or unusable (``readfile``'s bounds);
+    for files whose absence or corruption only takes a fallback, such as a label."""
     try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError):
+        return read_text(path)
+    except FieldError:
         return None
 
 
 def read_hex(path: Path) -> int | None:
-    return hex_or_none(read_quiet(path))
+    """A hex attribute (``0x74a1``) that fits in 64 bits; None otherwise."""
+    text = read_quiet(path)
+    try:
+        return parse_int(text, 16) if text is not None else None
+    except FieldError:
+        return None
 
 
 def numa_node(path: Path) -> str:
     """A ``numa_node`` file's node, empty when the platform does not say."""
-    text = read_quiet(path)
-    node = (text or "").strip()
-    # The kernel writes -1 when the platform does not say.
-    return "" if node in ("", "-1") else node
+    return numa_node_at(path)
 
 
 def driver_version(options: BackendOptions) -> str:
@@ -163,13 +176,15 @@ class SysfsReader:
         for index, pci in enumerate(sorted(found)):
             _, card, device_dir = found[pci]
             device_id = read_hex(device_dir / "device")
-            model = (read_quiet(device_dir / "product_name") or "").strip()
+            name = f"amd{index}"
+            model = self._identity(name, device_dir / "product_name")
             if not model:
                 model = model_name(device_id)
-            serial_text = (read_quiet(device_dir / "unique_id") or "").strip()
+            serial_text = self._identity(name, device_dir / "unique_id")
             try:
-                serial = int(serial_text, 16) if serial_text else None
-            except ValueError:
+                serial = parse_int(serial_text, 16) if serial_text else None
+            except FieldError as e:
+                self._bad_identity(name, e)
                 serial = None
             if serial is not None and device_id is not None:
                 uuid = amdsmi_uuid(serial, device_id)
@@ -177,7 +192,7 @@ class SysfsReader:
                 # Without the ASIC serial the PCI address is the one stable name left.
                 uuid = pci
             info = DeviceInfo(
-                device=f"amd{index}",
+                device=name,
                 vendor=VENDOR,
                 uuid=uuid,
                 model=model,
@@ -187,8 +202,23 @@ class SysfsReader:
                 cpu_affinity=cpu_affinity(self.options.sysfs, pci),
             )
             gpus.append(Gpu(info, device_dir=device_dir, card=card))
-            gpus.extend(partitions.children(self.options.sysfs, info, device_dir))
+            gpus.extend(partitions.children(self.options.sysfs, info, device_dir, self.missing))
         return gpus
+
+    def _identity(self, device: str, path: Path) -> str:
+        """An identity file's text, stripped; empty when absent, and empty with one
+        warning when unusable, so the caller's fallback names the GPU."""
+        try:
+            return read_text(path).strip()
+        except FieldError as e:
+            if not e.absent:
+                self._bad_identity(device, e)
+            return ""
+
+    def _bad_identity(self, device: str, e: FieldError) -> None:
+        self.missing.warn_once(
+            (device, str(e)), "%s: cannot read %s: %s; a fallback is used", device, e.path, e.reason
+        )
 
     def read(self, gpu: Gpu) -> Reading:
         device_dir = gpu.device_dir
@@ -229,20 +259,20 @@ class SysfsReader:
         """One sysfs file of the card: None when it is missing or unreadable (the reason
         kept under ``key`` in ``missing``); DeviceLostError when the card itself is gone."""
         try:
-            return path.read_bytes() if binary else path.read_text()
-        except FileNotFoundError:
-            if gpu.device_dir is not None and not gpu.device_dir.is_dir():
-                raise DeviceLostError(f"{gpu.card} ({gpu.info.pci_bus_id}) left sysfs") from None
-            return None
-        except OSError as e:
+            return read_bytes(path, BLOB_LIMIT) if binary else read_text(path)
+        except FieldError as e:
+            if e.absent:
+                if gpu.device_dir is not None and not gpu.device_dir.is_dir():
+                    raise DeviceLostError(
+                        f"{gpu.card} ({gpu.info.pci_bus_id}) left sysfs"
+                    ) from None
+                return None
             if e.errno in _LOST_ERRNOS:
                 raise DeviceLostError(f"{path.name}: {os.strerror(e.errno or 0)}") from e
             # EPERM during a GPU reset, EINVAL or EOPNOTSUPP where the ASIC has no such
-            # sensor: this field is out for this poll, the rest is still read.
-            self._note(gpu, path.name, os.strerror(e.errno) if e.errno else str(e), key)
-            return None
-        except UnicodeDecodeError:
-            self._note(gpu, path.name, "not text", key)
+            # sensor, or a file no driver writes (a device node, 400 digits, not text):
+            # this field is out for this poll, the rest is still read.
+            self._note(gpu, path.name, e.reason, key)
             return None
 
     def _file_int(self, gpu: Gpu, path: Path, key: str = "") -> int | None:
@@ -250,9 +280,9 @@ class SysfsReader:
         if not isinstance(text, str):
             return None
         try:
-            return int(text.strip())
-        except ValueError:
-            self._note(gpu, path.name, f"not a number: {text.strip()[:40]!r}", key)
+            return parse_int(text)
+        except FieldError as e:
+            self._note(gpu, path.name, e.reason, key)
             return None
 
     def _note(self, gpu: Gpu, what: str, reason: str, key: str = "") -> None:
@@ -277,8 +307,10 @@ class SysfsReader:
         complete = True
         for f in files:
             block = f.name[: -len("_err_count")]
-            text = self._file(gpu, f)
+            text = self._file(gpu, f, key="ecc_errors")
             parsed = parse_ras(text) if isinstance(text, str) else None
+            if parsed is None and isinstance(text, str) and _RAS_BUSY not in text:
+                self._note(gpu, f.name, "not ue/ce counts", "ecc_errors")
             if parsed is None:
                 # "Query currently inaccessible" during a reset, or unreadable: a sum
                 # without this block would step the counter down, so ECC waits a poll.
@@ -291,7 +323,9 @@ class SysfsReader:
                 "corrected": float(sum(ce for _, ce, _ in counts.values())),
             }
         else:
-            self.missing[gpu.name]["ecc_errors"] = "a RAS block could not be read this poll"
+            self.missing[gpu.name].setdefault(
+                "ecc_errors", "a RAS block could not be read this poll"
+            )
         r.fault_events.extend(ras_events(gpu.ras_previous, counts))
         gpu.ras_previous.update(counts)
 
@@ -309,46 +343,53 @@ class SysfsReader:
             m = _TEMP_INPUT.match(name)
             if m is None:
                 continue
-            label = (read_quiet(hw / f"temp{m.group(1)}_label") or "").strip().lower()
+            label = self._label(gpu, hw / f"temp{m.group(1)}_label")
             sensor = HWMON_SENSORS.get(label) or ("gpu" if not label and m.group(1) == "1" else "")
             if not sensor:
                 continue
-            millidegrees = self._file_int(gpu, hw / name)
+            millidegrees = self._file_int(gpu, hw / name, "temperatures")
             if millidegrees is not None:
                 r.temperatures[sensor] = millidegrees / 1000.0
         for attr in ("power1_average", "power1_input"):
             if attr in names:
-                uw = self._file_int(gpu, hw / attr)
+                uw = self._file_int(gpu, hw / attr, "power_watts")
                 if uw:
                     r.power_watts = uw / 1e6
                     break
         if "power1_cap" in names:
-            cap = self._file_int(gpu, hw / "power1_cap")
+            cap = self._file_int(gpu, hw / "power1_cap", "power_limit_watts")
             if cap:
                 r.power_limit_watts = cap / 1e6
         if "energy1_input" in names:
             # The hwmon ABI's energy counter (µJ); amdgpu itself publishes none as of
             # Linux 6.x, so on AMD GPUs energy normally comes from gpu_metrics.
-            uj = self._file_int(gpu, hw / "energy1_input")
+            uj = self._file_int(gpu, hw / "energy1_input", "energy_joules")
             if uj:
                 r.energy_joules = uj / 1e6
         for name in names:
             m = _FREQ_INPUT.match(name)
             if m is None:
                 continue
-            label = (read_quiet(hw / f"freq{m.group(1)}_label") or "").strip().lower()
+            label = self._label(gpu, hw / f"freq{m.group(1)}_label")
             clock = HWMON_CLOCKS.get(label)
-            hz = self._file_int(gpu, hw / name) if clock else None
+            hz = self._file_int(gpu, hw / name, f"clocks_hz.{clock}") if clock else None
             if clock and hz:
                 r.clocks_hz[clock] = float(hz)
+
+    def _label(self, gpu: Gpu, path: Path) -> str:
+        """An hwmon ``*_label``, lower case; empty when absent or unusable."""
+        text = self._file(gpu, path)
+        return text.strip().lower() if isinstance(text, str) else ""
 
     def _gpu_metrics(self, gpu: Gpu) -> GpuMetrics | None:
         assert gpu.device_dir is not None
         path = gpu.device_dir / "gpu_metrics"
-        data = self._file(gpu, path, binary=True)
+        data = self._file(gpu, path, binary=True, key="throttle")
         if not isinstance(data, bytes):
+            missing = self.missing[gpu.name]
+            why = missing.get("throttle", "no gpu_metrics file")
             for key in ("throttle", "link_bytes_per_second"):
-                self.missing[gpu.name][key] = "no gpu_metrics file"
+                missing[key] = why
             return None
         try:
             return parse_gpu_metrics(data)

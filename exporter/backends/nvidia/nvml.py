@@ -49,7 +49,7 @@ from exporter.model import (
     Link,
     Reading,
 )
-from exporter.pcitopo import cpu_affinity
+from exporter.pcitopo import cpu_affinity, numa_node
 
 log = logging.getLogger("accel_exporter.nvidia")
 
@@ -142,13 +142,8 @@ class NvidiaBackend(Backend):
         return gpu
 
     def _numa_node(self, bus_id: str) -> str:
-        path = self.options.sysfs / "bus" / "pci" / "devices" / bus_id / "numa_node"
-        try:
-            node = path.read_text().strip()
-        except OSError:
-            return ""
-        # The kernel writes -1 when the platform does not say (single-socket hosts, VMs).
-        return "" if node in ("", "-1") else node
+        # Read through the bounded reader; an unusable file leaves the label empty.
+        return numa_node(self.options.sysfs, bus_id)
 
     # -- topology ----------------------------------------------------------------
 

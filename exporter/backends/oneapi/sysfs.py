@@ -15,6 +15,10 @@ Why it is built this way:
   are the package and VRAM temperatures.
 * It fills only the fields the reading does not have yet: with Sysman present, sysfs
   is the fallback, not a second opinion.
+* Every file goes through the bounded reader (``accel_common.readfile``): a file that
+  is not a regular file, over its cap, not UTF-8 or not a 64-bit number is a field
+  left out (with its reason in ``missing`` where the read has one), never a device
+  lost.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from accel_common.readfile import FieldError, parse_int, read_text
 from exporter.backends.base import FIRST_SAMPLE
 from exporter.backends.oneapi.device import INTEL_PCI_VENDOR, Lost
 from exporter.model import Reading
@@ -33,20 +38,23 @@ _CARD = re.compile(r"^card\d+$")
 
 
 def read_quiet(path: Path) -> str | None:
-    """The file's text, or None when it is missing or unreadable."""
+    """The file's text, or None when it is absent or unusable (``readfile``'s bounds)."""
     try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError):
+        return read_text(path)
+    except FieldError:
         return None
 
 
-def _read_int(path: Path, base: int = 10) -> int | None:
-    text = read_quiet(path)
-    if text is None:
-        return None
+def _read_int(
+    path: Path, base: int = 10, missing: dict[str, str] | None = None, key: str = ""
+) -> int | None:
+    """A file holding one number; None when absent or unusable, the reason of an
+    unusable one kept under ``key`` in ``missing`` when given."""
     try:
-        return int(text.strip(), base)
-    except ValueError:
+        return parse_int(read_text(path), base, path)
+    except FieldError as e:
+        if missing is not None and key and not e.absent:
+            missing[key] = f"{path.name}: {e.reason}"
         return None
 
 
@@ -120,7 +128,9 @@ def read_card(card: Card, r: Reading, missing: dict[str, str], clock: Callable[[
             r.clocks_hz["graphics"] = mhz * 1e6
     if card.driver == "xe" and card.hwmon is not None:
         for channel, sensor in ((2, "package"), (3, "memory")):
-            milli = _read_int(card.hwmon / f"temp{channel}_input")
+            milli = _read_int(
+                card.hwmon / f"temp{channel}_input", missing=missing, key="temperatures"
+            )
             if milli is not None and sensor not in r.temperatures:
                 r.temperatures[sensor] = milli / 1000.0
 
@@ -131,7 +141,7 @@ def _card_power(
     # Channel 1 is the card; xe on some platforms has only channel 2, the package.
     channel = 1 if (hwmon / "energy1_input").exists() or (hwmon / "power1_max").exists() else 2
     if r.energy_joules is None:
-        uj = _read_int(hwmon / f"energy{channel}_input")
+        uj = _read_int(hwmon / f"energy{channel}_input", missing=missing, key="energy_joules")
         if uj is not None:
             joules = uj / 1e6
             now = clock()
@@ -146,7 +156,7 @@ def _card_power(
                 r.power_watts = (joules - before[0]) / (now - before[1])
     if r.power_limit_watts is None:
         for name in (f"power{channel}_max", f"power{channel}_crit"):
-            uw = _read_int(hwmon / name)
+            uw = _read_int(hwmon / name, missing=missing, key="power_limit_watts")
             if uw is not None and uw > 0:
                 r.power_limit_watts = uw / 1e6
                 return
