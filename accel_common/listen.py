@@ -45,7 +45,7 @@ class Listener:
     the block has run."""
 
     def __init__(
-        self, runner: web.AppRunner, host: str | None, port: int, stop: asyncio.Event
+        self, runner: web.BaseRunner, host: str | None, port: int, stop: asyncio.Event
     ) -> None:
         self._runner = runner
         self.host = host
@@ -56,7 +56,7 @@ class Listener:
     @classmethod
     async def start(
         cls,
-        app: web.Application,
+        app: web.Application | web.Server,
         host: str | None,
         port: int,
         *,
@@ -67,7 +67,13 @@ class Listener:
         bound. ``stop`` is the event to wait on (a new one when not given)."""
         # aiohttp's own signal handling is off: the signals set ``stop`` instead, so
         # that the command decides what runs before the server goes.
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # A low-level web.Server (the exporter's, which needs per-connection hooks)
+        # brings its own handler settings.
+        runner: web.BaseRunner = (
+            web.ServerRunner(app, handle_signals=False)
+            if isinstance(app, web.Server)
+            else web.AppRunner(app, access_log=None, handle_signals=False)
+        )
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
         listener = cls(runner, host, port, stop or asyncio.Event())

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
+import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ from exporter import __version__, backends
 from exporter.backends.base import Backend, BackendOptions
 from exporter.backends.sim import SimScriptError, parse_sim_devices
 from exporter.poller import Poller
-from exporter.server import make_app
+from exporter.server import ExporterServer, check_telemetry_path, fd_headroom_limits
 from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger("accel_exporter")
@@ -98,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="telemetry_path",
         default="/metrics",
         metavar="PATH",
-        help="path under which metrics are served (default %(default)s)",
+        help="path under which metrics are served; not /healthz, which the exporter "
+        "serves itself (default %(default)s)",
     )
     w.add_argument(
         "--web.config.file",
@@ -146,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("/proc"),
         metavar="DIR",
         help="procfs mountpoint (default %(default)s)",
+    )
+    b.add_argument(
+        "--oneapi.include-cpu",
+        dest="oneapi_include_cpu",
+        action="store_true",
+        help="the oneapi backend also publishes a CPU that an OpenCL runtime lists "
+        "(by default only GPUs and accelerators: the cpu backend exports the CPU)",
     )
     k = p.add_argument_group("kubernetes")
     k.add_argument(
@@ -226,8 +235,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, WebConfi
         parser.error("--sim-partitions and --sim-pods need --sim-devices")
     if args.sim_pods < 0:
         parser.error(f"--sim-pods must be 0 or more, got {args.sim_pods}")
-    if not args.telemetry_path.startswith("/"):
-        parser.error(f"--web.telemetry-path must start with '/', got {args.telemetry_path!r}")
+    path_problem = check_telemetry_path(args.telemetry_path)
+    if path_problem is not None:
+        parser.error(f"--web.telemetry-path {path_problem}")
     try:
         split_listen_address(args.listen_address)
     except ValueError as e:
@@ -253,6 +263,8 @@ def make_backends(args: argparse.Namespace) -> list[Backend]:
         kubelet_socket=args.kubelet_socket,
         sim_partitions=args.sim_partitions,
         sim_pods=args.sim_pods,
+        sim_host=socket.gethostname(),
+        oneapi_include_cpu=args.oneapi_include_cpu,
     )
     return [backends.create(name, options) for name in args.backends]
 
@@ -266,10 +278,11 @@ async def _once(poller: Poller) -> bytes:
 
 async def _serve(poller: Poller, args: argparse.Namespace, web_config: WebConfig | None) -> int:
     host, port = split_listen_address(args.listen_address)
-    app = make_app(poller, args.telemetry_path, web_config)
+    _raise_fd_limit()
+    server = ExporterServer(poller, args.telemetry_path, web_config, fd_headroom_limits())
     ssl_context = web_config.ssl_context if web_config is not None else None
     try:
-        listener = await Listener.start(app, host, port, ssl_context=ssl_context)
+        listener = await Listener.start(server, host, port, ssl_context=ssl_context)
     except ListenError as e:
         log.error("%s", e)
         return 1
@@ -293,6 +306,20 @@ async def _serve(poller: Poller, args: argparse.Namespace, web_config: WebConfig
         await asyncio.gather(poll_task, return_exceptions=True)
         await poller.stop()
     return 0
+
+
+def _raise_fd_limit() -> None:
+    """Soft file-descriptor limit up to the hard one, as Go programs (node_exporter)
+    do at start: every open connection costs one, and the server caps connections
+    below what is left (``fd_headroom_limits``)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard and soft != resource.RLIM_INFINITY:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, OSError, ValueError) as e:
+        log.debug("file descriptor limit left as it is: %s", e)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,57 +1,488 @@
-"""The exporter's HTTP face: aiohttp serving bytes the poller already rendered.
+"""The exporter's HTTP face: aiohttp serving bytes the poller already rendered, to
+anyone on the network, hostile clients included.
 
 A scrape never calls a vendor library and never formats a metric: it picks the
-cached plain or gzip body and writes it. Basic auth checks run bcrypt, which is
-slow on purpose, so an uncached check runs in a thread rather than on the loop.
+cached plain or gzip body and writes it. What the rest of this module does is keep
+that true when clients misbehave, the way Prometheus's exporter-toolkit does for
+Go exporters, and a little further:
+
+* **Valid scrapes never wait on bcrypt.** A credential that passed before is
+  recognised on the event loop (``exporter.basicauth``). Only unknown credentials,
+  which under attack are wrong passwords, go to bcrypt, in a pool of their own
+  (``AuthPool``): one thread, at the lowest CPU priority, taking them in turn from
+  a bounded line with a bounded wait; past either bound the request is refused
+  without bcrypt. A flood of guesses queues behind itself, costs one core at
+  most, never sits in front of a cached scrape, and a valid credential that is not
+  cached yet still gets its turn within seconds.
+* **No connection is held forever.** aiohttp waits an hour for a request on an
+  open connection; here a connection must finish its first request's headers
+  within ``header_timeout`` and may sit idle between requests for
+  ``idle_timeout``; request lines and headers are bounded; and past
+  ``max_connections`` the oldest idle connection is closed to make room, so that
+  thousands of idle or slow-header sockets cannot starve a scrape of a connection
+  (or the process of file descriptors).
+* **The configured headers on every answer**: 200s, 401s, 404s, 405s, and the
+  400s the HTTP parser itself sends for a malformed request.
+* **Lenient ``Accept-Encoding``**: a malformed element (``gzip;q=x``) is ignored,
+  as HTTP says it may be; the answer is then plain text, never a 500.
+
+The connection limits need the per-connection hooks of aiohttp's low-level
+``web.Server`` (``web.Application`` hides them); with three routes, the dispatch is
+a dictionary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import dataclasses
 import html
-from collections.abc import Awaitable, Callable
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
 
 from exporter import __version__
+from exporter.basicauth import BasicAuth
 from exporter.poller import Poller
 from exporter.webconfig import WebConfig
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+log = logging.getLogger("accel_exporter.server")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+class _ClientMistakes(logging.Filter):
+    """aiohttp logs a traceback at ERROR for every request its parser refuses (a
+    bad URL, an oversized header). That is the client's mistake, answered with a
+    400, and anyone can send one: it becomes a debug line, so that no client can
+    fill the exporter's log with tracebacks. The server's own errors stay errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            reason = " ".join(str(error).split()).replace("%", "%%")  # msg is a %-format
+            record.msg = f"{record.msg}: {reason}"
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            # The level was checked at ERROR before this filter ran.
+            return http_log.isEnabledFor(logging.DEBUG)
+        return True
+
+
+# The logger aiohttp's connection handlers report to.
+http_log = logging.getLogger("accel_exporter.http")
+http_log.addFilter(_ClientMistakes())
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+HEALTH_PATH = "/healthz"
+LANDING_PATH = "/"
+# Paths the server answers itself; the telemetry path may not take one of them.
+RESERVED_PATHS = (HEALTH_PATH,)
+_UNAUTHORIZED = {"WWW-Authenticate": 'Basic realm="accel-exporter"'}
+# What a telemetry path may hold: an absolute path of URL path characters, no
+# query, fragment, space or control character (a request could never match it).
+_PATH = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*$")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much any one client can hold. The defaults suit a node exporter, which
+    one or two Prometheus servers and the odd person scrape."""
+
+    # From connect until the first request's headers are complete (Go's
+    # ReadHeaderTimeout; slow-header clients are closed after it).
+    header_timeout: float = 10.0
+    # A keep-alive connection with no request in flight. Longer than the usual
+    # scrape intervals (15-60 s), so Prometheus keeps reusing its connection.
+    idle_timeout: float = 75.0
+    # Open connections; past it the oldest idle one is closed.
+    max_connections: int = 1024
+    # aiohttp's defaults for one line; a scrape's headers are a few hundred bytes.
+    max_line_size: int = 8190
+    max_field_size: int = 8190
+    max_headers: int = 64
+    # How long a request body the handlers never read may keep draining.
+    lingering_time: float = 2.0
+    # bcrypt checks of unknown credentials: threads, checks allowed to wait for
+    # one, and for how long (under Prometheus's default scrape timeout of 10 s).
+    auth_workers: int = 1
+    auth_queue: int = 256
+    auth_queue_per_address: int = 16
+    auth_wait: float = 5.0
+    # The pause before refusing a check the full line cannot take: it slows a
+    # guessing client down without costing a thread or bcrypt.
+    refusal_delay: float = 0.25
+
+
+LIMITS = Limits()
+
+
+def fd_headroom_limits(limits: Limits = LIMITS) -> Limits:
+    """``limits`` with ``max_connections`` lowered to what this process's file
+    descriptor limit leaves room for (a margin kept for sysfs reads and logs)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return limits
+    if soft == resource.RLIM_INFINITY:
+        return limits
+    room = max(16, soft - 128)
+    if room >= limits.max_connections:
+        return limits
+    return dataclasses.replace(limits, max_connections=room)
+
+
+def check_telemetry_path(path: str) -> str | None:
+    """Why ``path`` cannot be the telemetry path, or None when it can."""
+    if not path.startswith("/"):
+        return f"must start with '/', got {path!r}"
+    if not _PATH.match(path):
+        return (
+            f"{path!r} is not a plain URL path (no query, fragment, space or control "
+            "character); use e.g. /metrics"
+        )
+    if path in RESERVED_PATHS:
+        return f"{path} is served by the exporter itself (its health check); use e.g. /metrics"
+    return None
 
 
 def accepts_gzip(header: str) -> bool:
-    for part in header.split(","):
-        coding, _, params = part.strip().partition(";")
-        if coding.strip().lower() in ("gzip", "*"):
-            q = params.strip()
-            return not (q.startswith("q=") and float(q[2:] or 0) == 0)
-    return False
+    """Whether an ``Accept-Encoding`` value takes gzip (RFC 9110 12.5.3): gzip with
+    a weight above 0, or ``*`` above 0 when gzip is not named. A malformed element
+    is skipped, so the worst a client's typo does is get plain text."""
+    gzip_q: float | None = None
+    star_q: float | None = None
+    for element in header.split(","):
+        coding, *params = element.split(";")
+        coding = coding.strip().lower()
+        q = _weight(params)
+        if q is None:
+            continue
+        if coding == "gzip":
+            gzip_q = q
+        elif coding == "*":
+            star_q = q
+    if gzip_q is not None:
+        return gzip_q > 0
+    return star_q is not None and star_q > 0
 
 
-def make_app(poller: Poller, telemetry_path: str, web_config: WebConfig | None) -> web.Application:
-    @web.middleware
-    async def security(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if web_config is None:
-            return await handler(request)
-        resp: web.StreamResponse
-        auth = request.headers.get("Authorization")
-        if web_config.users and not await asyncio.to_thread(web_config.check_basic_auth, auth):
-            resp = web.Response(
-                status=401,
-                text="Unauthorized\n",
-                headers={"WWW-Authenticate": 'Basic realm="accel-exporter"'},
+_QVALUE = re.compile(r"^(?:0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)$")
+
+
+def _weight(params: list[str]) -> float | None:
+    """The q of one element (1 without one); None when malformed."""
+    for param in params:
+        name, sep, value = param.strip().partition("=")
+        if name.strip().lower() == "q":
+            value = value.strip()
+            if not sep or not _QVALUE.match(value):
+                return None
+            return float(value)
+    return 1.0
+
+
+def _lowest_priority() -> None:
+    # bcrypt releases the GIL and burns a core; at nice 19 it only gets CPU the
+    # event loop and the poller do not want. Linux applies nice per thread.
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
+def _granted(turn: asyncio.Future[None]) -> bool:
+    return turn.done() and not turn.cancelled()
+
+
+class AuthPool:
+    """bcrypt checks of credentials the cache does not know, bounded and in turn.
+
+    ``workers`` checks run at once (one, as exporter-toolkit's mutex allows); the
+    others wait for at most ``auth_wait``, in one line per client address served
+    in rotation, at most ``auth_queue`` in all and ``auth_queue_per_address`` per
+    address: past a bound a check is refused without bcrypt (after
+    ``refusal_delay`` when a line is full). The rotation is what lets a valid
+    credential that is not cached yet (a restarted exporter, a changed password)
+    in during a flood: it waits behind at most one check of each other address
+    (and its own address's earlier ones), however many requests a flooding host
+    keeps in line.
+    """
+
+    def __init__(self, auth: BasicAuth, limits: Limits) -> None:
+        self._auth = auth
+        self._executor = ThreadPoolExecutor(
+            max_workers=limits.auth_workers,
+            thread_name_prefix="accel-auth",
+            initializer=_lowest_priority,
+        )
+        self._workers = limits.auth_workers
+        self._max_waiting = limits.auth_queue
+        self._max_waiting_per_address = limits.auth_queue_per_address
+        self._wait = limits.auth_wait
+        self._delay = limits.refusal_delay
+        self._running = 0
+        # Waiting checks by client address, in rotation order; each line first
+        # come, first served. Every entry is a check still waiting (a timed-out
+        # or cancelled one leaves its line at once).
+        self._lines: dict[str, collections.deque[asyncio.Future[None]]] = {}
+        self._waiting = 0
+        self.refused = 0
+        self._last_warning = -1e9
+        self._refused_since_warning = 0
+
+    async def check(self, authorization: str | None, address: str = "") -> bool:
+        """Whether ``authorization`` passes; ``address`` is the client's, whose line
+        this check waits in."""
+        if not await self._turn(address):
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self._auth.check, authorization)
+        finally:
+            self._release()
+
+    async def _turn(self, address: str) -> bool:
+        """Waits for a worker; False (refused) when a line is full or too slow."""
+        if self._running < self._workers and not self._waiting:
+            self._running += 1
+            return True
+        line = self._lines.get(address)
+        if self._waiting >= self._max_waiting or (
+            line is not None and len(line) >= self._max_waiting_per_address
+        ):
+            self._note_refusal()
+            await asyncio.sleep(self._delay)
+            return False
+        if line is None:
+            line = self._lines[address] = collections.deque()
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        line.append(turn)
+        self._waiting += 1
+        try:
+            await asyncio.wait_for(turn, self._wait)
+        except TimeoutError:
+            pass  # unless the turn came just as the wait ran out: checked below
+        except asyncio.CancelledError:
+            if _granted(turn):
+                self._release()  # handed a worker just as the request went away
+            raise
+        finally:
+            if turn in line:
+                # Timed out or cancelled before its turn came: leave the line.
+                line.remove(turn)
+                self._waiting -= 1
+                if not line and self._lines.get(address) is line:
+                    del self._lines[address]
+        if _granted(turn):
+            return True
+        self._note_refusal()
+        return False
+
+    def _release(self) -> None:
+        """Hands the worker to the first waiter of the next address in rotation, or
+        frees it."""
+        while self._lines:
+            address = next(iter(self._lines))
+            line = self._lines.pop(address)
+            turn = line.popleft()
+            self._waiting -= 1
+            if line:
+                self._lines[address] = line  # to the back of the rotation
+            if not turn.done():  # done: cancelled, its request on the way out
+                turn.set_result(None)
+                return
+        self._running -= 1
+
+    def _note_refusal(self) -> None:
+        self.refused += 1
+        self._refused_since_warning += 1
+        now = time.monotonic()
+        # Once a minute at most: a flood of guesses must not become a flood of logs.
+        if now - self._last_warning >= 60.0:
+            log.warning(
+                "basic auth: %d check(s) of unknown credentials refused without bcrypt "
+                "(%d waiting at most, %gs each); password guessing? valid scrapes whose "
+                "credentials passed before are not affected",
+                self._refused_since_warning,
+                self._max_waiting,
+                self._wait,
             )
-        else:
-            resp = await handler(request)
-        # Configured headers (HSTS, CSP...) go on every answer, refusals included.
-        resp.headers.update(web_config.headers)
-        return resp
+            self._last_warning = now
+            self._refused_since_warning = 0
 
-    async def metrics(request: web.Request) -> web.StreamResponse:
-        snap = poller.snapshot
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+Route = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+class _Request(web.BaseRequest):
+    """A request whose every response, the HTTP parser's own 400s included, carries
+    the configured headers."""
+
+    security_headers: Mapping[str, str] = {}
+
+    async def _prepare_hook(self, response: web.StreamResponse) -> None:
+        response.headers.update(self.security_headers)
+
+
+class ExporterServer(web.Server):
+    """The exporter's aiohttp server: routes, basic auth and the ``Limits``."""
+
+    def __init__(
+        self,
+        poller: Poller,
+        telemetry_path: str,
+        web_config: WebConfig | None,
+        limits: Limits = LIMITS,
+    ) -> None:
+        problem = check_telemetry_path(telemetry_path)
+        if problem is not None:
+            raise ValueError(f"telemetry path {problem}")
+        super().__init__(
+            self._dispatch,
+            request_factory=self._make_exporter_request,
+            access_log=None,
+            logger=http_log,
+            keepalive_timeout=limits.idle_timeout,
+            max_line_size=limits.max_line_size,
+            max_field_size=limits.max_field_size,
+            max_headers=limits.max_headers,
+            lingering_time=limits.lingering_time,
+        )
+        self.limits = limits
+        self._poller = poller
+        self._telemetry_path = telemetry_path
+        headers = dict(web_config.headers) if web_config is not None else {}
+        self._request_class = type("ExporterRequest", (_Request,), {"security_headers": headers})
+        users = web_config is not None and bool(web_config.users)
+        self._auth = web_config.auth if web_config is not None and users else None
+        self.auth_pool = AuthPool(self._auth, limits) if self._auth is not None else None
+        self._routes: dict[str, Route] = {telemetry_path: self._metrics, HEALTH_PATH: self._health}
+        self._routes.setdefault(LANDING_PATH, self._landing)
+        # Open connections, oldest first; those still owing their first request's
+        # headers, with the timer that closes them; those with a request in flight.
+        self._open: dict[RequestHandler, None] = {}
+        self._header_timers: dict[RequestHandler, asyncio.TimerHandle] = {}
+        self._busy: set[RequestHandler] = set()
+
+    # -- connections -------------------------------------------------------------
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        self._open[handler] = None
+        loop = asyncio.get_running_loop()
+        self._header_timers[handler] = loop.call_later(
+            self.limits.header_timeout, self._header_deadline, handler
+        )
+        if len(self._open) > self.limits.max_connections:
+            self._make_room(handler)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        super().connection_lost(handler, exc)
+        self._forget(handler)
+
+    def _forget(self, handler: RequestHandler) -> None:
+        self._open.pop(handler, None)
+        self._busy.discard(handler)
+        timer = self._header_timers.pop(handler, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _header_deadline(self, handler: RequestHandler) -> None:
+        if self._header_timers.pop(handler, None) is not None:
+            log.debug("closing a connection that sent no complete request in time")
+            self._close(handler)
+
+    def _make_room(self, newcomer: RequestHandler) -> None:
+        """Closes the oldest idle connections until within the cap; the newcomer
+        itself when every other connection has a request in flight."""
+        excess = len(self._open) - self.limits.max_connections
+        victims: list[RequestHandler] = []
+        for handler in self._open:  # oldest first
+            if len(victims) >= excess:
+                break
+            if handler is not newcomer and handler not in self._busy:
+                victims.append(handler)
+        for victim in victims:
+            self._close(victim)
+        if len(victims) < excess:
+            # Not from inside connection_made: aiohttp has yet to start this
+            # connection's task, which expects the connection still open.
+            asyncio.get_running_loop().call_soon(self._close, newcomer)
+
+    def _close(self, handler: RequestHandler) -> None:
+        self._forget(handler)
+        handler.force_close()
+
+    def _make_exporter_request(
+        self,
+        message: Any,
+        payload: Any,
+        protocol: RequestHandler,
+        writer: Any,
+        task: asyncio.Task[None],
+    ) -> web.BaseRequest:
+        # A whole request line and headers arrived (or the parser refused them):
+        # the connection has met its header deadline.
+        timer = self._header_timers.pop(protocol, None)
+        if timer is not None:
+            timer.cancel()
+        request: web.BaseRequest = self._request_class(
+            message, payload, protocol, writer, task, asyncio.get_running_loop()
+        )
+        return request
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        await super().shutdown(timeout)
+        for timer in self._header_timers.values():
+            timer.cancel()
+        self._header_timers.clear()
+        if self.auth_pool is not None:
+            self.auth_pool.close()
+
+    # -- requests ----------------------------------------------------------------
+
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        protocol = request.protocol
+        self._busy.add(protocol)
+        try:
+            if not await self._authorized(request):
+                return web.Response(status=401, text="Unauthorized\n", headers=_UNAUTHORIZED)
+            route = self._routes.get(request.path)
+            if route is None:
+                return web.Response(status=404, text="404: Not Found\n")
+            if request.method not in ("GET", "HEAD"):
+                return web.Response(
+                    status=405, text="405: Method Not Allowed\n", headers={"Allow": "GET, HEAD"}
+                )
+            return await route(request)
+        finally:
+            self._busy.discard(protocol)
+
+    async def _authorized(self, request: web.BaseRequest) -> bool:
+        if self._auth is None or self.auth_pool is None:
+            return True
+        authorization = request.headers.get("Authorization")
+        verdict = self._auth.cached(authorization)
+        if verdict is not None:
+            return verdict
+        return await self.auth_pool.check(authorization, request.remote or "")
+
+    async def _metrics(self, request: web.BaseRequest) -> web.StreamResponse:
+        snap = self._poller.snapshot
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             return web.Response(
                 body=snap.gzipped,
@@ -59,32 +490,25 @@ def make_app(poller: Poller, telemetry_path: str, web_config: WebConfig | None) 
             )
         return web.Response(body=snap.text, headers={"Content-Type": CONTENT_TYPE})
 
-    async def healthz(request: web.Request) -> web.StreamResponse:
+    async def _health(self, request: web.BaseRequest) -> web.StreamResponse:
         # Liveness of the exporter itself: a missing vendor backend is data
         # (accel_exporter_backend_up 0), not a reason to restart the pod.
         lines = ["ok"] + [
-            f"backend {n}: {'up' if up else 'down'}" for n, up in poller.backend_up.items()
+            f"backend {n}: {'up' if up else 'down'}" for n, up in self._poller.backend_up.items()
         ]
         return web.Response(text="\n".join(lines) + "\n")
 
-    async def landing(request: web.Request) -> web.StreamResponse:
+    async def _landing(self, request: web.BaseRequest) -> web.StreamResponse:
         rows = "".join(
             f"<li>{html.escape(n)}: {'up' if up else 'down'}</li>"
-            for n, up in poller.backend_up.items()
+            for n, up in self._poller.backend_up.items()
         )
-        path = html.escape(telemetry_path)
+        path = html.escape(self._telemetry_path)
         body = (
             "<!doctype html><html><head><title>accel-exporter</title></head><body>"
             f"<h1>accel-exporter {__version__}</h1>"
             "<p>Accelerator metrics for NVIDIA, AMD, Intel oneAPI and the CPU.</p>"
-            f'<p><a href="{path}">{path}</a> · <a href="/healthz">/healthz</a></p>'
+            f'<p><a href="{path}">{path}</a> · <a href="{HEALTH_PATH}">{HEALTH_PATH}</a></p>'
             f"<h2>Backends</h2><ul>{rows}</ul></body></html>"
         )
         return web.Response(text=body, content_type="text/html")
-
-    app = web.Application(middlewares=[security])
-    app.router.add_get(telemetry_path, metrics)
-    app.router.add_get("/healthz", healthz)
-    if telemetry_path != "/":
-        app.router.add_get("/", landing)
-    return app

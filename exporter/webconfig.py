@@ -14,9 +14,12 @@ Why it is built this way:
   ``SSLContext`` the previous ones made, and exporter-toolkit stops there too.
 * **Same meaning as exporter-toolkit**: the same keys, defaults (TLS 1.2 to 1.3,
   server cipher preference), header whitelist, relative paths resolved against the
-  config file's directory, bcrypt hashes for ``basic_auth_users``, a cache of
-  successful checks so that scrapes do not pay bcrypt each time, and a decoy
-  bcrypt check for unknown users so that timing does not tell which users exist.
+  config file's directory, bcrypt hashes for ``basic_auth_users`` (checked by
+  ``exporter.basicauth``, with its cache of successes and its decoy).
+* **Nothing named here can hang or exhaust the exporter**: the file and every PEM
+  it names are read bounded and only if regular files (``accel_common.readfile``);
+  an empty PEM file is named as such; a header value with a line break or another
+  control character, which would break every response, is refused at its position.
 * **Stricter where Python's ``ssl`` cannot follow Go**, refused with the reason
   rather than half-honoured: ``RequestClientCert``/``RequireAnyClientCert`` accept
   a client certificate without verifying it, which ``ssl`` cannot do; the verifying
@@ -33,26 +36,23 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import hashlib
+import errno
 import os
-import re
 import ssl
 import tempfile
-import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-import bcrypt
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from accel_common.readfile import FieldError, read_bytes
 from accel_common.suggest import did_you_mean
-from accel_common.yamlread import Entries, Position, Reader, is_null, kind
+from accel_common.yamlread import LIMITS, Entries, Position, Reader, is_null, kind
+from exporter.basicauth import BCRYPT_HASH, BasicAuth
 
 TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
 TLS_KEYS = (
@@ -130,7 +130,12 @@ HEADERS: dict[str, tuple[str, ...]] = {
     "Content-Security-Policy": (),
 }
 
-_BCRYPT = re.compile(rb"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+# A certificate chain or CA bundle is a few kilobytes; the system's whole CA bundle
+# is about 200 KiB. More is not a PEM file someone meant to name.
+PEM_LIMIT = 1024 * 1024
+# aiohttp's, and most servers', limit on one request header line; a response
+# header longer than this is refused by clients and proxies.
+MAX_HEADER_VALUE = 8190
 _HASH_HINT = "hash the password with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`"
 
 
@@ -159,85 +164,42 @@ class WebConfig:
     ssl_context: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
-    _verified: set[tuple[str, bytes, bytes]] = field(
-        default_factory=set, init=False, repr=False, compare=False
-    )
-    _decoy: bytes | None = field(default=None, init=False, repr=False, compare=False)
-    # One bcrypt comparison at a time, as exporter-toolkit does: a burst of bad
-    # passwords costs one core, not all of them.
-    _bcrypt_lock: threading.Lock = field(
-        default_factory=threading.Lock, init=False, repr=False, compare=False
-    )
+    auth: BasicAuth = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.auth = BasicAuth(self.users)
 
     def check_basic_auth(self, authorization: str | None) -> bool:
-        """Whether an ``Authorization`` header value lets the request in.
-
-        True when no users are configured. A cache miss costs one bcrypt comparison
-        (tens of milliseconds at cost 10) and holds a lock: call this from an
-        executor, not on the event loop. Only successful checks are cached, keyed by
-        the user, the hash and the SHA-256 of the password (never the password), so
-        a wrong guess always pays full bcrypt cost.
-        """
-        if not self.users:
-            return True
-        credentials = _parse_basic(authorization)
-        if credentials is None:
-            return False
-        user, password = credentials
-        hashed = self.users.get(user)
-        key = (user, hashed or b"", hashlib.sha256(password).digest())
-        if hashed is not None and key in self._verified:
-            return True
-        with self._bcrypt_lock:
-            # An unknown user is still compared, against a decoy of the same cost,
-            # so that the time taken does not tell which users exist.
-            ok = _checkpw(password, hashed if hashed is not None else self._decoy_hash())
-        if ok and hashed is not None:
-            self._verified.add(key)
-            return True
-        return False
-
-    def _decoy_hash(self) -> bytes:
-        if self._decoy is None:
-            cost = max((int(h[4:6]) for h in self.users.values() if _BCRYPT.match(h)), default=10)
-            self._decoy = bcrypt.hashpw(b"decoy password", bcrypt.gensalt(rounds=cost))
-        return self._decoy
-
-
-def _parse_basic(authorization: str | None) -> tuple[str, bytes] | None:
-    """(user, password) from ``Basic <base64 of user:password>``; None if malformed."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        raw = base64.b64decode(token.strip(), validate=True)
-        user, sep, password = raw.partition(b":")
-        return (user.decode("utf-8"), password) if sep else None
-    except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
-        return None
-
-
-def _checkpw(password: bytes, hashed: bytes) -> bool:
-    try:
-        return bcrypt.checkpw(password, hashed)
-    except ValueError:
-        # bcrypt refuses passwords over 72 bytes rather than truncate them.
-        return False
+        """Whether an ``Authorization`` header value lets the request in (True when
+        no users are configured). A cache miss costs one bcrypt comparison: the
+        server calls ``auth.cached`` on the loop and this only in its auth pool."""
+        return self.auth.check(authorization)
 
 
 def load_web_config(path: Path) -> WebConfig:
     """Reads and validates ``path``; raises ``WebConfigError`` on the first problem."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WebConfigError(path, "", "no such file; check --web.config.file") from None
-    except UnicodeDecodeError:
-        raise WebConfigError(path, "", "not UTF-8 text; save it as UTF-8 YAML") from None
-    except OSError as e:
+        # Bounded, and only a regular file: a FIFO or /dev/zero named here must
+        # not hang or exhaust the exporter before it has even started.
+        data = read_bytes(path, LIMITS.max_bytes)
+    except FieldError as e:
+        if e.absent:
+            problem = "no such file; check --web.config.file"
+        elif e.errno in (errno.EACCES, errno.EPERM):
+            problem = "cannot read: permission denied; make it readable by the exporter's user"
+        elif e.errno is None:
+            problem = f"{e.reason}; name a YAML file"
+        else:
+            problem = f"cannot read: {e.reason}"
+        raise WebConfigError(path, "", problem) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[: e.start]
+        line = before.count(b"\n") + 1
+        column = len(before) - (before.rfind(b"\n") + 1) + 1
         raise WebConfigError(
-            path, "", f"cannot read: {e.strerror}; make it readable by the exporter's user"
+            path, "", "not UTF-8 text; save it as UTF-8 YAML", Position(str(path), line, column)
         ) from None
     reader = Reader(path)
     root = reader.load(text)
@@ -335,28 +297,38 @@ class _Loader:
         name = self.string(node, where)
         if name is None:
             return None
-        p = Path(name).expanduser()
+        if "\0" in name:
+            self.fail(node, where, "a file name cannot hold a NUL character; name a PEM file")
+        try:
+            p = Path(name).expanduser()
+        except RuntimeError:  # ~user of no such user
+            self.fail(node, where, f"cannot expand '{name}': no such user's home directory")
         if not p.is_absolute():
             p = self.base / p
         try:
-            return p.read_bytes(), f"'{name}'"
-        except FileNotFoundError:
-            self.fail(
-                node,
-                where,
-                f"no such file '{name}' (looked for {p}); relative paths are resolved "
-                "against the directory of this config file",
-            )
-        except IsADirectoryError:
-            self.fail(node, where, f"'{name}' is a directory; name a PEM file")
-        except PermissionError:
-            self.fail(
-                node,
-                where,
-                f"cannot read '{name}': permission denied; make it readable by the exporter's user",
-            )
-        except OSError as e:
-            self.fail(node, where, f"cannot read '{name}': {e.strerror}")
+            data = read_bytes(p, PEM_LIMIT)
+        except FieldError as e:
+            if e.absent:
+                self.fail(
+                    node,
+                    where,
+                    f"no such file '{name}' (looked for {p}); relative paths are resolved "
+                    "against the directory of this config file",
+                )
+            if e.errno in (errno.EACCES, errno.EPERM):
+                self.fail(
+                    node,
+                    where,
+                    f"cannot read '{name}': permission denied; make it readable by the "
+                    "exporter's user",
+                )
+            if e.errno is None:
+                # Not a regular file (a directory, a device, a FIFO) or too large.
+                self.fail(node, where, f"'{name}' is {e.reason}; name a PEM file")
+            self.fail(node, where, f"cannot read '{name}': {e.reason}")
+        if not data.strip():
+            self.fail(node, where, f"'{name}' is empty; name a PEM file")
+        return data, f"'{name}'"
 
     # -- sections ----------------------------------------------------------------
 
@@ -386,7 +358,7 @@ class _Loader:
             if not isinstance(value, ScalarNode) or is_null(value):
                 self.fail(value, where, f"expected a bcrypt hash, got {kind(value)}; {_HASH_HINT}")
             hashed = value.value.encode()
-            if not _BCRYPT.match(hashed):
+            if not BCRYPT_HASH.match(hashed):
                 self.fail(
                     value,
                     where,
@@ -414,11 +386,38 @@ class _Loader:
             text = self.string(value, where)
             if text is None:
                 continue  # "Unset if blank", as exporter-toolkit documents
+            self.header_value(value, where, text)
             allowed = HEADERS[name]
             if allowed and text not in allowed:
                 self.fail(value, where, f"'{text}' is not allowed; use one of {', '.join(allowed)}")
             out[name] = text
         return out
+
+    def header_value(self, node: Node, where: str, text: str) -> None:
+        """Refuses what would break every response or smuggle a header of its own:
+        a line break, another control character, non-ASCII, or a size no client
+        accepts. Go's net/http drops such a header silently; this says so at start."""
+        for index, char in enumerate(text):
+            if char != "\t" and not " " <= char <= "~":
+                what = (
+                    "a line break"
+                    if char in "\r\n"
+                    else ("a control character" if char.isascii() else "a non-ASCII character")
+                )
+                self.fail(
+                    node,
+                    where,
+                    f"the value has {what} (U+{ord(char):04X}) at character {index + 1}; "
+                    "a header value is one line of printable ASCII (for a long value, "
+                    "use a folded YAML scalar, >-, which joins lines with spaces)",
+                )
+        if len(text) > MAX_HEADER_VALUE:
+            self.fail(
+                node,
+                where,
+                f"the value is {len(text)} characters long; clients refuse header values "
+                f"over {MAX_HEADER_VALUE}, shorten it",
+            )
 
     def tls(self, node: Node) -> ssl.SSLContext | None:
         fields: Entries = {
@@ -597,8 +596,9 @@ class _Loader:
             )
         if ca is not None:
             try:
-                ctx.load_verify_locations(cadata=ca[0].decode("ascii", "replace"))
-            except ssl.SSLError:
+                # PEM is ASCII; ssl refuses a str with anything else (TypeError).
+                ctx.load_verify_locations(cadata=ca[0].decode("ascii"))
+            except (ssl.SSLError, ValueError, TypeError):
                 self.fail(
                     fields[ca_key][1],
                     _tls(ca_key),
@@ -631,8 +631,8 @@ class _Loader:
         # get different messages (load_cert_chain says "PEM lib" for both).
         try:
             probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            probe.load_verify_locations(cadata=cert_pem.decode("ascii", "replace"))
-        except ssl.SSLError:
+            probe.load_verify_locations(cadata=cert_pem.decode("ascii"))
+        except (ssl.SSLError, ValueError, TypeError):  # UnicodeDecodeError: not ASCII
             self.fail(
                 cert_node,
                 cert_where,

@@ -36,6 +36,10 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         (["--web.listen-address", "localhost"], "--web.listen-address: invalid listen address"),
         (["--web.listen-address", ":99999"], "invalid listen address ':99999'"),
         (["--web.telemetry-path", "metrics"], "must start with '/'"),
+        # A path the server answers itself is refused at start, not a crash.
+        (["--web.telemetry-path", "/healthz"], "/healthz is served by the exporter itself"),
+        (["--web.telemetry-path", "/metrics?x=1"], "is not a plain URL path"),
+        (["--web.telemetry-path", "/a b"], "is not a plain URL path"),
         (["--sim-devices", "nvidia:x"], "bad device count in 'nvidia:x'"),
         (["--backends", "sim"], "the sim backend needs --sim-devices"),
         (["--backends", "cpu", "--sim-devices", "nvidia:1"], "'sim' is not in --backends"),

@@ -1,6 +1,7 @@
 """The exporter's HTTP face, end to end against the real process: cached gzip
 bodies, health and landing pages, and a device lost plus a backend hung forever
-while scrapes keep their latency, a busy port, and a clean stop on a signal."""
+while scrapes keep their latency, a busy port, a clean stop on a signal, and
+silent connections closed after the header timeout."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from exporter.server import LIMITS
 from tests.support.exposition import value
 from tests.support.paths import REPO
 from tests.support.pki import Pki
@@ -225,3 +227,27 @@ def test_a_stop_signal_shuts_down_cleanly(sig: signal.Signals) -> None:
     assert "shutting down" in err
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_the_real_server_closes_silent_connections_after_the_header_timeout() -> None:
+    """The command wires the server's limits: 300 connections that never send a
+    request leave a scrape unaffected and are closed after the 10 s header timeout
+    (issue 15: they were held for an hour)."""
+    with exporter(["--backends", "sim", *SIM]) as url:
+        host, port = url.removeprefix("http://").split(":")
+        silent = []
+        try:
+            for _ in range(300):
+                s = socket.create_connection((host, int(port)), timeout=5)
+                silent.append(s)
+            opened = time.monotonic()
+            t0 = time.perf_counter()
+            assert b"accel_up{" in http_get(url + "/metrics")
+            assert time.perf_counter() - t0 < 1.0
+            for s in silent:
+                s.settimeout(max(0.1, opened + LIMITS.header_timeout + 5 - time.monotonic()))
+                assert s.recv(1) == b"", "a silent connection got data instead of a close"
+            assert time.monotonic() - opened >= LIMITS.header_timeout - 1
+        finally:
+            for s in silent:
+                s.close()

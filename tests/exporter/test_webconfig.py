@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import os
 import ssl
 import textwrap
@@ -17,7 +18,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter import webconfig
+from accel_common import readfile
+from accel_common.readfile import FieldError
+from exporter import basicauth, webconfig
 from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 from tests.support.pki import Pki
 
@@ -560,14 +563,14 @@ def test_unreadable_key(pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     key.chmod(0)
     if os.geteuid() == 0:
         # root reads a mode-0 file; make it fail the way it fails for everyone else.
-        real = Path.read_bytes
+        real = readfile.read_bytes
 
-        def read_bytes(self: Path) -> bytes:
-            if self == key:
-                raise PermissionError(13, "Permission denied", str(self))
-            return real(self)
+        def read_bytes(path: Path, limit: int) -> bytes:
+            if path == key:
+                raise FieldError("Permission denied", path, errno.EACCES)
+            return real(path, limit)
 
-        monkeypatch.setattr(Path, "read_bytes", read_bytes)
+        monkeypatch.setattr(webconfig, "read_bytes", read_bytes)
     path = write(
         tmp_path, f"tls_server_config:\n  cert_file: {pki.dir}/server.crt\n  key_file: {key}\n"
     )
@@ -661,13 +664,13 @@ def test_basic_auth_caches_successes_only(
     users: WebConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[bytes] = []
-    real: Callable[[bytes, bytes], bool] = webconfig._checkpw
+    real: Callable[[bytes, bytes], bool] = basicauth.checkpw
 
     def counting(password: bytes, hashed: bytes) -> bool:
         calls.append(hashed)
         return real(password, hashed)
 
-    monkeypatch.setattr(webconfig, "_checkpw", counting)
+    monkeypatch.setattr(basicauth, "checkpw", counting)
     for _ in range(3):
         assert users.check_basic_auth(basic("alice", "wonderland"))
     assert len(calls) == 1
@@ -686,3 +689,169 @@ def test_no_users_lets_everyone_in(tmp_path: Path) -> None:
     assert cfg.users == {}
     assert cfg.check_basic_auth(None)
     assert cfg.check_basic_auth("Basic garbage")
+
+
+# -- hostile input -----------------------------------------------------------------------
+
+
+def _tls_with(pki: Pki, **files: str) -> str:
+    """A tls_server_config whose keys default to the PKI's and take ``files``'s."""
+    keys = {"cert_file": f"{pki.dir}/server.crt", "key_file": f"{pki.dir}/server.key", **files}
+    return "tls_server_config:\n" + "".join(f"  {k}: {v}\n" for k, v in keys.items())
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n"], ids=["empty", "blank"])
+@pytest.mark.parametrize(
+    ("key", "line", "extra"),
+    [
+        ("cert_file", 2, {}),
+        ("key_file", 3, {}),
+        ("client_ca_file", 5, {"client_auth_type": "RequireAndVerifyClientCert"}),
+    ],
+)
+def test_an_empty_pem_file_is_named(
+    pki: Pki, tmp_path: Path, content: str, key: str, line: int, extra: dict[str, str]
+) -> None:
+    empty = tmp_path / "empty.pem"
+    empty.write_text(content)
+    path = write(tmp_path, _tls_with(pki, **extra, **{key: str(empty)}))
+    err = refusal(path)
+    assert str(err) == (
+        f"{path}:{line}:{len(key) + 5}: tls_server_config.{key}: "
+        f"'{empty}' is empty; name a PEM file"
+    )
+
+
+def test_special_files_are_refused_without_reading(pki: Pki, tmp_path: Path) -> None:
+    fifo = tmp_path / "cert.fifo"
+    os.mkfifo(fifo)
+    # A FIFO nobody writes to would block a plain open() forever.
+    err = refusal(write(tmp_path, _tls_with(pki, cert_file=str(fifo))))
+    assert f"'{fifo}' is a FIFO; name a PEM file" in str(err)
+    err = refusal(write(tmp_path, _tls_with(pki, key_file="/dev/zero")))
+    assert "'/dev/zero' is a character device; name a PEM file" in str(err)
+    err = refusal(write(tmp_path, _tls_with(pki, cert_file=str(tmp_path))))
+    assert "is a directory; name a PEM file" in str(err)
+
+
+def test_an_oversized_pem_file_is_refused(pki: Pki, tmp_path: Path) -> None:
+    big = tmp_path / "big.crt"
+    big.write_bytes(pki.server_pem * (webconfig.PEM_LIMIT // len(pki.server_pem) + 1))
+    err = refusal(write(tmp_path, _tls_with(pki, cert_file=str(big))))
+    assert f"is larger than {webconfig.PEM_LIMIT} bytes; name a PEM file" in str(err)
+
+
+def test_the_config_file_itself_is_read_bounded(tmp_path: Path) -> None:
+    fifo = tmp_path / "web.fifo"
+    os.mkfifo(fifo)
+    assert str(refusal(fifo)) == f"{fifo}: a FIFO; name a YAML file"
+    assert str(refusal(Path("/dev/zero"))) == "/dev/zero: a character device; name a YAML file"
+    latin1 = tmp_path / "latin1.yml"
+    latin1.write_bytes(b"http_server_config:\n  headers: {X-Frame-Options: d\xe9ny}\n")
+    err = refusal(latin1)
+    assert str(err) == f"{latin1}:2:31: not UTF-8 text; save it as UTF-8 YAML"
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("\"default-src 'self'\\r\\nSet-Cookie: a=b\"", "a line break (U+000D) at character 19"),
+        ('"nosniff\\n"', "a line break (U+000A) at character 8"),
+        ("|\n      default-src 'self'\n      script-src 'none'", "a line break (U+000A)"),
+        ('"a\\x01b"', "a control character (U+0001) at character 2"),
+        ('"a\\x7fb"', "a control character (U+007F) at character 2"),
+        ('"caf\\u00e9"', "a non-ASCII character (U+00E9) at character 4"),
+    ],
+    ids=["CRLF", "LF", "literal block", "SOH", "DEL", "non-ASCII"],
+)
+def test_a_header_value_that_would_break_responses_is_refused(
+    tmp_path: Path, value: str, problem: str
+) -> None:
+    path = write(tmp_path, "http_server_config:\n  headers:\n    Content-Security-Policy: X\n")
+    path.write_text(path.read_text().replace("X", value))
+    err = refusal(path)
+    assert str(err).startswith(
+        f"{path}:3:30: http_server_config.headers.Content-Security-Policy: the value has "
+    ), str(err)
+    assert problem in str(err)
+    assert "one line of printable ASCII" in str(err)
+
+
+def test_header_values_that_are_one_line_still_load(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        http_server_config:
+          headers:
+            Content-Security-Policy: >-
+              default-src 'self';
+              script-src 'none'
+            Strict-Transport-Security: "max-age=1;\\tpreload"
+        """,
+    )
+    assert load_web_config(path).headers == {
+        "Content-Security-Policy": "default-src 'self'; script-src 'none'",
+        "Strict-Transport-Security": "max-age=1;\tpreload",
+    }
+
+
+def test_an_overlong_header_value_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "http_server_config:\n  headers:\n    Content-Security-Policy: X\n")
+    path.write_text(path.read_text().replace("X", "a" * 9000))
+    err = refusal(path)
+    assert "the value is 9000 characters long" in str(err)
+
+
+def test_the_cache_is_keyed_so_a_wrong_password_never_hits(users: WebConfig) -> None:
+    auth = users.auth
+    assert auth.cached(basic("alice", "wonderland")) is None  # nothing cached yet
+    assert users.check_basic_auth(basic("alice", "wonderland"))
+    assert auth.cached(basic("alice", "wonderland")) is True
+    # Near misses are unknown to the cache, and so go to bcrypt, which refuses them.
+    for header in (basic("alice", "wonderlanD"), basic("bob", "wonderland")):
+        assert auth.cached(header) is None
+        assert not users.check_basic_auth(header)
+    # What cannot pass is refused without bcrypt.
+    refused: list[str | None] = [None, "Bearer x", basic("alice", "x" * 73)]
+    for bad in refused:
+        assert auth.cached(bad) is False
+    # The cache holds salted digests: no password, and nothing another process
+    # (with its own salt) would compute.
+    cached = list(auth._passed)
+    assert len(cached) == 1 and b"wonderland" not in cached[0]
+    other = load_web_config_from(users)
+    assert other.auth._key("alice", b"wonderland") != cached[0]
+
+
+def load_web_config_from(cfg: WebConfig) -> WebConfig:
+    return WebConfig(users=dict(cfg.users))
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ('"a\\0b.crt"', "a file name cannot hold a NUL character"),
+        ("~no-such-user-here/x.crt", "cannot expand '~no-such-user-here/x.crt'"),
+    ],
+    ids=["NUL", "unknown user"],
+)
+def test_file_names_that_cannot_be_opened_are_refused(
+    pki: Pki, tmp_path: Path, name: str, problem: str
+) -> None:
+    err = refusal(write(tmp_path, _tls_with(pki, cert_file=name)))
+    assert str(err).startswith(f"{tmp_path / 'web.yml'}:2:14: tls_server_config.cert_file: ")
+    assert problem in str(err)
+
+
+@pytest.mark.parametrize(
+    ("key", "extra"),
+    [("cert_file", {}), ("client_ca_file", {"client_auth_type": "RequireAndVerifyClientCert"})],
+)
+def test_a_pem_file_that_is_not_ascii_is_refused(
+    pki: Pki, tmp_path: Path, key: str, extra: dict[str, str]
+) -> None:
+    """Fuzz finding F3: non-ASCII bytes gave a TypeError from ssl."""
+    latin1 = tmp_path / "latin1.pem"
+    latin1.write_bytes(b"\xff\xfe\x00-----BEGIN\n" + pki.server_pem)
+    err = refusal(write(tmp_path, _tls_with(pki, **extra, **{key: str(latin1)})))
+    assert f"tls_server_config.{key}: no PEM certificate in '{latin1}'" in str(err)

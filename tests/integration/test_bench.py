@@ -1,4 +1,5 @@
-"""Smoke tests of ``bench/scrape.py``: a short run against Debian's node_exporter.
+"""Smoke tests of ``bench/scrape.py`` (a short run against Debian's node_exporter)
+and ``bench/auth.py`` (a short run with and without a password-guessing flood).
 
 The figures of 200 scrapes on a shared machine mean little; what is checked is that
 the benchmark runs end to end, stops what it starts, and reports every figure it
@@ -77,3 +78,38 @@ def test_missing_node_exporter_says_how_to_install(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "install Debian's prometheus-node-exporter, or run `make bench`" in proc.stderr
+
+
+@pytest.mark.timeout(150)
+def test_auth_bench_reports_both_sides(tmp_path: Path) -> None:
+    """``python -m bench.auth``, short: correct scrapes with and without 60 clients
+    guessing passwords. The 2x acceptance ratio is the full run's (docs/performance.md);
+    here a loose bound keeps the regression it guards against (seconds per scrape
+    while bcrypt was queued in front of valid checks) out."""
+    out = tmp_path / "auth.json"
+    short = ("--scrapes", "200", "--rounds", "2", "--json", str(out))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.auth", *short],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "attack/none" in proc.stdout and "acceptance" in proc.stdout
+
+    r = json.loads(out.read_text())
+    for side in ("no_attack", "attack"):
+        s = r[side]
+        assert s["scrapes"] == 200
+        assert 0 < s["p50_seconds"] <= s["p99_seconds"] <= s["max_seconds"]
+    assert r["ratio"]["p99"] == pytest.approx(
+        r["attack"]["p99_seconds"] / r["no_attack"]["p99_seconds"]
+    )
+    assert r["settings"]["attackers"] == 60 and r["settings"]["bcrypt_cost"] == 10
+    guesses = r["guesses"]
+    assert set(guesses["statuses"]) == {"401"} and guesses["statuses"]["401"] > 60
+    assert r["attack"]["p99_seconds"] < 0.5
+    # A credential first seen during the attack waits its turn for bcrypt (behind
+    # one guess of the attacking address), and gets in.
+    assert r["new_credential"]["status"] == 200
