@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from accel_common.yamlread import count_text
 from autoscaler.ruleset.loader import RuleSetError
+from autoscaler.simulate.limits import LIMIT_FLAGS, WORK_LIMITS, WorkLimits
 from autoscaler.simulate.plots import write_plots
 from autoscaler.simulate.results import ProgressBar, summary, table
 from autoscaler.simulate.run import IntervalError, simulate
@@ -41,16 +43,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "skip = run the rules only",
     )
     p.add_argument("--no-plots", action="store_true", help="write summary.json only")
+    what = {
+        "devices": "devices the pools may reach (max x devicesPerNode, in all)",
+        "evaluations": "evaluations (duration / interval)",
+        "jobs": "jobs expected (arrivalsPerHour x duration)",
+        "faults": "random faults expected (rates x devices x duration)",
+    }
+    for limit, flag in LIMIT_FLAGS.items():
+        p.add_argument(
+            flag,
+            dest=f"max_{limit}",
+            type=_positive,
+            default=getattr(WORK_LIMITS, limit),
+            metavar="N",
+            help=f"the most {what[limit]} a scenario may ask for (default %(default)s)",
+        )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def main(args: argparse.Namespace, stderr: TextIO = sys.stderr) -> int:
     try:
-        scenario = load_scenario(args.scenario, tuple(SCHEDULERS))
+        limits = WorkLimits(**{k: getattr(args, f"max_{k}") for k in LIMIT_FLAGS})
+        scenario = load_scenario(args.scenario, tuple(SCHEDULERS), limits)
     except ScenarioError as e:
         print(str(e), file=stderr)
+        n = len(e.problems)
         print(
-            f"accel-autoscaler: error: the scenario did not load ({len(e.problems)} "
-            "problems above)",
+            f"accel-autoscaler: error: the scenario did not load ({n} "
+            f"{'problem' if n == 1 else 'problems'} above)",
             file=stderr,
         )
         return 2
@@ -71,7 +100,8 @@ def main(args: argparse.Namespace, stderr: TextIO = sys.stderr) -> int:
     except RuleSetError as e:
         print(str(e), file=stderr)
         print(
-            f"accel-autoscaler: error: the rules did not load ({len(e.problems)} problems above)",
+            f"accel-autoscaler: error: the rules did not load "
+            f"({count_text(len(e.problems), 'problem')} above)",
             file=stderr,
         )
         return 2

@@ -46,6 +46,10 @@ reference peak x devices), as the scorer reads it on a real cluster.
 Like the rule loader, the reader never stops at the first mistake: every problem
 is reported at once as ``file:line:col: message`` (``ScenarioError``), with what
 was expected.
+
+Before anything is built, the work a scenario asks for (devices, evaluations, jobs,
+faults) is held against ``WorkLimits`` (``limits.py``), and a scenario over one is
+refused where it asks for it.
 """
 
 from __future__ import annotations
@@ -65,6 +69,21 @@ from autoscaler.placement.catalogue import (
     DEFAULT_PRECISION,
     PRECISIONS,
     default_catalogue,
+)
+from autoscaler.simulate.limits import (
+    MAX_DEVICES_PER_NODE,
+    MAX_ECC_BURST,
+    MAX_INT32,
+    MAX_NAMESPACES,
+    MAX_SAMPLES,
+    WORK_LIMITS,
+    Ask,
+    Work,
+    WorkLimits,
+    bounded,
+    check_faults,
+    check_work,
+    refuse,
 )
 
 API_VERSION = "accel-fleet/v1"
@@ -210,7 +229,17 @@ Conv = Callable[[Node, str], "T | None"]
 class _Reader(Reader):
     """The shared reader, plus the scenario's habit of falling back to a default:
     a missing or invalid value (already reported) reads as the default, so the
-    walk goes on and every problem is found."""
+    walk goes on and every problem is found; and the work limits it checks."""
+
+    def __init__(self, file: str, work: WorkLimits) -> None:
+        super().__init__(file)
+        self.work = work
+
+    def over(self, node: Node, what: str, amount: float, limit: str, fix: str) -> bool:
+        return refuse(self, self.work, Ask(node, what, amount, limit, fix))
+
+    def bounded(self, node: Node, what: str, low: int, high: int) -> int | None:
+        return bounded(self, node, what, low, high)
 
     def fields(
         self, node: Node, what: str, keys: Sequence[str] | None, required: Sequence[str] = ()
@@ -279,15 +308,20 @@ _FAULTS = (
 )
 
 
-def load_scenario(path: str | Path, schedulers: tuple[str, ...] | None = None) -> Scenario:
+def load_scenario(
+    path: str | Path,
+    schedulers: tuple[str, ...] | None = None,
+    limits: WorkLimits = WORK_LIMITS,
+) -> Scenario:
     """Reads and validates a scenario; raises ``ScenarioError`` naming every problem.
-    ``schedulers``: the names a scenario may choose (default: ``SCHEDULERS``)."""
+    ``schedulers``: the names a scenario may choose (default: ``SCHEDULERS``);
+    ``limits``: the work it may ask for."""
     if schedulers is None:
         from autoscaler.simulate.schedulers import SCHEDULERS
 
         schedulers = tuple(SCHEDULERS)
     file = str(path)
-    r = _Reader(file)
+    r = _Reader(file, limits)
     root = r.load(empty=f"empty file: expected apiVersion: {API_VERSION}, kind: {KIND} and a spec")
     if root is None:
         raise ScenarioError(r.problems)
@@ -312,7 +346,7 @@ def _spec(r: _Reader, node: Node, name: str, schedulers: tuple[str, ...]) -> Sce
         return None
     duration = r.get(m, "duration", r.period, 86400.0)
     interval = r.get(m, "evaluationInterval", r.period, 15.0)
-    seed = r.get(m, "seed", r.integer, 1)
+    seed = r.get(m, "seed", lambda n, w: r.bounded(n, w, 0, 2**64 - 1), 1)
     scrape = r.get(m, "scrapeInterval", r.period, interval)
     if scrape > interval or (interval / scrape) % 1 > 1e-9:
         r.problem(
@@ -320,14 +354,24 @@ def _spec(r: _Reader, node: Node, name: str, schedulers: tuple[str, ...]) -> Sce
             f"scrapeInterval ({scrape:g}s) must divide evaluationInterval ({interval:g}s)",
         )
     scheduler = r.get(m, "scheduler", lambda n, w: r.choice(n, w, schedulers), "first-fit")
-    samples = r.get(m, "samples", lambda n, w: r.integer(n, w, 10), 400)
+    samples = r.get(m, "samples", lambda n, w: r.bounded(n, w, 10, MAX_SAMPLES), 400)
     pools = _pools(r, m["pools"]) if "pools" in m else ()
     workload = _workload(r, m["workload"], pools) if "workload" in m else None
-    initial = {p.name: tuple(node_name(p.name, i) for i in range(p.initial)) for p in pools}
+    # The work is checked before the initial nodes are named: a pool of a hundred
+    # million nodes must be refused, not listed.
+    devices = [max(p.initial, p.max) * p.devices_per_node for p in pools]
+    arrivals = workload.arrivals_per_hour if workload is not None else 0.0
+    work = Work(duration, scrape, scrape == interval, devices, arrivals)
+    small = check_work(r, r.work, m, node, work)
+    initial = None
+    if small:
+        initial = {p.name: tuple(node_name(p.name, i) for i in range(p.initial)) for p in pools}
     faults = _faults(r, m["faults"], pools, initial) if "faults" in m else FaultSpec()
-    if workload is None:
+    if small and faults.rates:
+        check_faults(r, r.work, m["faults"], work, sum(rate for _, rate in faults.rates))
+    if workload is None or initial is None:
         return None
-    _check_models(r, m["pools"], pools, workload.precision)
+    _check_models(r, m.get("pools", node), pools, workload.precision)
     if pools and workload is not None:
         for p in pools:
             too_big = [s for s, _ in workload.sizes if s > p.devices_per_node]
@@ -364,12 +408,14 @@ def _pools(r: _Reader, node: Node) -> tuple[PoolSpec, ...]:
         if m is None:
             continue
         name = r.get(m, "name", r.string, "")
-        if name in seen:
-            r.problem(m["name"], f"pool {name!r} is defined twice")
+        if name and name in seen:
+            r.problem(m.get("name", item), f"pool {name!r} is defined twice")
         seen.add(name)
         vendor = r.get(m, "vendor", lambda n, w: r.choice(n, w, VENDORS), "nvidia")
         model = r.get(m, "model", r.string, DEFAULT_MODEL[vendor])
-        per_node = r.get(m, "devicesPerNode", lambda n, w: r.integer(n, w, 1), 8)
+        per_node = r.get(
+            m, "devicesPerNode", lambda n, w: r.bounded(n, w, 1, MAX_DEVICES_PER_NODE), 8
+        )
         initial = r.get(m, "initial", r.integer, 0)
         low = r.get(m, "min", r.integer, 0)
         high = r.get(m, "max", lambda n, w: r.integer(n, w, 1), max(initial, 1))
@@ -383,10 +429,15 @@ def _pools(r: _Reader, node: Node) -> tuple[PoolSpec, ...]:
             )
         if topology != "pcie" and topology != DEFAULT_TOPOLOGY.get(vendor, topology):
             r.problem(
-                m["topology"],
+                m.get("topology", item),
                 f"{vendor} devices have no {topology} links (use "
                 f"{DEFAULT_TOPOLOGY[vendor]} or pcie)",
             )
+        nodes = max(initial, high)
+        # The value that asks for the most nodes (a key may be missing: already said).
+        at = m.get("initial" if initial > high else "max") or m.get("initial") or item
+        what = f"pool {name!r} ({nodes:,} nodes x {per_node} devices)"
+        r.over(at, what, nodes * per_node, "devices", "lower its initial and max")
         out.append(PoolSpec(name, vendor, model, per_node, initial, low, high, provision, topology))
     return tuple(out)
 
@@ -423,6 +474,8 @@ def _workload(r: _Reader, node: Node, specs: tuple[PoolSpec, ...]) -> WorkloadSp
     if "pools" in m:
         pm = r.fields(m["pools"], "workload pools (pool: weight)", None)
         for k, v in m["pools"].value if pm is not None else []:
+            if not isinstance(k, ScalarNode):
+                continue  # reported by fields(): keys must be strings
             if k.value not in pools:
                 r.problem(
                     k, f"no pool named {k.value!r}{did_you_mean(str(k.value), sorted(pools))}"
@@ -441,7 +494,7 @@ def _workload(r: _Reader, node: Node, specs: tuple[PoolSpec, ...]) -> WorkloadSp
                 r.get(wm, "period", r.period, 86400.0),
                 r.get(wm, "amplitude", lambda n, w: r.number(n, w, 0.0, 1.0), 0.5),
             )
-    pdb = r.get(m, "pdbMaxUnavailable", lambda n, w: r.integer(n, w, 1), None)
+    pdb = r.get(m, "pdbMaxUnavailable", lambda n, w: r.bounded(n, w, 1, MAX_INT32), None)
     listed: tuple[str, ...]
     eligible, listed = "pool", ()
     if "eligiblePools" in m:
@@ -460,9 +513,9 @@ def _workload(r: _Reader, node: Node, specs: tuple[PoolSpec, ...]) -> WorkloadSp
         stall_probability=r.get(m, "stallProbability", lambda n, w: r.number(n, w, 0.0, 1.0), 0.0),
         utilization=util,
         pools=tuple(weights),
-        namespaces=r.get(m, "namespaces", lambda n, w: r.integer(n, w, 1), 3),
+        namespaces=r.get(m, "namespaces", lambda n, w: r.bounded(n, w, 1, MAX_NAMESPACES), 3),
         pdb_max_unavailable=pdb,
-        backoff_limit=r.get(m, "backoffLimit", r.integer, 6),
+        backoff_limit=r.get(m, "backoffLimit", lambda n, w: r.bounded(n, w, 0, MAX_INT32), 6),
         swing=swing,
         eligible=eligible,
         eligible_pools=listed,
@@ -568,8 +621,13 @@ def _duration_spec(r: _Reader, node: Node) -> DurationSpec | None:
 
 
 def _faults(
-    r: _Reader, node: Node, pools: tuple[PoolSpec, ...], initial: dict[str, tuple[str, ...]]
+    r: _Reader,
+    node: Node,
+    pools: tuple[PoolSpec, ...],
+    initial: dict[str, tuple[str, ...]] | None,
 ) -> FaultSpec:
+    """The faults; ``initial`` None (a fleet over the limits, not named) leaves the
+    events' nodes unchecked."""
     m = r.fields(node, "faults", _FAULTS)
     if m is None:
         return FaultSpec()
@@ -580,7 +638,7 @@ def _faults(
             value = r.number(v, f"the rate of {key}", 0.0, 1.0)
             if value is not None:
                 rates.append((key, value))
-    nodes = {n: p for p in pools for n in initial.get(p.name, ())}
+    nodes = None if initial is None else {n: p for p in pools for n in initial.get(p.name, ())}
     events: list[FaultEvent] = []
     if "events" in m:
         ev = m["events"]
@@ -597,11 +655,11 @@ def _faults(
         device_lost_recovery=r.get(m, "deviceLostRecovery", r.period, 1800.0),
         node_down_recovery=r.get(m, "nodeDownRecovery", r.period, 3600.0),
         reset_time=r.get(m, "resetTime", r.duration, 300.0),
-        ecc_burst=r.get(m, "eccBurst", lambda n, w: r.integer(n, w, 1), 3),
+        ecc_burst=r.get(m, "eccBurst", lambda n, w: r.bounded(n, w, 1, MAX_ECC_BURST), 3),
     )
 
 
-def _event(r: _Reader, item: Node, nodes: dict[str, PoolSpec]) -> FaultEvent | None:
+def _event(r: _Reader, item: Node, nodes: dict[str, PoolSpec] | None) -> FaultEvent | None:
     m = r.fields(
         item, "a fault event", ("at", "kind", "node", "device"), required=("at", "kind", "node")
     )
@@ -610,6 +668,8 @@ def _event(r: _Reader, item: Node, nodes: dict[str, PoolSpec]) -> FaultEvent | N
     at = r.get(m, "at", r.duration, None)
     kind = r.get(m, "kind", lambda n, w: r.choice(n, w, FAULT_KINDS), None)
     node = r.get(m, "node", r.string, None)
+    if nodes is None:
+        return None
     pool = nodes.get(node) if node is not None else None
     if node is not None and pool is None:
         r.problem(

@@ -42,6 +42,12 @@ class BackendOptions:
     sim_partitions: bool = False
     # How many simulated pods hold the sim devices (accel_device_pod_info); 0: none.
     sim_pods: int = 0
+    # The host the simulated devices are in: their UUIDs derive from it, so that two
+    # simulated nodes differ. The CLI sets this machine's name; "" leaves it out.
+    sim_host: str = ""
+    # The oneapi backend publishes GPUs and accelerators; the CPU that an OpenCL
+    # runtime also lists (and the cpu backend exports) only when asked.
+    oneapi_include_cpu: bool = False
 
 
 class Backend(abc.ABC):

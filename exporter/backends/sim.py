@@ -25,6 +25,15 @@ call that never returns. Faults are scripted in YAML (``--sim-script``)::
         set: {utilization: 0.99, temperature: 92}   # hold a value from now on
 
 Every problem in a script is reported at once, each as ``file:line:col: message``.
+A script is input: each field is read from its own node with its type and range
+(a list where a device name goes, a 5,000-digit ECC count, a ``!!python`` tag, an
+alias that would expand to millions of nodes are each one problem at its place),
+and ``--sim-devices`` is bounded (``MAX_SIM_DEVICES_PER_VENDOR``, ``MAX_SIM_DEVICES``).
+
+Identity: every model starts with ``Simulated`` (a dashboard or a person can tell a
+simulated device from the hardware it imitates), and UUIDs derive from the host
+name (``BackendOptions.sim_host``, which the CLI sets), the seed and the index, so
+two simulated nodes with the same seed never share a UUID.
 
 Topology: each vendor's devices form simulated nodes of ``group`` devices. NVIDIA
 devices of a node are all NVLink peers (an NVSwitch board), AMD devices all xGMI
@@ -55,15 +64,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from yaml.nodes import MappingNode, Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from accel_common import names
 from accel_common.suggest import did_you_mean
-from accel_common.yamlread import ProblemsError, Reader
+from accel_common.yamlread import ProblemsError, Reader, kind
 from exporter.backends.base import Backend, BackendOptions
 from exporter.model import DeviceInfo, DeviceLostError, FaultEvent, Link, PodAssignment, Reading
 
 GIB = 1024**3
+# The first word of every simulated device's ``model``: a dashboard, a rule or a
+# person can tell a simulated device from the hardware it imitates at a glance.
+SIMULATED = "Simulated"
 
 
 @dataclass(frozen=True)
@@ -155,24 +167,56 @@ class SimEvent:
     set: dict[str, float] = field(default_factory=dict)
 
 
-SETTABLE = ("utilization", "memory_used_ratio", "memory_bandwidth", "temperature", "power")
+# What ``set`` may hold, and the range of each: ratios are 0-1, and a temperature or
+# a power outside what any device reports is a typo, not a scenario.
+SETTABLE: dict[str, tuple[float, float]] = {
+    "utilization": (0.0, 1.0),
+    "memory_used_ratio": (0.0, 1.0),
+    "memory_bandwidth": (0.0, 1.0),
+    "temperature": (-40.0, 150.0),
+    "power": (0.0, 10_000.0),
+}
 EVENT_KEYS = ("at", "device", "fault", "lost", "recover", "hang", "ecc", "set")
+ECC_TYPES = ("corrected", "uncorrected")
+# How many devices ``--sim-devices`` may ask for: per vendor, and in one exporter.
+MAX_SIM_DEVICES_PER_VENDOR = 1024
+MAX_SIM_DEVICES = 2048
+# The largest ECC count one event may add: a counter that a rule reads with
+# increase() stays exact in a float64 far beyond it.
+MAX_ECC_COUNT = 1_000_000_000
+# A fault code becomes the ``code`` label value; real ones are a few characters.
+MAX_FAULT_CODE = 64
 
 
 def parse_sim_devices(text: str) -> tuple[tuple[str, int], ...]:
-    """``nvidia:8,amd:4`` → (("nvidia", 8), ("amd", 4)); raises ValueError."""
+    """``nvidia:8,amd:4`` → (("nvidia", 8), ("amd", 4)); raises ValueError. Counts are
+    bounded (``MAX_SIM_DEVICES_PER_VENDOR``, ``MAX_SIM_DEVICES``): every device costs
+    memory and work on every poll, and a typo such as ``nvidia:99999999999999``
+    would otherwise build devices until the process is out of memory."""
     out: list[tuple[str, int]] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         vendor, sep, count = part.partition(":")
         if vendor not in MODELS:
             raise ValueError(f"unknown sim vendor {vendor!r} in {part!r} (use {', '.join(MODELS)})")
-        if not sep or not count.isdigit() or int(count) < 1:
+        if not sep or not count.isascii() or not count.isdigit() or int(count[:12]) < 1:
             raise ValueError(f"bad device count in {part!r} (use VENDOR:COUNT, e.g. nvidia:8)")
+        # Compared as text first: int() of thousands of digits is itself refused.
+        if len(count) > 6 or int(count) > MAX_SIM_DEVICES_PER_VENDOR:
+            raise ValueError(
+                f"too many devices in {part!r}: at most {MAX_SIM_DEVICES_PER_VENDOR} "
+                "simulated devices per vendor"
+            )
         if any(v == vendor for v, _ in out):
             raise ValueError(f"vendor {vendor!r} is named twice")
         out.append((vendor, int(count)))
     if not out:
         raise ValueError("no devices given (use e.g. nvidia:8,amd:4)")
+    total = sum(n for _, n in out)
+    if total > MAX_SIM_DEVICES:
+        raise ValueError(
+            f"too many devices in {text.strip()!r}: {total} in all, at most "
+            f"{MAX_SIM_DEVICES} simulated devices in one exporter"
+        )
     return tuple(out)
 
 
@@ -195,54 +239,98 @@ def load_script(path: Path, devices: set[str]) -> list[SimEvent]:
 
 
 def _event(r: Reader, node: Node, devices: set[str]) -> SimEvent | None:
+    """One event. Each field is read from its node with its own type and range, never
+    by constructing the whole event: a value of the wrong shape (a list where a
+    device name goes, an alias that expands to millions of nodes) is one problem at
+    its position, not a Python object to look at."""
     m = r.mapping(node, "an event", EVENT_KEYS, required=("at", "device"))
     if m is None:
         return None
     ev = SimEvent(at=-1.0, device="")
     for key, (_, v) in m.items():
-        if key == "hang" and (r.value(v) is True or r.value(v) == "forever"):
-            ev.hang = math.inf
-        elif key in ("at", "hang"):
-            seconds = r.duration(v, key)
-            if seconds is not None and key == "at":
-                ev.at = seconds
-            elif seconds is not None:
-                ev.hang = seconds
+        if key not in ("ecc", "set") and not _scalar(r, v, key):
+            continue
+        if key == "at":
+            ev.at = -1.0 if (at := r.duration(v, key)) is None else at
+        elif key == "hang":
+            _hang(r, v, ev)
         elif key == "device":
-            ev.device = r.text(v)
-            if ev.device not in devices:
-                hint = did_you_mean(ev.device, sorted(devices))
-                r.problem(v, f"no simulated device {ev.device!r}{hint}")
+            name = r.written(v, "device (a simulated device name, e.g. nvidia0)")
+            if name is not None and name not in devices:
+                hint = did_you_mean(name, sorted(devices))
+                r.problem(v, f"no simulated device {name!r}{hint}")
+            ev.device = name or ""
         elif key == "fault":
-            ev.fault = r.text(v)
+            code = r.written(v, "fault (a vendor fault code, e.g. 79 or ras_uncorrectable)")
+            if code is not None and len(code) > MAX_FAULT_CODE:
+                r.problem(v, f"fault must be a fault code of at most {MAX_FAULT_CODE} characters")
+            elif code is not None:
+                ev.fault = code
         elif key in ("lost", "recover"):
             setattr(ev, key, bool(r.boolean(v, key)))
         elif key == "ecc":
-            value = r.value(v)
-            if not isinstance(value, dict) or not value.keys() <= {"corrected", "uncorrected"}:
-                r.problem(v, "ecc is a mapping of corrected/uncorrected to counts")
-            elif not all(isinstance(n, int) and n >= 0 for n in value.values()):
-                r.problem(v, "ecc counts must be whole numbers >= 0")
-            else:
-                ev.ecc = {str(t): float(n) for t, n in value.items()}
+            _ecc(r, v, ev)
         elif key == "set":
             _settings(r, v, ev)
     return ev
 
 
+def _scalar(r: Reader, node: Node, what: str) -> bool:
+    """Whether a value is one scalar, as every field of an event is; a list or a
+    mapping is reported here and never constructed (an alias may make it huge)."""
+    if isinstance(node, ScalarNode):
+        return True
+    r.problem(node, f"{what} must be a single value, got {kind(node)}")
+    return False
+
+
+def _hang(r: Reader, node: Node, ev: SimEvent) -> None:
+    """``hang: forever`` (or ``true``), or how long, as a duration."""
+    if isinstance(node, ScalarNode) and node.value in ("forever", "true", "True", "TRUE"):
+        ok, value = r.construct(node)
+        if ok and (value is True or value == "forever"):
+            ev.hang = math.inf
+            return
+    seconds = r.duration(node, "hang (forever, or a duration such as 20s)")
+    if seconds is not None:
+        ev.hang = seconds
+
+
+def _ecc(r: Reader, node: Node, ev: SimEvent) -> None:
+    """``ecc: {corrected: N, uncorrected: N}``: errors the device counts at once."""
+    m = r.mapping(node, "ecc (a mapping of corrected/uncorrected to counts)", ECC_TYPES)
+    for key, (_, v) in (m or {}).items():
+        if not _scalar(r, v, f"ecc.{key}"):
+            continue
+        digits = str(v.value).lstrip("+-").replace("_", "")
+        if digits.isdigit() and len(digits) > len(str(MAX_ECC_COUNT)):
+            # Refused as text: thousands of digits are costly (or refused) as an int.
+            r.problem(v, f"ecc.{key} must be at most {MAX_ECC_COUNT}, got {len(digits)} digits")
+            continue
+        count = r.integer(v, f"ecc.{key}", 0)
+        if count is not None and count > MAX_ECC_COUNT:
+            r.problem(v, f"ecc.{key} must be at most {MAX_ECC_COUNT}, got {count}")
+        elif count is not None:
+            ev.ecc[key] = float(count)
+
+
 def _settings(r: Reader, node: Node, ev: SimEvent) -> None:
     """``set: {utilization: 0.9}``: values the device holds from the event on."""
-    value = r.value(node)
-    if not isinstance(value, dict):
-        r.problem(node, "set is a mapping, e.g. {utilization: 0.9}")
-        return
-    for name, num in value.items():
+    m = r.mapping(node, "set (a mapping, e.g. {utilization: 0.9})", None)
+    for name, (_, v) in (m or {}).items():
         if name not in SETTABLE:
-            r.problem(node, f"cannot set {name!r} (settable: {', '.join(SETTABLE)})")
-        elif not isinstance(num, int | float) or isinstance(num, bool):
-            r.problem(node, f"set.{name} must be a number")
-        else:
-            ev.set[str(name)] = float(num)
+            r.problem(
+                node,
+                f"cannot set {name!r}{did_you_mean(name, tuple(SETTABLE))} "
+                f"(settable: {', '.join(SETTABLE)})",
+            )
+            continue
+        if not _scalar(r, v, f"set.{name}"):
+            continue
+        low, high = SETTABLE[name]
+        value = r.number(v, f"set.{name}", low, high)
+        if value is not None:
+            ev.set[name] = value
 
 
 def _noise(seed: int, device: str, t: int, what: str) -> float:
@@ -294,7 +382,7 @@ class SimBackend(Backend):
                     device=name,
                     vendor=vendor,
                     uuid=self._uuid(vendor, i),
-                    model=spec.model,
+                    model=f"{SIMULATED} {spec.model}",
                     pci_bus_id=f"{slot // 256:04x}:{slot % 256:02x}:00.0",
                     driver_version=spec.driver,
                     numa_node=str(0 if i % spec.group < spec.group // 2 else 1),
@@ -343,7 +431,16 @@ class SimBackend(Backend):
             )
 
     def _uuid(self, vendor: str, i: int) -> str:
-        h = hashlib.sha256(f"{self.options.sim_seed}/{vendor}/{i}".encode()).hexdigest()
+        """The same for a host, seed, vendor and index; another host's differ, so
+        that two simulated nodes never share a device (the CLI names this host).
+        Without a host (tests' goldens) it is the seed, vendor and index alone."""
+        host = self.options.sim_host
+        key = (
+            f"{host}/{self.options.sim_seed}/{vendor}/{i}"
+            if host
+            else f"{self.options.sim_seed}/{vendor}/{i}"
+        )
+        h = hashlib.sha256(key.encode()).hexdigest()
         if vendor == "nvidia":
             return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
         if vendor == "amd":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -350,7 +351,11 @@ async def test_pod_labels_on_device_gauges(
 
 
 def test_cli_flags_reach_the_backend_and_the_renderer(kubelet: FakeKubelet) -> None:
-    sim = sim_backend("nvidia:1")
+    # The CLI's simulated UUIDs derive from this machine's host name.
+    options = BackendOptions(
+        sim_devices=parse_sim_devices("nvidia:1"), sim_host=socket.gethostname()
+    )
+    sim = SimBackend(options)
     kubelet.add_pod("ml", "train", GPU, sim.discover()[0].uuid)
     proc = subprocess.run(
         [

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
+import resource
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +18,8 @@ import pytest
 from exporter.backends.base import BackendOptions
 from exporter.backends.sim import SimBackend, SimScriptError, load_script, parse_sim_devices
 from exporter.poller import Poller
-from tests.support.exposition import CORE_METRICS, names, stable, value
+from tests.support.exposition import CORE_METRICS, names, parse, stable, value
+from tests.support.paths import REPO
 
 FIXED = 1_700_000_000.0
 
@@ -47,6 +54,10 @@ async def text_of(poller: Poller) -> str:
         ("nvdia:2", "unknown sim vendor 'nvdia'"),
         ("nvidia:2,nvidia:3", "named twice"),
         ("", "no devices given"),
+        ("nvidia:1025", "at most 1024 simulated devices per vendor"),
+        ("nvidia:99999999999999", "at most 1024 simulated devices per vendor"),
+        ("nvidia:" + "9" * 5000, "at most 1024 simulated devices per vendor"),
+        ("nvidia:1024,amd:1024,oneapi:1", "2049 in all, at most 2048"),
     ],
 )
 def test_bad_device_specs_say_what_is_wrong(spec: str, message: str) -> None:
@@ -214,3 +225,135 @@ def test_sim_exports_every_device_metric_it_claims() -> None:
         "accel_remapped_rows",
     }
     assert expected <= names(text)
+
+
+# -- hostile input: a clear message and exit 2, within 10 s and 1 GiB ------------------
+
+GIB = 1024**3
+
+# Nine aliases of nine: 9**8 (43 million) strings if anything expanded it.
+ALIAS_BOMB = "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9 if prev else ['lol'] * 9)}]\n"
+    for prev, name in zip(["", *"abcdefg"], "abcdefgh", strict=True)
+)
+
+HOSTILE_SCRIPTS = {
+    "not-utf8": b'events:\n  - {at: 1s, device: nvidia0, fault: "\xff\xfe"}\n',
+    "list-as-device": b"events:\n  - {at: 1s, device: [nvidia0, nvidia1]}\n",
+    "ecc-5000-digits": (
+        "events:\n  - {at: 1s, device: nvidia0, ecc: {uncorrected: " + "9" * 5000 + "}}\n"
+    ).encode(),
+    "python-tag": b"events:\n  - {at: 1s, device: !!python/object/apply:os.getpid []}\n",
+    "alias-bomb": (
+        ALIAS_BOMB + "events:\n  - {at: 1s, device: nvidia0, set: {power: *h}}\n"
+    ).encode(),
+}
+
+
+def _limited() -> None:
+    """The child's address space is capped at 1 GiB: an input that would take more
+    fails the test instead of the machine."""
+    resource.setrlimit(resource.RLIMIT_AS, (GIB, GIB))
+
+
+def run_exporter(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "--backends", "sim", "--once", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=_limited,
+    )
+    return proc, time.monotonic() - start
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_SCRIPTS))
+def test_hostile_scripts_are_refused_with_a_position(tmp_path: Path, case: str) -> None:
+    script = tmp_path / f"{case}.yaml"
+    script.write_bytes(HOSTILE_SCRIPTS[case])
+    proc, took = run_exporter("--sim-devices", "nvidia:2", "--sim-script", str(script))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert re.search(rf"{re.escape(str(script))}:\d+:\d+: ", proc.stderr), proc.stderr
+    assert took < 10.0
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("list-as-device", "2:22: device must be a single value, got a list"),
+        ("ecc-5000-digits", "ecc.uncorrected must be at most 1000000000, got 5000 digits"),
+        ("python-tag", "2:22: "),
+    ],
+)
+def test_hostile_script_fields_say_what_is_wrong(tmp_path: Path, case: str, message: str) -> None:
+    script = tmp_path / f"{case}.yaml"
+    script.write_bytes(HOSTILE_SCRIPTS[case])
+    with pytest.raises(SimScriptError) as err:
+        load_script(script, {"nvidia0", "nvidia1"})
+    assert message in str(err.value)
+    assert all(line.startswith(f"{script}:") for line in str(err.value).splitlines())
+
+
+def test_script_values_are_range_checked(tmp_path: Path) -> None:
+    script = tmp_path / "ranges.yaml"
+    script.write_text(
+        "events:\n"
+        "  - {at: 1s, device: nvidia0, set: {utilization: 7, temperature: 1e9}}\n"
+        "  - {at: 1s, device: nvidia0, ecc: {uncorrected: 2000000000, corrected: -1}}\n"
+        "  - {at: 1s, device: nvidia0, fault: " + "x" * 65 + "}\n"
+        "  - {at: 1s, device: nvidia0, hang: [forever]}\n"
+    )
+    with pytest.raises(SimScriptError) as err:
+        load_script(script, {"nvidia0"})
+    text = str(err.value)
+    assert "set.utilization must be a number from 0 to 1, got 7" in text
+    assert "set.temperature must be a number from -40 to 150" in text
+    assert "ecc.uncorrected must be at most 1000000000, got 2000000000" in text
+    assert "ecc.corrected must be a whole number >= 0, got -1" in text
+    assert "fault must be a fault code of at most 64 characters" in text
+    assert f"{script}:5:37: hang must be a single value, got a list" in text
+
+
+def test_huge_device_count_is_refused_at_once() -> None:
+    proc, took = run_exporter("--sim-devices", "nvidia:99999999999999")
+    assert proc.returncode == 2
+    assert "at most 1024 simulated devices per vendor" in proc.stderr
+    assert took < 10.0
+
+
+# -- simulated identities ---------------------------------------------------------------
+
+
+def test_uuids_differ_across_hosts_and_stay_put_on_one() -> None:
+    """Two simulated nodes with the same seed (the default 0) have different UUIDs,
+    so a dashboard keyed by uuid never mixes them; one host keeps its own."""
+
+    def uuids(host: str) -> list[str]:
+        opts = BackendOptions(
+            sim_devices=parse_sim_devices("nvidia:4,amd:2,oneapi:2"),
+            sim_host=host,
+            sim_partitions=True,
+        )
+        return [d.uuid for d in SimBackend(opts, clock=Clock()).discover()]
+
+    a, b = uuids("node-a"), uuids("node-b")
+    assert len(set(a)) == len(a)
+    assert not set(a) & set(b)
+    assert uuids("node-a") == a
+
+
+def test_simulated_devices_say_so() -> None:
+    backend = sim("nvidia:1,amd:1,oneapi:1")
+    assert all(d.model.startswith("Simulated ") for d in backend.discover())
+
+
+def test_the_cli_derives_uuids_from_this_host() -> None:
+    proc, _ = run_exporter("--sim-devices", "nvidia:1")
+    assert proc.returncode == 0, proc.stderr
+    [info] = [labels for name, labels, _ in parse(proc.stdout) if name == "accel_device_info"]
+    here = BackendOptions(sim_devices=(("nvidia", 1),), sim_host=socket.gethostname())
+    assert info["uuid"] == SimBackend(here, clock=Clock()).discover()[0].uuid
+    assert info["model"] == "Simulated NVIDIA H100 80GB HBM3"

@@ -67,17 +67,15 @@ spec:
 """
 
 
+def cli_args(*argv: str) -> argparse.Namespace:
+    """``accel-autoscaler simulate``'s arguments, through its own parser."""
+    parser = argparse.ArgumentParser()
+    simulate_command.add_arguments(parser)
+    return parser.parse_args([*argv, *(f"--rules={r}" for r in RULES)])
+
+
 def _run_cli(scenario: Path, out: Path, *extra: str) -> dict[str, Any]:
-    args = argparse.Namespace(
-        scenario=str(scenario),
-        rules=RULES,
-        out=str(out),
-        seed=None,
-        baseline="none",
-        no_plots=False,
-    )
-    for flag in extra:
-        setattr(args, flag, True)
+    args = cli_args(str(scenario), "--out", str(out), *[f"--{f.replace('_', '-')}" for f in extra])
     assert simulate_command.main(args) == 0
     doc: dict[str, Any] = json.loads((out / "summary.json").read_text())
     return doc
@@ -229,14 +227,7 @@ spec:
 def test_intervals_longer_than_a_rule_window_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "slow.yaml"
     path.write_text(SMALL.read_text().replace("evaluationInterval: 30s", "evaluationInterval: 10m"))
-    args = argparse.Namespace(
-        scenario=str(path),
-        rules=RULES,
-        out=str(tmp_path),
-        seed=None,
-        baseline="none",
-        no_plots=True,
-    )
+    args = cli_args(str(path), "--out", str(tmp_path), "--no-plots")
     err = io.StringIO()
     assert simulate_command.main(args, stderr=err) == 2
     assert "evaluationInterval 600s is longer than the 300s window of rule" in err.getvalue()
