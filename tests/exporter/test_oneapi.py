@@ -191,7 +191,7 @@ import dpctl, dpctl.utils
 from exporter.backends.base import BackendOptions
 from exporter.backends.oneapi import OneapiBackend
 
-backend = OneapiBackend(BackendOptions())
+backend = OneapiBackend(BackendOptions(oneapi_include_cpu=True))
 devices = backend.discover()
 readings = {d.device: dataclasses.asdict(backend.read(d)) for d in devices}
 attrs = ("name", "vendor", "driver_version", "global_mem_size", "device_type", "backend",
@@ -258,7 +258,15 @@ def test_real_dpctl_discovers_this_machines_cpu() -> None:
 
 def test_exporter_once_exports_this_machines_cpu(promtool_check: Callable[[str], None]) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "--backends", "oneapi", "--once"],
+        [
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "--backends",
+            "oneapi",
+            "--oneapi.include-cpu",
+            "--once",
+        ],
         cwd=REPO,
         env=_real_env(),
         capture_output=True,
@@ -295,7 +303,10 @@ async def test_sysfs_cards_power_energy_frequency(
 ) -> None:
     clock = FakeClock()
     backend = OneapiBackend(
-        BackendOptions(sysfs=tree), dpctl=sysfs_node(), level_zero=FakeLevelZero(), clock=clock
+        BackendOptions(oneapi_include_cpu=True, sysfs=tree),
+        dpctl=sysfs_node(),
+        level_zero=FakeLevelZero(),
+        clock=clock,
     )
     poller = poller_for(backend)
     first = await poll(poller)
@@ -357,7 +368,9 @@ async def test_sysfs_cards_power_energy_frequency(
 
 def test_sysfs_fields_found_or_explained(tree: Path) -> None:
     backend = OneapiBackend(
-        BackendOptions(sysfs=tree), dpctl=sysfs_node(), level_zero=FakeLevelZero()
+        BackendOptions(oneapi_include_cpu=True, sysfs=tree),
+        dpctl=sysfs_node(),
+        level_zero=FakeLevelZero(),
     )
     devices = [d.device for d in backend.discover()]
     assert_every_field_found_or_explained(backend, devices)
@@ -367,7 +380,9 @@ def test_sysfs_fields_found_or_explained(tree: Path) -> None:
 
 async def test_card_gone_from_sysfs_is_lost(tree: Path, poller_for: Callable[..., Poller]) -> None:
     backend = OneapiBackend(
-        BackendOptions(sysfs=tree), dpctl=sysfs_node(), level_zero=FakeLevelZero()
+        BackendOptions(oneapi_include_cpu=True, sysfs=tree),
+        dpctl=sysfs_node(),
+        level_zero=FakeLevelZero(),
     )
     poller = poller_for(backend)
     await poll(poller)
@@ -396,7 +411,9 @@ def test_card_without_uevent_slot_uses_the_device_link(tmp_path: Path) -> None:
     (tmp_path / "sys/class/drm/card0").symlink_to("../../devices/pci0000:00/0000:00:02.0/drm/card0")
     dpctl = FakeDpctl([SyclDevice(FLEX, backend="level_zero", kind="gpu", device_id=0x56C0)])
     backend = OneapiBackend(
-        BackendOptions(sysfs=tmp_path / "sys"), dpctl=dpctl, level_zero=FakeLevelZero()
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path / "sys"),
+        dpctl=dpctl,
+        level_zero=FakeLevelZero(),
     )
     [device] = backend.discover()
     assert device.pci_bus_id == "0000:00:02.0"
@@ -414,7 +431,11 @@ async def test_level_zero_node(
     promtool_check: Callable[[str], None],
 ) -> None:
     ze, _, _ = gpus
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=level_zero_node(), level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path),
+        dpctl=level_zero_node(),
+        level_zero=ze,
+    )
     poller = poller_for(backend)
     first = await poll(poller)
     for rate in (
@@ -491,7 +512,11 @@ def test_level_zero_fields_found_or_explained(
     tmp_path: Path, gpus: tuple[FakeLevelZero, lz.FakeDevice, lz.FakeDevice]
 ) -> None:
     ze, _, _ = gpus
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=level_zero_node(), level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path),
+        dpctl=level_zero_node(),
+        level_zero=ze,
+    )
     devices = [d.device for d in backend.discover()]
     assert_every_field_found_or_explained(backend, devices)
     assert backend.missing["oneapi0"]["utilization"] == FIRST_SAMPLE
@@ -507,7 +532,11 @@ async def test_ras_errors_are_ecc_and_fault_events(
     poller_for: Callable[..., Poller],
 ) -> None:
     ze, big, flex = gpus
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=level_zero_node(), level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path),
+        dpctl=level_zero_node(),
+        level_zero=ze,
+    )
     poller = poller_for(backend)
     await poll(poller)
     correctable, uncorrectable = big.ras
@@ -579,7 +608,9 @@ async def test_unsupported_is_absent_and_not_asked_again(
     big.errors["zesFrequencyGetState"] = lz.ERROR_INSUFFICIENT_PERMISSIONS
     ze = FakeLevelZero([big])
     dpctl = FakeDpctl([SyclDevice(MAX, backend="level_zero", kind="gpu", device_id=0x0BD5)])
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=dpctl, level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path), dpctl=dpctl, level_zero=ze
+    )
     poller = poller_for(backend)
     with caplog.at_level(logging.DEBUG, "accel_exporter.oneapi"):
         for _ in range(3):
@@ -622,7 +653,9 @@ def test_transient_error_costs_one_poll_and_is_said_once(
             )
         ]
     )
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=dpctl, level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path), dpctl=dpctl, level_zero=ze
+    )
     [device] = backend.discover()
     flex.errors["zesMemoryGetState"] = lz.ERROR_UNKNOWN
     with caplog.at_level(logging.WARNING, "accel_exporter.oneapi"):
@@ -644,7 +677,11 @@ async def test_device_lost_is_down_alone_and_counted_once(
     poller_for: Callable[..., Poller],
 ) -> None:
     ze, big, flex = gpus
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=level_zero_node(), level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path),
+        dpctl=level_zero_node(),
+        level_zero=ze,
+    )
     poller = poller_for(backend)
     before = await poll(poller)
     uuid1 = info_of(before)["oneapi1"]["uuid"]
@@ -682,7 +719,11 @@ async def test_device_requiring_reset_is_down_with_a_fatal_fault(
     poller_for: Callable[..., Poller],
 ) -> None:
     ze, _, flex = gpus
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=level_zero_node(), level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path),
+        dpctl=level_zero_node(),
+        level_zero=ze,
+    )
     poller = poller_for(backend)
     await poll(poller)
     flex.needs_reset = True
@@ -701,7 +742,9 @@ async def test_sysfs_fills_what_sysman_cannot(
     flex = flex_170(pci_bus=0x4D)  # the fixture's card2
     flex.unsupported |= {"zesPowerGetEnergyCounter", "zesFrequencyGetState"}
     ze = FakeLevelZero([flex])
-    backend = OneapiBackend(BackendOptions(sysfs=tree), dpctl=sysfs_node(), level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tree), dpctl=sysfs_node(), level_zero=ze
+    )
     poller = poller_for(backend)
     text = await poll(poller)
     assert backend.sources["oneapi0"] == "Level Zero Sysman + i915 sysfs"
@@ -720,7 +763,9 @@ def test_old_driver_without_ext_properties_uses_the_core_uuid(tmp_path: Path) ->
     flex.ext_properties = False
     dpctl = FakeDpctl([SyclDevice(FLEX, backend="level_zero", kind="gpu", device_id=0x56C0)])
     backend = OneapiBackend(
-        BackendOptions(sysfs=tmp_path), dpctl=dpctl, level_zero=FakeLevelZero([flex])
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path),
+        dpctl=dpctl,
+        level_zero=FakeLevelZero([flex]),
     )
     [device] = backend.discover()
     assert device.uuid == "8680c056-0000-0000-0000-00000000004d"
@@ -828,11 +873,44 @@ def test_no_intel_device_is_backend_unavailable(tmp_path: Path) -> None:
         [SyclDevice("NVIDIA H100", backend="opencl", kind="gpu", vendor="NVIDIA Corporation")],
         broken_backends=["level_zero"],
     )
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=nvidia_only)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path), dpctl=nvidia_only
+    )
     with pytest.raises(BackendUnavailableError, match="no Intel SYCL device") as e:
         backend.discover()
     assert "NVIDIA H100 (opencl, vendor 'NVIDIA Corporation'): not an Intel runtime" in str(e.value)
     assert "OCL_ICD_FILENAMES" in str(e.value)
+
+
+def test_the_cpu_is_published_only_when_asked(tmp_path: Path) -> None:
+    """By default the oneapi backend publishes GPUs and accelerators: the CPU an OpenCL
+    runtime lists is the cpu backend's, and would otherwise be listed twice."""
+    arc = SyclDevice(B580, backend="opencl", kind="gpu", device_id=0xE20B)
+    found = OneapiBackend(
+        BackendOptions(sysfs=tmp_path), dpctl=FakeDpctl([cpu(), arc]), level_zero=FakeLevelZero()
+    ).discover()
+    assert [(d.device, d.profile) for d in found] == [("oneapi0", "gpu")]
+    alone = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=FakeDpctl([cpu()]))
+    with pytest.raises(BackendUnavailableError, match="no Intel SYCL device") as e:
+        alone.discover()
+    assert "a CPU, which the cpu backend exports (--oneapi.include-cpu" in str(e.value)
+
+
+def test_exporter_leaves_this_machines_cpu_to_the_cpu_backend() -> None:
+    """The real dpctl sees only this machine's CPU: without --oneapi.include-cpu the
+    oneapi backend publishes nothing and says why, and the CPU is cpu0 alone."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "--backends", "oneapi,cpu", "--once"],
+        cwd=REPO,
+        env=_real_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert value(proc.stdout, "accel_exporter_backend_up", backend="oneapi") == 0
+    assert set(info_of(proc.stdout)) == {"cpu0"}
+    assert "--oneapi.include-cpu" in proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -853,7 +931,7 @@ def test_dpctl_missing_crashing_or_hung(
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the child imports this dpctl
     monkeypatch.setattr(sycl, "DISCOVERY_TIMEOUT_SECONDS", 1.0)
     with pytest.raises(BackendUnavailableError, match=reason):
-        OneapiBackend(BackendOptions(sysfs=tmp_path)).discover()
+        OneapiBackend(BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path)).discover()
 
 
 def test_real_discovery_keeps_sycl_out_of_the_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -861,7 +939,7 @@ def test_real_discovery_keeps_sycl_out_of_the_exporter(monkeypatch: pytest.Monke
     OpenCL runtimes (about 130 MiB) never load into the exporter."""
     for key, val in _real_env().items():
         monkeypatch.setenv(key, val)
-    backend = OneapiBackend(BackendOptions(), level_zero=FakeLevelZero())
+    backend = OneapiBackend(BackendOptions(oneapi_include_cpu=True), level_zero=FakeLevelZero())
     [device] = [d for d in backend.discover() if d.profile == "cpu"]
     assert device.vendor == "oneapi" and device.model
     assert "dpctl" not in sys.modules
@@ -870,7 +948,9 @@ def test_real_discovery_keeps_sycl_out_of_the_exporter(monkeypatch: pytest.Monke
 def test_real_loader_absent_here(tmp_path: Path) -> None:
     if ctypes.util.find_library("ze_loader") is not None:
         pytest.skip("a Level Zero loader is installed on this machine")
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=FakeDpctl([cpu()]))
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path), dpctl=FakeDpctl([cpu()])
+    )
     backend.discover()
     assert backend.level_zero_reason.startswith("the Level Zero loader is not installed")
     reading = backend.read(DeviceInfo("oneapi0", "oneapi", ""))
@@ -886,7 +966,9 @@ def test_ids_order_and_synthetic_uuids(tmp_path: Path) -> None:
 
     def discover() -> list[DeviceInfo]:
         return OneapiBackend(
-            BackendOptions(sysfs=tmp_path), dpctl=dpctl, level_zero=FakeLevelZero()
+            BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path),
+            dpctl=dpctl,
+            level_zero=FakeLevelZero(),
         ).discover()
 
     first, again = discover(), discover()
@@ -904,7 +986,11 @@ def test_discover_again_starts_clean(
     tmp_path: Path, gpus: tuple[FakeLevelZero, lz.FakeDevice, lz.FakeDevice]
 ) -> None:
     ze, _, _ = gpus
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=level_zero_node(), level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path),
+        dpctl=level_zero_node(),
+        level_zero=ze,
+    )
     assert len(backend.discover()) == 3
     ze.advance(1.0)
     assert len(backend.discover()) == 3
@@ -942,7 +1028,9 @@ def test_sparse_and_odd_devices(tmp_path: Path, caplog: pytest.LogCaptureFixture
             SyclDevice(MAX, backend="level_zero", kind="gpu", device_id=0x0BD5),
         ]
     )
-    backend = OneapiBackend(BackendOptions(sysfs=tmp_path), dpctl=dpctl, level_zero=ze)
+    backend = OneapiBackend(
+        BackendOptions(oneapi_include_cpu=True, sysfs=tmp_path), dpctl=dpctl, level_zero=ze
+    )
     with caplog.at_level(logging.INFO, "accel_exporter.oneapi"):
         devices = backend.discover()
     assert [d.model for d in devices] == ["Intel(R) Arc(TM) A770 Graphics", MAX]
@@ -995,7 +1083,7 @@ def test_power_limit_disabled_and_sysfs_energy_going_back(tree: Path) -> None:
     flex.unsupported.add("zesPowerGetEnergyCounter")
     clock = FakeClock()
     backend = OneapiBackend(
-        BackendOptions(sysfs=tree),
+        BackendOptions(oneapi_include_cpu=True, sysfs=tree),
         dpctl=sysfs_node(),
         level_zero=FakeLevelZero([flex]),
         clock=clock,

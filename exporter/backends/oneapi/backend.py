@@ -14,6 +14,11 @@ Why it is built this way:
   AMD CPU here), so exporting it would call an AMD CPU Intel. The device ids are
   ``oneapi0``, ``oneapi1``..., GPUs and accelerators first, then CPUs; within a kind,
   in PCI address order where it is known, else in dpctl's order.
+* **GPUs and accelerators only, by default**: an OpenCL CPU runtime lists the host's
+  CPU as a SYCL device too, and the ``cpu`` backend already exports it, so by default
+  it would be listed twice (``cpu0`` and ``oneapi0``). It is published only with
+  ``BackendOptions.oneapi_include_cpu`` (``--oneapi.include-cpu``), which the tests
+  use: on a machine without an Intel GPU it is the one real SYCL device there is.
 * **Identity**: ``model`` is dpctl's device name; ``profile`` is the SYCL device type
   (``gpu``, ``cpu``, ``accelerator``), so a dashboard can leave out CPUs that the
   ``cpu`` backend already exports; ``driver_version`` is dpctl's; ``pci_bus_id`` and
@@ -115,6 +120,14 @@ class OneapiBackend(Backend):
     def discover(self) -> list[DeviceInfo]:
         self.close()
         sycl, skipped = list_devices(self._given_dpctl)
+        if not self.options.oneapi_include_cpu:
+            skipped += [
+                f"{s.name} ({s.backend}): a CPU, which the cpu backend exports "
+                "(--oneapi.include-cpu publishes it here too)"
+                for s in sycl
+                if s.device_type == "cpu"
+            ]
+            sycl = [s for s in sycl if s.device_type != "cpu"]
         if not sycl:
             why = f" (skipped: {'; '.join(skipped)})" if skipped else ""
             raise BackendUnavailableError(

@@ -22,10 +22,10 @@ Why it is built this way:
   ``composite_device`` is kept instead, so a card is one device, as the kubelet
   assigns it.
 * **Which devices**: those an Intel runtime drives (the SYCL device's vendor string
-  names Intel). That includes this machine's AMD EPYC seen through Intel's OpenCL CPU
-  runtime, and excludes NVIDIA and AMD GPUs that their own OpenCL ICDs list (the
-  ``nvidia`` and ``amd`` backends own those) and emulated devices (the FPGA emulator),
-  which are not hardware.
+  names Intel). That includes this machine's AMD EPYC seen through Intel's OpenCL
+  CPU runtime (which the backend publishes only when asked), and excludes NVIDIA and
+  AMD GPUs that their own OpenCL ICDs list (the ``nvidia`` and ``amd`` backends own
+  those) and emulated devices (the FPGA emulator), which are not hardware.
 """
 
 from __future__ import annotations
