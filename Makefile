@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # wheel's own .icd file points at a placeholder path, so name the library directly.
 export OCL_ICD_FILENAMES := $(abspath $(VENV))/lib/libintelocl.so
 
-.PHONY: setup test test-fast lint typecheck pytest demo bench peers clean proto docs
+.PHONY: setup test test-fast lint typecheck pytest demo bench peers clean proto docs fuzz
 
 setup: $(STAMP)
 
@@ -22,7 +22,9 @@ $(STAMP): pyproject.toml
 # Debian's Prometheus, promtool, Alertmanager and node_exporter are the real peers
 # the tests and benchmarks run against.
 peers:
-	@command -v promtool >/dev/null && command -v prometheus-node-exporter >/dev/null || { \
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && \
+	  command -v prometheus-alertmanager >/dev/null && \
+	  command -v prometheus-node-exporter >/dev/null || { \
 	  echo "installing Debian's prometheus, prometheus-alertmanager, prometheus-node-exporter"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null; }
@@ -46,19 +48,36 @@ test-fast: setup peers
 
 test: setup peers lint typecheck pytest docs
 
+# The fuzz suite (tests/fuzz/) for longer than `make test` runs it: hypothesis's
+# "long" profile (FUZZ_SCALE times the cases per target, a new random seed each run,
+# failures shrunk) and atheris for FUZZ_SECONDS per byte-level parser. The number
+# of cases per target is printed at the end (and written as JSON to FUZZ_COUNTS, a
+# path, when given).
+FUZZ_SCALE   ?= 10
+FUZZ_SECONDS ?= 300
+FUZZ_COUNTS  ?=
+fuzz: setup
+	ACCEL_FUZZ_PROFILE=long ACCEL_FUZZ_SCALE=$(FUZZ_SCALE) \
+	  ACCEL_FUZZ_ATHERIS_SECONDS=$(FUZZ_SECONDS) ACCEL_FUZZ_COUNTS=$(FUZZ_COUNTS) \
+	  $(VENV)/bin/pytest -p no:cacheprovider tests/fuzz $(PYTEST_ARGS)
+
 # The documentation site (mkdocs.yml, docs/): --strict turns every warning, a dead
 # link or anchor among them, into a failure. Built into site/ (ignored by git).
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
 
 # The fleet simulator on the small scenario (rules against the baseline, a table
-# and plots in demo-out/), then the exporter on this host with a simulated node.
+# and plots in demo-out/), then the exporter on this host with a simulated node, in
+# the foreground until Ctrl-C. Its port (DEMO_ADDRESS, default 127.0.0.1:9835) is
+# checked first, so a busy port fails at once, not after the simulation.
 demo: setup
+	$(PY) -m exporter.demo --check
 	$(VENV)/bin/accel-autoscaler simulate scenarios/small.yaml --out demo-out
 	$(PY) -m exporter.demo
 
 bench: setup peers
 	$(PY) bench/scrape.py
+	$(PY) -m bench.auth
 
 # The kubelet PodResources stubs are committed; this regenerates them (with .pyi for
 # mypy --strict) after a change to the proto or to grpcio-tools.
