@@ -129,6 +129,30 @@ def read_bytes(path: Path | str, limit: int = BLOB_LIMIT) -> bytes:
     return b"".join(chunks)
 
 
+class NotUTF8(ValueError):
+    """Bytes that are not UTF-8: where the first bad byte is (1-based line, and
+    1-based column counted in characters), and its value, for the caller's message
+    (``file:line:col: byte 0x.. is not UTF-8``)."""
+
+    def __init__(self, line: int, column: int, byte: int) -> None:
+        super().__init__(f"{line}:{column}: byte 0x{byte:02x} is not UTF-8")
+        self.line = line
+        self.column = column
+        self.byte = byte
+
+
+def decode_utf8(data: bytes) -> str:
+    """``data`` as strict UTF-8, or NotUTF8 saying where the first bad byte is. The
+    one place that works out that position, for every reader of text that must be
+    UTF-8 (YAML files, expositions, OpenMetrics files)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        start = data.rfind(b"\n", 0, e.start) + 1
+        column = len(data[start : e.start].decode("utf-8", errors="replace")) + 1
+        raise NotUTF8(data.count(b"\n", 0, e.start) + 1, column, data[e.start]) from None
+
+
 def read_text(path: Path | str, limit: int = TEXT_LIMIT) -> str:
     """A regular file as strict UTF-8 text, at most ``limit`` bytes; ``FieldError``
     as ``read_bytes``, and when the bytes are not UTF-8."""

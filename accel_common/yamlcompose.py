@@ -53,6 +53,8 @@ from yaml.events import (
 from yaml.nodes import CollectionNode, MappingNode, Node, ScalarNode, SequenceNode
 from yaml.reader import ReaderError
 
+from accel_common.readfile import NotUTF8, decode_utf8
+
 # libyaml where it is installed; the pure-Python parser otherwise. Both give the
 # same events and resolve tags the same way (``SafeLoader``'s resolver).
 _LIBYAML: bool = bool(getattr(yaml, "__with_libyaml__", False))
@@ -83,17 +85,12 @@ class Located:
 def decode(data: bytes) -> str | Located:
     """UTF-8 text, or where its first byte that is not UTF-8 is."""
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        before = data[: e.start]
-        line = before.count(b"\n")
-        start = before.rfind(b"\n") + 1
-        col = len(before[start:].decode("utf-8", errors="replace"))
+        return decode_utf8(data)
+    except NotUTF8 as e:
         return Located(
-            f"not UTF-8 text: byte 0x{data[e.start]:02x} cannot be decoded "
-            "(save the file as UTF-8)",
-            line,
-            col,
+            f"not UTF-8 text: byte 0x{e.byte:02x} cannot be decoded (save the file as UTF-8)",
+            e.line - 1,
+            e.column - 1,
         )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from accel_common.durations import parse_duration
 from accel_common.secrets import SecretError, read_basic_auth, read_token
+from autoscaler.commands.limitflags import count
 from autoscaler.kube.client import ClientKube, KubeConfigError
 from autoscaler.kube.protocol import Kube
 from autoscaler.sources.build import SourceOptions
@@ -49,16 +50,6 @@ def byte_size(text: str) -> int:
 
 # argparse names the type in its messages ("invalid size value").
 byte_size.__name__ = "size"
-
-
-def count(text: str) -> int:
-    """A positive whole number (a limit)."""
-    if not text.isascii() or not text.strip().isdigit() or len(text.strip()) > 15:
-        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
-    return value
 
 
 def existing_file(text: str) -> Path:

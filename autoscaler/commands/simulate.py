@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from accel_common.yamlread import count_text
+from autoscaler.commands.limitflags import add_limit_arguments
 from autoscaler.ruleset.loader import RuleSetError
 from autoscaler.simulate.limits import LIMIT_FLAGS, WORK_LIMITS, WorkLimits
 from autoscaler.simulate.plots import write_plots
@@ -44,30 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-plots", action="store_true", help="write summary.json only")
     what = {
-        "devices": "devices the pools may reach (max x devicesPerNode, in all)",
-        "evaluations": "evaluations (duration / interval)",
-        "jobs": "jobs expected (arrivalsPerHour x duration)",
-        "faults": "random faults expected (rates x devices x duration)",
+        "devices": "devices a scenario's pools may reach (max x devicesPerNode, in all)",
+        "evaluations": "evaluations a scenario may ask for (duration / interval)",
+        "jobs": "jobs a scenario may expect (arrivalsPerHour x duration)",
+        "faults": "random faults a scenario may expect (rates x devices x duration)",
     }
-    for limit, flag in LIMIT_FLAGS.items():
-        p.add_argument(
-            flag,
-            dest=f"max_{limit}",
-            type=_positive,
-            default=getattr(WORK_LIMITS, limit),
-            metavar="N",
-            help=f"the most {what[limit]} a scenario may ask for (default %(default)s)",
-        )
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+    add_limit_arguments(p, LIMIT_FLAGS, WORK_LIMITS, what)
 
 
 def main(args: argparse.Namespace, stderr: TextIO = sys.stderr) -> int:

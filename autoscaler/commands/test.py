@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from autoscaler.commands.limitflags import add_limit_arguments
 from autoscaler.engine.ruletest import main as run_tests
 from autoscaler.ruleset.testfile import LIMIT_FLAGS, TEST_LIMITS, TestLimits
 
@@ -23,25 +24,7 @@ _WHAT = {
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("paths", nargs="+", metavar="FILE", help="test files or directories")
-    for limit, flag in LIMIT_FLAGS.items():
-        t.add_argument(
-            flag,
-            dest=f"max_{limit}",
-            type=_positive,
-            default=getattr(TEST_LIMITS, limit),
-            metavar="N",
-            help=f"the most {_WHAT[limit]} (default %(default)s)",
-        )
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+    add_limit_arguments(t, LIMIT_FLAGS, TEST_LIMITS, _WHAT)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from accel_common.readfile import NotUTF8, decode_utf8
 from autoscaler.promql.store import SeriesStore
 from autoscaler.promql.textformat import (
     LineError,
@@ -65,12 +66,10 @@ def decode(data: bytes, source: str = "<input>") -> str:
     """``data`` as strict UTF-8; OpenMetricsError with the line and column of the
     first byte that is not."""
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        return decode_utf8(data)
+    except NotUTF8 as e:
         raise OpenMetricsError(
-            f"{source}:{line}:{column}: byte 0x{data[e.start]:02x} is not UTF-8 "
+            f"{source}:{e.line}:{e.column}: byte 0x{e.byte:02x} is not UTF-8 "
             "(OpenMetrics is UTF-8 text)"
         ) from None
 

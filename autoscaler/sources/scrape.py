@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from accel_common.readfile import NotUTF8, decode_utf8
 from accel_common.secrets import redact
 from autoscaler.promql.store import SeriesStore
 from autoscaler.sources.base import BodyError, bounded_session, read_body
@@ -92,12 +93,10 @@ def decode_body(body: bytes) -> str:
     """The body as strict UTF-8 (the text format's encoding); ScrapeError naming the
     line and column of the first byte that is not."""
     try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = body.count(b"\n", 0, e.start) + 1
-        column = e.start - (body.rfind(b"\n", 0, e.start) + 1) + 1
+        return decode_utf8(body)
+    except NotUTF8 as e:
         raise ScrapeError(
-            f"line {line}:{column}: byte 0x{body[e.start]:02x} is not UTF-8 "
+            f"line {e.line}:{e.column}: byte 0x{e.byte:02x} is not UTF-8 "
             "(the exposition format is UTF-8 text)"
         ) from None
 
