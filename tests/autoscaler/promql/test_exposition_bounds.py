@@ -26,6 +26,7 @@ from autoscaler.promql.textformat import (
     parse_value,
     split_series,
 )
+from autoscaler.types import Vector
 
 
 @pytest.mark.parametrize(
@@ -149,6 +150,7 @@ def test_a_scrape_from_the_future_cannot_trim_other_targets_history() -> None:
         store.ingest_text("b 1 9000000000000\n", 1600.0, {"node": "n2"}, target="n2")
     store.ingest_text("a 1\n", 1600.0, {"node": "n1"}, target="n1")
     got = Evaluator(store).instant("count_over_time(a[5m])", 1600.0)
+    assert isinstance(got, Vector)
     assert [s.value for s in got.samples] == [21.0]  # 1300 s to 1600 s, both ends
     # A timestamp a little ahead (a clock a minute fast) is still taken.
     store.ingest_text("b 1 1660000\n", 1600.0, {"node": "n2"}, target="n2")
