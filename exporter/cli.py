@@ -297,8 +297,9 @@ async def _serve(poller: Poller, args: argparse.Namespace, web_config: WebConfig
             ",".join(args.backends),
             args.poll_interval,
         )
-        # The first poll runs in the background too: the server answers at once, with
-        # the backends' metrics from the moment each first poll completes.
+        # The first poll runs in the background too: /healthz answers at once, and a
+        # scrape that comes before the first poll has ended waits for it (at most
+        # the poll timeout), so that no scrape sees an exporter with no devices.
         poll_task = asyncio.create_task(poller.start())
         await listener.wait()
         log.info("shutting down")

@@ -134,6 +134,9 @@ class Poller:
         self._down: dict[str, _Down] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._publish_lock = asyncio.Lock()
+        # Set once the first poll of every backend has ended (each within its
+        # timeout): until then the snapshot holds no device, and a scrape waits.
+        self.first_poll = asyncio.Event()
         self.snapshot = Snapshot(b"", gzip.compress(b""), 0.0)
         self.render()
 
@@ -330,7 +333,22 @@ class Poller:
     async def poll_once(self) -> Snapshot:
         """Polls every backend once, concurrently, each within its timeout."""
         await asyncio.gather(*(self.poll_backend(s) for s in self._states))
-        return await self.publish()
+        snapshot = await self.publish()
+        self.first_poll.set()
+        return snapshot
+
+    async def first_snapshot(self) -> Snapshot:
+        """The snapshot, once the first poll has ended: a scrape that arrives while
+        the exporter is starting gets every backend's first answer rather than an
+        empty page. Bounded by the poll timeout (every backend's first poll ends
+        within it, answered or marked down), with a second's margin."""
+        if not self.first_poll.is_set():
+            try:
+                async with asyncio.timeout(self.timeout + 1.0):
+                    await self.first_poll.wait()
+            except TimeoutError:
+                pass
+        return self.snapshot
 
     async def _loop(self, st: _BackendState) -> None:
         loop = asyncio.get_running_loop()

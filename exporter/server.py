@@ -482,7 +482,7 @@ class ExporterServer(web.Server):
         return await self.auth_pool.check(authorization, request.remote or "")
 
     async def _metrics(self, request: web.BaseRequest) -> web.StreamResponse:
-        snap = self._poller.snapshot
+        snap = await self._poller.first_snapshot()
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             return web.Response(
                 body=snap.gzipped,

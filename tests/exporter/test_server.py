@@ -114,6 +114,18 @@ def test_lost_device_and_hung_backend_do_not_stall_scrapes(tmp_path: Path) -> No
     assert p99 < 0.050, f"p99 scrape latency {p99 * 1000:.1f} ms"
 
 
+def test_a_scrape_during_the_first_poll_waits_for_it(tmp_path: Path) -> None:
+    # The first poll is slow (a driver call that takes 2 s); /healthz answers at
+    # once, and a scrape sent at once gets the devices, not an empty page.
+    script = tmp_path / "slow.yaml"
+    script.write_text("events:\n  - {at: 0s, device: nvidia0, hang: 2s}\n")
+    args = ["--backends", "sim", *SIM, "--sim-script", str(script), "--poll-timeout", "5s"]
+    with exporter(args) as url:
+        text = http_get(url + "/metrics").decode()
+    assert value(text, "accel_device_info", device="nvidia0") == 1
+    assert value(text, "accel_up", device="nvidia0") == 1
+
+
 def test_tls_and_basic_auth_from_web_config(tmp_path: Path, pki: Pki) -> None:
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     cfg = tmp_path / "web.yml"
