@@ -35,11 +35,11 @@ from autoscaler.placement.extender import make_app as extender_app
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.server import make_app as controller_app
 from autoscaler.sources.alertmanager import MAX_BODY, AlertReceiver, PayloadError
-from autoscaler.types import QueryResult, Unknown
 from tests.autoscaler.placement.test_extender import cache_with, fleet, k8s_pod
 from tests.autoscaler.placement.test_placement import nvlink_node
 from tests.fuzz.harness import SECONDS, budget, check
 from tests.fuzz.strategies import mutated_tree, raw_bytes
+from tests.support.sources import HealthySource
 
 RULES = """\
 apiVersion: accel-fleet/v1
@@ -160,21 +160,6 @@ def test_extender_args(data: bytes) -> None:
 # -- over HTTP -------------------------------------------------------------------------
 
 
-class _NoData:
-    """A source with nothing: the webhook path is what is tested."""
-
-    name = "prometheus"
-
-    async def refresh(self, at: float) -> bool:
-        return True
-
-    async def query(self, expr: str, at: float) -> QueryResult:
-        return Unknown("empty result")
-
-    async def close(self) -> None:
-        pass
-
-
 @dataclass
 class _Apps:
     loop: asyncio.AbstractEventLoop
@@ -199,7 +184,7 @@ def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Apps]:
 
     async def start() -> _Apps:
         c = Controller(
-            RuleWatcher([str(rules)], source="prometheus"), _NoData(), AlertReceiver(limit=50)
+            RuleWatcher([str(rules)], source="prometheus"), HealthySource(), AlertReceiver(limit=50)
         )
         clients = []
         for app in (controller_app(c), extender_app(EXTENDER)):

@@ -26,11 +26,12 @@ from autoscaler.controller import Controller
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.server import make_app, render_metrics
 from autoscaler.sources.alertmanager import INCIDENT_LABEL, AlertReceiver, fingerprint_of
-from autoscaler.types import QueryResult, Unknown, Vector
+from autoscaler.types import Vector
 from tests.support.exposition import value
 from tests.support.fakes.apiserver import running_apiserver
 from tests.support.kubeobjs import node
 from tests.support.procs import alertmanager, autoscaler, free_port, http_get, until
+from tests.support.sources import HealthySource
 
 # Slow (real Alertmanager, a controller process, a TTL to wait out):
 # `make test-fast` leaves it out.
@@ -51,21 +52,6 @@ spec:
       target: node
       action: {type: cordon}
 """
-
-
-class HealthySource:
-    """A source with data and no firing rule: the alert path is what is tested."""
-
-    name = "prometheus"
-
-    async def refresh(self, at: float) -> bool:
-        return True
-
-    async def query(self, expr: str, at: float) -> QueryResult:
-        return Unknown("empty result")
-
-    async def close(self) -> None:
-        pass
 
 
 class Relay:

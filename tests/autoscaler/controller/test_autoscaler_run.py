@@ -20,9 +20,9 @@ from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.server import make_app, render_metrics
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.prometheus import PrometheusConfig, PrometheusSource
-from autoscaler.types import QueryResult, Unknown
 from tests.support.exposition import value
 from tests.support.procs import alertmanager, exporter, free_port, prometheus, until
+from tests.support.sources import HealthySource
 
 # Slow (the controller beside real Prometheus, Alertmanager and exporters):
 # `make test-fast` leaves it out.
@@ -129,21 +129,6 @@ async def test_fatal_fault_through_prometheus_gives_one_decision(tmp_path: Path)
             assert decisions[0].action == "migrate_jobs"
         finally:
             await c.source.close()
-
-
-class HealthySource:
-    """A source with data and no firing rule: the alert path is what is tested."""
-
-    name = "prometheus"
-
-    async def refresh(self, at: float) -> bool:
-        return True
-
-    async def query(self, expr: str, at: float) -> QueryResult:
-        return Unknown("empty result")
-
-    async def close(self) -> None:
-        pass
 
 
 def _am_time(t: float) -> str:

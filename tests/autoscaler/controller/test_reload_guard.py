@@ -30,25 +30,12 @@ from autoscaler.ruleset.model import RuleSet
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.server import make_app, render_metrics
 from autoscaler.sources.alertmanager import AlertReceiver
-from autoscaler.types import QueryResult, Unknown
 from tests.autoscaler.controller.hostile_rules import good
 from tests.support.exposition import value
 from tests.support.procs import free_port
+from tests.support.sources import HealthySource
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class NoSource:
-    name = "prometheus"
-
-    async def refresh(self, at: float) -> bool:
-        return True
-
-    async def query(self, expr: str, at: float) -> QueryResult:
-        return Unknown("empty result")
-
-    async def close(self) -> None:
-        pass
 
 
 def rules_file(tmp: Path, text: str, mtime: float) -> Path:
@@ -62,7 +49,9 @@ def rules_file(tmp: Path, text: str, mtime: float) -> Path:
 
 def controller(tmp: Path) -> Controller:
     path = rules_file(tmp, good(), 1_000_000)
-    return Controller(RuleWatcher([str(path)], source="prometheus"), NoSource(), AlertReceiver())
+    return Controller(
+        RuleWatcher([str(path)], source="prometheus"), HealthySource(), AlertReceiver()
+    )
 
 
 def replace_loader(monkeypatch: pytest.MonkeyPatch, load: Callable[..., RuleSet]) -> None:
@@ -253,7 +242,7 @@ def test_a_reload_wakes_the_loop_out_of_a_long_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = rules_file(tmp_path, good(interval="1h"), 1_000_000)
-    c = Controller(RuleWatcher([str(path)], source="prometheus"), NoSource(), AlertReceiver())
+    c = Controller(RuleWatcher([str(path)], source="prometheus"), HealthySource(), AlertReceiver())
     monkeypatch.setattr("autoscaler.controller.WATCH_PERIOD", 0.1)
 
     async def go() -> None:

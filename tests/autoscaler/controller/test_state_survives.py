@@ -29,11 +29,11 @@ from autoscaler.executor import Executor
 from autoscaler.kube.client import ClientKube
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
-from autoscaler.types import QueryResult, Unknown
 from tests.autoscaler.controller.test_controller_kube import remediation, wait
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.kubeobjs import evictions, node, pdb, pod
 from tests.support.procs import autoscaler, free_port, http_get
+from tests.support.sources import HealthySource
 
 # Slow (controller processes killed and restarted against the fake API server):
 # `make test-fast` leaves it out.
@@ -427,21 +427,6 @@ async def test_an_unreadable_record_is_logged_and_the_node_entries_stand_alone(
 
 
 # -- the controller in process: no evaluation before the rebuild ---------------------
-
-
-class HealthySource:
-    """A source with data and no firing rule: the alert path is what is tested."""
-
-    name = "prometheus"
-
-    async def refresh(self, at: float) -> bool:
-        return True
-
-    async def query(self, expr: str, at: float) -> QueryResult:
-        return Unknown("empty result")
-
-    async def close(self) -> None:
-        pass
 
 
 def in_process(tmp: Path, kube: ClientKube) -> Controller:

@@ -22,8 +22,8 @@ from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.server import make_app
 from autoscaler.sources.alertmanager import MAX_BODY, AlertReceiver
 from tests.autoscaler.controller.hostile_rules import good
-from tests.autoscaler.controller.test_reload_guard import NoSource
 from tests.support.procs import free_port
+from tests.support.sources import HealthySource
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,7 +33,7 @@ async def webhook(tmp_path: Path) -> AsyncIterator[tuple[str, Controller]]:
     rules = tmp_path / "rules.yaml"
     rules.write_text(good())
     c = Controller(
-        RuleWatcher([str(rules)], source="prometheus"), NoSource(), AlertReceiver(limit=2_000)
+        RuleWatcher([str(rules)], source="prometheus"), HealthySource(), AlertReceiver(limit=2_000)
     )
     runner = web.AppRunner(make_app(c))
     await runner.setup()
