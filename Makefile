@@ -79,12 +79,13 @@ bench: setup peers
 	$(PY) bench/scrape.py
 	$(PY) -m bench.auth
 
-# The kubelet PodResources stubs are committed; this regenerates them (with .pyi for
-# mypy --strict) after a change to the proto or to grpcio-tools.
+# The kubelet PodResources and libtpu runtime metrics stubs are committed; this
+# regenerates them (with .pyi for mypy --strict) after a change to a proto or to
+# grpcio-tools.
 proto: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m grpc_tools.protoc -I. \
 	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. \
-	  exporter/kubelet/podresources.proto
+	  exporter/kubelet/podresources.proto exporter/backends/tpu/tpu_metric_service.proto
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

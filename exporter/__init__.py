@@ -1,4 +1,5 @@
-"""accel-exporter: one Prometheus node exporter for NVIDIA, AMD and Intel oneAPI
-accelerators and the CPU, in one vendor-neutral metric vocabulary."""
+"""accel-exporter: one Prometheus node exporter for NVIDIA, AMD, Intel oneAPI and
+Gaudi, Huawei Ascend and Google TPU accelerators and the CPU, in one vendor-neutral
+metric vocabulary."""
 
 __version__ = "0.1.0"

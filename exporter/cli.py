@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="accel-exporter",
         description=(
-            "Prometheus exporter for NVIDIA, AMD and Intel oneAPI accelerators and the CPU, "
+            "Prometheus exporter for NVIDIA, AMD, Intel oneAPI and Gaudi, Huawei Ascend and "
+            "Google TPU accelerators and the CPU, "
             "in one vendor-neutral metric vocabulary. Backends are polled in the "
             "background, each with its own timeout; /metrics serves the last rendering."
         ),
@@ -156,6 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="the oneapi backend also publishes a CPU that an OpenCL runtime lists "
         "(by default only GPUs and accelerators: the cpu backend exports the CPU)",
     )
+    b.add_argument(
+        "--ascend.dcmi-library",
+        dest="ascend_dcmi_library",
+        default="",
+        metavar="PATH",
+        help="the ascend backend's libdcmi.so (default: the loader path, then the NPU "
+        "driver's install directories; npu-smi is used where DCMI cannot be loaded)",
+    )
+    b.add_argument(
+        "--tpu.runtime-address",
+        dest="tpu_runtime_address",
+        default=BackendOptions.tpu_runtime_address,
+        metavar="HOST:PORT",
+        help="libtpu's runtime metrics service, read by the tpu backend; a loopback "
+        "address (default %(default)s)",
+    )
     k = p.add_argument_group("kubernetes")
     k.add_argument(
         "--kubelet.pod-resources-socket",
@@ -177,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim-devices",
         type=_sim_devices,
         metavar="LIST",
-        help="simulated devices as VENDOR:COUNT,..., vendors nvidia, amd, oneapi "
-        "(e.g. nvidia:8,amd:4); implies the sim backend",
+        help="simulated devices as VENDOR:COUNT,..., vendors nvidia, amd, oneapi, gaudi, "
+        "ascend, tpu (e.g. nvidia:8,amd:4 or gaudi:8,ascend:8,tpu:4); implies the sim backend",
     )
     s.add_argument(
         "--sim-script",
@@ -265,6 +282,8 @@ def make_backends(args: argparse.Namespace) -> list[Backend]:
         sim_pods=args.sim_pods,
         sim_host=socket.gethostname(),
         oneapi_include_cpu=args.oneapi_include_cpu,
+        ascend_dcmi_library=args.ascend_dcmi_library,
+        tpu_runtime_address=args.tpu_runtime_address,
     )
     return [backends.create(name, options) for name in args.backends]
 

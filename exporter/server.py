@@ -507,7 +507,8 @@ class ExporterServer(web.Server):
         body = (
             "<!doctype html><html><head><title>accel-exporter</title></head><body>"
             f"<h1>accel-exporter {__version__}</h1>"
-            "<p>Accelerator metrics for NVIDIA, AMD, Intel oneAPI and the CPU.</p>"
+            "<p>Accelerator metrics for NVIDIA, AMD, Intel oneAPI and Gaudi, Huawei Ascend, "
+            "Google TPU and the CPU.</p>"
             f'<p><a href="{path}">{path}</a> · <a href="{HEALTH_PATH}">{HEALTH_PATH}</a></p>'
             f"<h2>Backends</h2><ul>{rows}</ul></body></html>"
         )

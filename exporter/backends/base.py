@@ -48,6 +48,11 @@ class BackendOptions:
     # The oneapi backend publishes GPUs and accelerators; the CPU that an OpenCL
     # runtime also lists (and the cpu backend exports) only when asked.
     oneapi_include_cpu: bool = False
+    # The ascend backend's libdcmi.so; "" searches the loader path and the NPU
+    # driver's install directories.
+    ascend_dcmi_library: str = ""
+    # libtpu's runtime metrics service (host:port, loopback), read by the tpu backend.
+    tpu_runtime_address: str = "localhost:8431"
 
 
 class Backend(abc.ABC):
