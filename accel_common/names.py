@@ -34,6 +34,18 @@ Vendor resource names, and why these forms:
   on the xe driver. Its other resources are not devices: ``millicores``,
   ``memory.max`` and ``tiles`` are shares of one GPU (for GPU Aware Scheduling),
   and ``*_monitoring`` grants read access to all of them.
+- **Intel Gaudi** (``HabanaAI/gaudi-device-plugin``): ``habana.ai/gaudi`` for a
+  whole Gaudi; the plugin advertises nothing else, so the whole ``habana.ai/``
+  domain is devices.
+- **Huawei Ascend** (MindCluster/MindX DL Ascend Device Plugin): a whole training
+  NPU is ``huawei.com/Ascend910`` (910B and 910C too), an inference card
+  ``huawei.com/Ascend310P`` (or ``huawei.com/Ascend310``). With static
+  virtualisation (AVI) the plugin advertises vNPUs of an Ascend 910 as
+  ``huawei.com/Ascend910-<n>c`` (``Ascend910-2c``, ``Ascend910-8c.32g``...): AI-core
+  slices of one NPU, counted as devices the way MIG instances are. HAMi's Ascend
+  plugin names chips ``huawei.com/Ascend910B`` and their memory
+  ``huawei.com/Ascend910B-memory``: the first is a device, the second a share.
+- **Google TPU** (GKE's TPU device plugin): ``google.com/tpu`` counts TPU chips.
 
 Placement and the fleet simulator hand out whole devices (``WHOLE_DEVICE_RESOURCES``,
 ``VENDOR_RESOURCE``); a pod that asks only for MIG instances is left to the
@@ -94,6 +106,18 @@ MODELS_ANNOTATION: Final = f"{PREFIX}models"
 FLOPS_ANNOTATION: Final = f"{PREFIX}flops"
 PRECISION_ANNOTATION: Final = f"{PREFIX}precision"
 DATA_LOCATION_ANNOTATION: Final = f"{PREFIX}data-location"
+# Checkpointing, as a training job declares it (pod annotations; for a gang, every
+# member carries the same values): how often it saves ("30m"), how long one save
+# pauses the devices ("2m"), and when it last saved (RFC 3339, written by the job or
+# its framework). The stall detector waits out a declared pause before it calls an
+# idle gang stalled; rebalance weighs the work since the last save.
+CHECKPOINT_INTERVAL_ANNOTATION: Final = f"{PREFIX}checkpoint-interval"
+CHECKPOINT_PAUSE_ANNOTATION: Final = f"{PREFIX}checkpoint-pause"
+LAST_CHECKPOINT_ANNOTATION: Final = f"{PREFIX}last-checkpoint"
+# Pods with the same value of this label (in one namespace) are one gang: they run
+# together and restart together, for workloads whose owner is none of the gang
+# kinds the actions know (JobSet, PyTorchJob, TrainJob, Volcano Job, MPIJob).
+GANG_LABEL: Final = f"{PREFIX}gang"
 
 # Pod and Job annotations, written by the controller.
 #
@@ -105,6 +129,11 @@ MIGRATED_FROM_ANNOTATION: Final = f"{PREFIX}migrated-from"
 # On a Job: how many times requeue_job restarted it, and when (JSON), so that a job
 # that always times out is not requeued forever.
 REQUEUES_ANNOTATION: Final = f"{PREFIX}requeues"
+# On a gang's owner (JobSet, PyTorchJob, MPIJob, Volcano Job; a label gang's first
+# Job): the restarts the actions made of the whole gang (JSON: count, last, the
+# member uids), written before the restart so that it happens once
+# (autoscaler/actions/gangs.py).
+GANG_RESTARTS_ANNOTATION: Final = f"{PREFIX}gang-restarts"
 
 # Labels.
 #
@@ -123,6 +152,28 @@ FAULTY_TAINT: Final = f"{PREFIX}faulty"
 DEFAULT_TAINT: Final = f"{FAULTY_TAINT}=true:NoSchedule"
 
 # ---------------------------------------------------------------- Cluster API
+
+# The spare nodes scale_node_pool keeps in a pool beyond its demand (an integer),
+# written on the pool's MachineDeployment so that people, and the simulator, can
+# see the buffer and what it costs.
+SPARE_NODES_ANNOTATION: Final = f"{PREFIX}spare-nodes"
+
+# Gang owners' own labels on their pods, as their controllers set them.
+JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_REPLICATED_JOB_LABEL: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_RESTART_ATTEMPT_LABEL: Final = "jobset.sigs.k8s.io/restart-attempt"
+KUBEFLOW_JOB_NAME_LABEL: Final = "training.kubeflow.org/job-name"
+KUBEFLOW_REPLICA_TYPE_LABEL: Final = "training.kubeflow.org/replica-type"
+KUBEFLOW_REPLICA_INDEX_LABEL: Final = "training.kubeflow.org/replica-index"
+VOLCANO_JOB_NAME_LABEL: Final = "volcano.sh/job-name"
+# Gang owners' API groups, as their ownerReferences' apiVersion starts
+# (accel_common/gangs.py recognises a gang by them).
+JOBSET_GROUP: Final = "jobset.x-k8s.io"
+KUBEFLOW_GROUP: Final = "kubeflow.org"
+TRAINER_GROUP: Final = "trainer.kubeflow.org"
+VOLCANO_BATCH_GROUP: Final = "batch.volcano.sh"
+# Volcano's bus group: a Command (action RestartJob) restarts a Volcano Job.
+VOLCANO_BUS_GROUP: Final = "bus.volcano.sh"
 
 # The keys Cluster API's own autoscaler reads, so that a MachineDeployment sized for
 # the cluster-autoscaler needs no second set of bounds for us.
@@ -158,10 +209,21 @@ AMD_DOMAIN: Final = "amd.com/"
 AMD_GPU: Final = f"{AMD_DOMAIN}gpu"
 INTEL_I915: Final = "gpu.intel.com/i915"
 INTEL_XE: Final = "gpu.intel.com/xe"
+GAUDI_DOMAIN: Final = "habana.ai/"
+GAUDI: Final = f"{GAUDI_DOMAIN}gaudi"
+# Every Ascend resource starts with this: chips, vNPUs, and HAMi's memory shares.
+ASCEND_PREFIX: Final = "huawei.com/Ascend"
+ASCEND_910: Final = f"{ASCEND_PREFIX}910"
+ASCEND_310P: Final = f"{ASCEND_PREFIX}310P"
+# HAMi's per-chip memory resource (``huawei.com/Ascend910B-memory``): megabytes of
+# one NPU, not devices.
+ASCEND_MEMORY_SUFFIX: Final = "-memory"
+TPU: Final = "google.com/tpu"
 
-# Where every NVIDIA and AMD device resource lives (whole GPUs, MIG profiles, shared
-# GPUs, AMD partitions), and Intel's two device resources (its others are shares).
-DEVICE_RESOURCE_DOMAINS: Final = (NVIDIA_DOMAIN, AMD_DOMAIN)
+# Where every NVIDIA, AMD and Gaudi device resource lives (whole GPUs, MIG profiles,
+# shared GPUs, AMD partitions, Gaudis), and Intel's two device resources (its others
+# are shares).
+DEVICE_RESOURCE_DOMAINS: Final = (NVIDIA_DOMAIN, AMD_DOMAIN, GAUDI_DOMAIN)
 INTEL_DEVICE_RESOURCES: Final = frozenset({INTEL_I915, INTEL_XE})
 
 # A whole device's resource -> the exporter's ``vendor`` label: what placement
@@ -171,14 +233,21 @@ WHOLE_DEVICE_RESOURCES: Final[Mapping[str, str]] = {
     AMD_GPU: "amd",
     INTEL_I915: "oneapi",
     INTEL_XE: "oneapi",
+    GAUDI: "gaudi",
+    ASCEND_910: "ascend",
+    ASCEND_310P: "ascend",
+    TPU: "tpu",
 }
 # The exporter's ``vendor`` label -> the resource a whole device of it is requested
 # as: what the simulator's pods ask for and its nodes offer. Intel's is i915, the
-# driver of the Data Center GPU Max that the simulator models.
+# driver of the Data Center GPU Max that the simulator models; Ascend's is the 910's.
 VENDOR_RESOURCE: Final[Mapping[str, str]] = {
     "nvidia": NVIDIA_GPU,
     "amd": AMD_GPU,
     "oneapi": INTEL_I915,
+    "gaudi": GAUDI,
+    "ascend": ASCEND_910,
+    "tpu": TPU,
 }
 
 
@@ -191,5 +260,8 @@ def nvidia_mig_resource(profile: str) -> str:
 
 def is_device_resource(name: str) -> bool:
     """Whether an extended resource counts accelerator devices (whole GPUs, MIG
-    instances, partitions), as opposed to shares of one (Intel's ``millicores``)."""
-    return name.startswith(DEVICE_RESOURCE_DOMAINS) or name in INTEL_DEVICE_RESOURCES
+    instances, partitions, Ascend vNPUs, TPU chips), as opposed to shares of one
+    (Intel's ``millicores``, HAMi's ``huawei.com/Ascend910B-memory``)."""
+    if name.startswith(ASCEND_PREFIX):
+        return not name.endswith(ASCEND_MEMORY_SUFFIX)
+    return name.startswith(DEVICE_RESOURCE_DOMAINS) or name in INTEL_DEVICE_RESOURCES or name == TPU

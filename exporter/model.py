@@ -95,8 +95,10 @@ class Reading:
 class Link:
     """A connection between two devices of one host, as the vendor reports it.
 
-    ``link_type`` is one of nvlink, xgmi, xelink, pcie_switch, pcie_hostbridge,
-    pcie_numa, system; ``links`` counts parallel links (NVLink lanes, xGMI links).
+    ``link_type`` is one of nvlink, xgmi, xelink, roce (Gaudi's on-chip RoCE ports),
+    hccs (Ascend's HCCS), ici (TPU inter-chip interconnect), pcie_switch,
+    pcie_hostbridge, pcie_numa, system; ``links`` counts parallel links (NVLink
+    lanes, xGMI links, RoCE ports, ICI ports).
     """
 
     device: str

@@ -1,12 +1,13 @@
 """One vendor-neutral distance between two devices of a host, computed here only.
 
 A scheduler placing a 4-device job wants "how far apart are these two devices" as
-one number whatever the vendor, so NVLink, xGMI and Xe Link, and the PCIe tree,
-map onto one scale (lower is closer):
+one number whatever the vendor, so NVLink, xGMI, Xe Link, Gaudi's RoCE ports,
+Ascend's HCCS and TPU ICI, and the PCIe tree, map onto one scale (lower is closer):
 
 ====  ===================  ====================================================
   0   same device          the diagonal
  10   nvlink/xgmi/xelink   a direct device interconnect, or through NVSwitch
+ 10   roce/hccs/ici        the same for Gaudi, Ascend and TPU
  20   pcie_switch          behind the same PCIe switch (nvidia-smi PIX/PXB)
  30   pcie_hostbridge      under the same host bridge (PHB)
  40   pcie_numa            same NUMA node, different host bridges (NODE)
@@ -31,6 +32,9 @@ DISTANCE: dict[str, float] = {
     "nvlink": 10,
     "xgmi": 10,
     "xelink": 10,
+    "roce": 10,
+    "hccs": 10,
+    "ici": 10,
     "pcie_switch": 20,
     "pcie_hostbridge": 30,
     "pcie_numa": 40,

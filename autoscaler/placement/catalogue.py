@@ -5,6 +5,8 @@ and "what they can do" has to come from somewhere that cites its figures: vendor
 datasheets, each entry with its URL. The exporter's ``model`` label is matched
 against each entry's ``match`` substrings (longest wins), so a catalogue entry
 covers every way a driver spells the name ("NVIDIA H100 80GB HBM3", "H100 SXM").
+Entries may also give the device's memory and its links (``memory_gb``,
+``interconnect``), for people comparing pools; the scorer ranks by FLOPs alone.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from typing import Any
 
 import yaml
 
+from accel_common.names import VENDOR_RESOURCE
+
 PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 DEFAULT_PRECISION = "bf16"
 CATALOGUE_PATH = Path(__file__).with_name("devices.yaml")
 TERA = 1e12
+GIGA = 1e9
 
 
 class CatalogueError(ValueError):
@@ -35,6 +40,9 @@ class DeviceModel:
     # Per device as the driver enumerates it (package figure / devices_per_package).
     peak_flops: Mapping[str, float]
     source: str
+    # Device memory in bytes (0: not catalogued), and its links in words.
+    memory_bytes: float = 0.0
+    interconnect: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,28 @@ def _entry(i: int, raw: Any, where: str) -> DeviceModel:
         if not isinstance(value, int | float) or value <= 0:
             raise CatalogueError(f"{label}: peak_tflops.{precision} must be a positive number")
         flops[precision] = float(value) * TERA / per_package
-    return DeviceModel(name, str(raw.get("vendor", "")), tuple(match), flops, source)
+    vendor = str(raw.get("vendor", ""))
+    if vendor and vendor not in VENDOR_RESOURCE:
+        raise CatalogueError(
+            f"{label}: unknown vendor {vendor!r} (use the exporter's vendor label: "
+            f"{', '.join(VENDOR_RESOURCE)})"
+        )
+    memory = raw.get("memory_gb", 0)
+    if isinstance(memory, bool) or not isinstance(memory, int | float) or memory < 0:
+        raise CatalogueError(f"{label}: memory_gb must be a non-negative number of GB")
+    interconnect = raw.get("interconnect", "")
+    if not isinstance(interconnect, str):
+        raise CatalogueError(f"{label}: interconnect must be text (e.g. 'hccs: full mesh')")
+    return DeviceModel(
+        name,
+        vendor,
+        tuple(match),
+        flops,
+        source,
+        # Per device, like the FLOPs: a 910C package's 128 GB is 64 GB per die.
+        memory_bytes=float(memory) * GIGA / per_package,
+        interconnect=interconnect,
+    )
 
 
 def load_catalogue(path: Path = CATALOGUE_PATH) -> Catalogue:

@@ -67,14 +67,22 @@ from autoscaler.placement.catalogue import (
 
 Obj = dict[str, Any]
 
+# The names a pod's accel-fleet.io/vendors annotation may use -> the exporter's
+# ``vendor`` label. "intel" is the GPU (oneapi); Intel's Gaudi is "gaudi" or "habana".
 VENDOR_ALIASES: dict[str, str] = {
     "nvidia": "nvidia",
     "amd": "amd",
     "oneapi": "oneapi",
     "intel": "oneapi",
+    "gaudi": "gaudi",
+    "habana": "gaudi",
+    "ascend": "ascend",
+    "huawei": "ascend",
+    "tpu": "tpu",
+    "google": "tpu",
 }
 
-NEAREST = 10.0  # a device link (NVLink, xGMI, Xe Link)
+NEAREST = 10.0  # a device link (NVLink, xGMI, Xe Link, RoCE, HCCS, ICI)
 SWITCH = 20.0  # a shared PCIe switch
 FARTHEST = 50.0  # across sockets; also what an unknown pair is taken to be
 EXACT_LIMIT = 5000  # subsets searched exactly up to this many combinations

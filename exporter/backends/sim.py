@@ -23,6 +23,9 @@ call that never returns. Faults are scripted in YAML (``--sim-script``)::
       - at: 10s
         device: nvidia0
         set: {utilization: 0.99, temperature: 92}   # hold a value from now on
+      - at: 40s
+        device: gaudi2
+        fault: critical_error   # Gaudi, Ascend and TPU codes as exporter/faults.py names them
 
 Every problem in a script is reported at once, each as ``file:line:col: message``.
 A script is input: each field is read from its own node with its type and range
@@ -35,11 +38,16 @@ simulated device from the hardware it imitates), and UUIDs derive from the host
 name (``BackendOptions.sim_host``, which the CLI sets), the seed and the index, so
 two simulated nodes with the same seed never share a UUID.
 
+Vendors: ``nvidia``, ``amd``, ``oneapi``, ``gaudi``, ``ascend`` and ``tpu``; what each
+device looks like (model, memory, links, which fields its real backend cannot read)
+is in ``exporter/backends/sim_models.py``.
+
 Topology: each vendor's devices form simulated nodes of ``group`` devices. NVIDIA
 devices of a node are all NVLink peers (an NVSwitch board), AMD devices all xGMI
-peers; Intel devices have no device link, only the PCIe tree, so that the distance
-matrix shows all three shapes: two neighbours share a PCIe switch (``i // 2``), four
-share a host bridge (``i // 4``), and the rest are across the system.
+peers, Gaudis all RoCE peers and Ascends all HCCS peers; TPU chips form a 2x2 ICI
+torus of four; Intel devices have no device link, only the PCIe tree, so that the
+distance matrix shows every shape: two neighbours share a PCIe switch (``i // 2``),
+four share a host bridge (``i // 4``), and the rest are across the system.
 
 Partitions (``--sim-partitions``): the last NVIDIA GPU runs MIG with two instances
 (``nvidiaN_mig1`` 3g.40gb, ``nvidiaN_mig9`` 1g.10gb, GPU instance ids as a real H100
@@ -61,7 +69,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from yaml.nodes import MappingNode, Node, ScalarNode
@@ -70,85 +78,8 @@ from accel_common import names
 from accel_common.suggest import did_you_mean
 from accel_common.yamlread import ProblemsError, Reader, kind
 from exporter.backends.base import Backend, BackendOptions
+from exporter.backends.sim_models import MODELS, SIMULATED, SimModel, linked, pcie_kind
 from exporter.model import DeviceInfo, DeviceLostError, FaultEvent, Link, PodAssignment, Reading
-
-GIB = 1024**3
-# The first word of every simulated device's ``model``: a dashboard, a rule or a
-# person can tell a simulated device from the hardware it imitates at a glance.
-SIMULATED = "Simulated"
-
-
-@dataclass(frozen=True)
-class SimModel:
-    """What one simulated vendor's device looks like."""
-
-    model: str
-    memory_bytes: float
-    driver: str
-    tdp_watts: float
-    idle_watts: float
-    max_clock_hz: float
-    memory_clock_hz: float
-    link_type: str  # a Link type, or "pcie": no device links, only the PCIe tree
-    links: int
-    link_bytes_per_second: float
-    link_error_types: tuple[str, ...]
-    bandwidth_source: str
-    uuid_prefix: str
-    group: int  # devices per simulated node, for topology
-
-
-MODELS: dict[str, SimModel] = {
-    "nvidia": SimModel(
-        "NVIDIA H100 80GB HBM3",
-        80 * GIB,
-        "550.90.07",
-        700.0,
-        70.0,
-        1.98e9,
-        2.619e9,
-        "nvlink",
-        18,
-        25e9,
-        ("crc_flit", "replay"),
-        "NVML GPM DRAM_BW_UTIL",
-        "GPU-",
-        8,
-    ),
-    "amd": SimModel(
-        "AMD Instinct MI300X",
-        192 * GIB,
-        "6.8.5",
-        750.0,
-        90.0,
-        2.1e9,
-        1.3e9,
-        "xgmi",
-        7,
-        64e9,
-        ("xgmi_err",),
-        "gpu_metrics average_umc_activity",
-        "",
-        8,
-    ),
-    "oneapi": SimModel(
-        "Intel(R) Data Center GPU Max 1550",
-        128 * GIB,
-        "1.3.29735",
-        600.0,
-        60.0,
-        1.6e9,
-        3.2e9,
-        # PCIe-only (no Xe Link bridge): the sim's node whose topology is the PCIe tree.
-        "pcie",
-        0,
-        0.0,
-        (),
-        "Level Zero memory bandwidth counters",
-        "",
-        8,
-    ),
-}
 
 
 class SimScriptError(ProblemsError):
@@ -396,7 +327,7 @@ class SimBackend(Backend):
 
     def _partition(self, parent: _DeviceState) -> None:
         """Adds the partitions of one GPU as child devices (see the module docstring);
-        Intel GPUs are not partitioned here, as their backend has no partitions."""
+        other vendors' devices are not partitioned here: their backends report none."""
         vendor, name = parent.info.vendor, parent.info.device
         parts: list[tuple[str, str, str, float]]  # (suffix, uuid, profile, memory share)
         if vendor == "nvidia":
@@ -460,17 +391,12 @@ class SimBackend(Backend):
             for b in whole:
                 if a is b or a.info.vendor != b.info.vendor:
                     continue
-                if a.spec.link_type == "pcie":
-                    kind = (
-                        "pcie_switch"
-                        if a.index // 2 == b.index // 2
-                        else "pcie_hostbridge"
-                        if a.index // 4 == b.index // 4
-                        else "system"
-                    )
-                    out.append(Link(a.info.device, b.info.device, kind, 1))
-                elif a.index // a.spec.group == b.index // b.spec.group:
-                    out.append(Link(a.info.device, b.info.device, a.spec.link_type, a.spec.links))
+                spec = a.spec
+                if spec.link_type == "pcie":
+                    out.append(Link(a.info.device, b.info.device, pcie_kind(a.index, b.index), 1))
+                elif linked(spec, a.index, b.index):
+                    n = spec.pair_links or spec.links
+                    out.append(Link(a.info.device, b.info.device, spec.link_type, n))
         return out
 
     def pods(self) -> list[PodAssignment]:
@@ -587,7 +513,7 @@ class SimBackend(Backend):
             memory_bandwidth_source=spec.bandwidth_source,
             ecc_errors=dict(d.ecc),
             fault_events=faults,
-            temperatures={"gpu": temp, "memory": round(temp + 6.0, 1)},
+            temperatures={spec.sensors[0]: temp, spec.sensors[1]: round(temp + 6.0, 1)},
             power_watts=power,
             power_limit_watts=spec.tdp_watts,
             energy_joules=round(d.energy, 3),
@@ -615,6 +541,12 @@ class SimBackend(Backend):
                 r.link_bytes_per_second[(str(link), direction)] = round(link_rate, 0)
             for typ in spec.link_error_types:
                 r.link_errors[(str(link), typ)] = 0.0
+        if spec.missing:
+            # What the vendor's real backend cannot read is absent, never 0.
+            blank = Reading()
+            for f in fields(Reading):
+                if f.name in spec.missing:
+                    setattr(r, f.name, getattr(blank, f.name))
         return r
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ HOME = REPO / "accel_common" / "names.py"
 # A string that spells one of these names: ours, a vendor's resource, Cluster API's.
 SPELLED = re.compile(
     r"accel-fleet\.io/|nvidia\.com/|amd\.com/|gpu\.intel\.com/|cluster\.x-k8s\.io/"
+    r"|habana\.ai/|huawei\.com/Ascend|google\.com/tpu"
 )
 # Cluster API's apiVersion is an API group, not a key.
 NOT_KEYS = frozenset({"cluster.x-k8s.io/v1beta1"})
@@ -171,7 +172,7 @@ def test_mig_resources_agree_between_exporter_controller_and_placement() -> None
 
 # One pool of each vendor: the simulator's nodes offer, and its pods request, the
 # vendor's whole-device resource.
-THREE_VENDORS = """\
+EVERY_VENDOR = """\
 apiVersion: accel-fleet/v1
 kind: Scenario
 spec:
@@ -182,16 +183,19 @@ spec:
     - {name: h100, vendor: nvidia, devicesPerNode: 8, initial: 1, min: 1, max: 1}
     - {name: mi300, vendor: amd, devicesPerNode: 8, initial: 1, min: 1, max: 1}
     - {name: pvc, vendor: oneapi, devicesPerNode: 4, initial: 1, min: 1, max: 1}
+    - {name: gaudi3, vendor: gaudi, devicesPerNode: 8, initial: 1, min: 1, max: 1}
+    - {name: ascend, vendor: ascend, devicesPerNode: 8, initial: 1, min: 1, max: 1}
+    - {name: v5e, vendor: tpu, devicesPerNode: 4, initial: 1, min: 1, max: 1}
   workload:
-    arrivalsPerHour: 30
+    arrivalsPerHour: 60
     sizes: {1: 1, 2: 1}
     duration: {distribution: fixed, value: 30m}
 """
 
 
 def _simulated_cluster(tmp_path: Path) -> tuple[list[Any], list[Any]]:
-    path = tmp_path / "three-vendors.yaml"
-    path.write_text(THREE_VENDORS)
+    path = tmp_path / "every-vendor.yaml"
+    path.write_text(EVERY_VENDOR)
     fleet = Fleet(load_scenario(path), FirstFit(), static_pools=True)
 
     async def go() -> tuple[list[Any], list[Any]]:
@@ -244,6 +248,14 @@ def test_whole_device_resources_agree_between_exporter_simulator_and_placement(
         ("gpu.intel.com/memory.max", False),
         ("gpu.intel.com/tiles", False),
         ("gpu.intel.com/i915_monitoring", False),
+        (names.GAUDI, True),
+        (names.ASCEND_910, True),
+        ("huawei.com/Ascend910-4c", True),
+        (names.ASCEND_310P, True),
+        ("huawei.com/Ascend910B", True),
+        ("huawei.com/Ascend910B-memory", False),
+        (names.TPU, True),
+        ("google.com/gpu", False),
         ("cpu", False),
         ("example.com/gpu", False),
     ],
