@@ -18,13 +18,30 @@ What the series mean, and the simplifications chosen:
   ``nvidia.com/`` (``gpu``, ``mig-1g.10gb``, ``gpu.shared``) or ``amd.com/``
   (``gpu``, partition names), and ``gpu.intel.com/i915`` or ``gpu.intel.com/xe``
   (not Intel's ``millicores``/``memory.max``/``tiles``, which are shares of one
-  device, not devices). Its request per resource is the larger of the sum over its
-  containers and the largest init container, as the scheduler counts it.
+  device, not devices), ``habana.ai/gaudi``, ``huawei.com/Ascend*`` (chips and
+  vNPUs, not HAMi's ``-memory`` shares) and ``google.com/tpu``
+  (``accel_common.names.is_device_resource``). Its request per resource is the
+  larger of the sum over its containers and the largest init container, as the
+  scheduler counts it.
 - ``accel_job_age_seconds``: running device-using pods, from ``status.startTime``.
   ``accel_job_timeout_seconds``: the pod's ``accel-fleet.io/timeout`` annotation (a
   duration, ``2h``), else its owner Job's ``activeDeadlineSeconds``; no series when
   neither is set. A bad annotation is logged (namespace/pod and the value) and the
   Job's deadline is used instead. ``job`` is the owner Job's name, or empty.
+- Gangs (``accel_common/gangs.py`` says what makes a pod a gang member, from its
+  labels and ownerReferences alone, so no API call is made per pod):
+  ``accel_gang_info{namespace, pod, node, gang, kind}`` is 1 for every running
+  device-using gang member. ``accel_gang_checkpoint_pause_seconds{namespace, gang}``
+  is the longest ``accel-fleet.io/checkpoint-pause`` any running member declares
+  (no series when none does), and ``accel_job_checkpoint_pause_seconds{namespace,
+  pod}`` is the pod's own, for every running device-using pod, members included.
+  The same two series exist for ``accel-fleet.io/checkpoint-interval`` (the
+  shortest over the members: ``accel_*_checkpoint_interval_seconds``) and for
+  ``accel-fleet.io/last-checkpoint``, an RFC 3339 time (the latest over the
+  members: ``accel_*_last_checkpoint_timestamp_seconds``, unix seconds). The stall
+  rules wait out a declared pause before they call an idle job stalled, and call
+  it stalled at once when no checkpoint can be under way (docs/rules.md). A bad
+  annotation is logged once per pod and value and counts as not declared.
 - A pool *can satisfy* a pending pod when one of the pool's registered nodes matches
   the pod's ``nodeSelector`` and required node affinity and has at least the pod's
   request of every device resource it asks for in ``allocatable``. Taints and free
@@ -48,14 +65,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from accel_common.durations import parse_duration
 from accel_common.exposition import Exposition
-from accel_common.names import TIMEOUT_ANNOTATION, is_device_resource
+from accel_common.gangs import gang_of
+from accel_common.names import (
+    CHECKPOINT_INTERVAL_ANNOTATION,
+    CHECKPOINT_PAUSE_ANNOTATION,
+    GANG_LABEL,
+    LAST_CHECKPOINT_ANNOTATION,
+    TIMEOUT_ANNOTATION,
+    is_device_resource,
+)
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Kube, Obj
 from autoscaler.pools.base import NodePoolProvider, Pool
@@ -81,6 +106,47 @@ JOB_TIMEOUT = ClusterMetric(
     f"The pod's run-time limit from its {TIMEOUT_ANNOTATION} annotation, else its "
     "Job's activeDeadlineSeconds.",
     ("namespace", "pod", "node", "job"),
+)
+GANG_INFO = ClusterMetric(
+    "accel_gang_info",
+    "A running device-using pod that belongs to a gang (JobSet, TrainJob, PyTorchJob, "
+    f"MPIJob, Volcano Job, or the {GANG_LABEL} label); always 1.",
+    ("namespace", "pod", "node", "gang", "kind"),
+)
+GANG_CHECKPOINT_PAUSE = ClusterMetric(
+    "accel_gang_checkpoint_pause_seconds",
+    f"The longest checkpoint pause ({CHECKPOINT_PAUSE_ANNOTATION}) a running member "
+    "of the gang declares.",
+    ("namespace", "gang"),
+)
+JOB_CHECKPOINT_PAUSE = ClusterMetric(
+    "accel_job_checkpoint_pause_seconds",
+    f"The checkpoint pause a running device-using pod declares ({CHECKPOINT_PAUSE_ANNOTATION}).",
+    ("namespace", "pod"),
+)
+GANG_CHECKPOINT_INTERVAL = ClusterMetric(
+    "accel_gang_checkpoint_interval_seconds",
+    f"The shortest checkpoint interval ({CHECKPOINT_INTERVAL_ANNOTATION}) a running "
+    "member of the gang declares.",
+    ("namespace", "gang"),
+)
+JOB_CHECKPOINT_INTERVAL = ClusterMetric(
+    "accel_job_checkpoint_interval_seconds",
+    f"The checkpoint interval a running device-using pod declares "
+    f"({CHECKPOINT_INTERVAL_ANNOTATION}).",
+    ("namespace", "pod"),
+)
+GANG_LAST_CHECKPOINT = ClusterMetric(
+    "accel_gang_last_checkpoint_timestamp_seconds",
+    f"The latest last checkpoint ({LAST_CHECKPOINT_ANNOTATION}) over the running "
+    "members of the gang, in unix seconds.",
+    ("namespace", "gang"),
+)
+JOB_LAST_CHECKPOINT = ClusterMetric(
+    "accel_job_last_checkpoint_timestamp_seconds",
+    f"When a running device-using pod last checkpointed ({LAST_CHECKPOINT_ANNOTATION}), "
+    "in unix seconds.",
+    ("namespace", "pod"),
 )
 POOL_PENDING = ClusterMetric(
     "accel_pool_pending_device_requests",
@@ -109,6 +175,13 @@ NODE_POOL = ClusterMetric(
 CATALOGUE: tuple[ClusterMetric, ...] = (
     JOB_AGE,
     JOB_TIMEOUT,
+    GANG_INFO,
+    GANG_CHECKPOINT_PAUSE,
+    JOB_CHECKPOINT_PAUSE,
+    GANG_CHECKPOINT_INTERVAL,
+    JOB_CHECKPOINT_INTERVAL,
+    GANG_LAST_CHECKPOINT,
+    JOB_LAST_CHECKPOINT,
     POOL_PENDING,
     POOL_NODES,
     POOL_NODES_MIN,
@@ -196,6 +269,119 @@ def _annotated_timeout(pod: Obj) -> float | None:
         return None
 
 
+def _rfc3339(raw: str) -> float:
+    """An RFC 3339 time (``2026-01-02T03:04:05Z``) as unix seconds; one without a
+    time zone is refused, as its instant would be a guess."""
+    try:
+        at = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValueError(f"not an RFC 3339 time: {raw!r}") from None
+    if at.tzinfo is None:
+        raise ValueError(f"no time zone in {raw!r} (end it with Z or +00:00)")
+    return at.timestamp()
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """One checkpointing annotation: how to read it, the per-pod series, and the
+    per-gang series with how the members' values fold into one."""
+
+    annotation: str
+    parse: Callable[[str], float]
+    job: ClusterMetric
+    gang: ClusterMetric
+    fold: Callable[[float, float], float]
+    example: str
+
+
+_DECLARED: tuple[_Declared, ...] = (
+    # The longest pause: a checkpoint lasts as long as its slowest member's write.
+    _Declared(
+        CHECKPOINT_PAUSE_ANNOTATION,
+        parse_duration,
+        JOB_CHECKPOINT_PAUSE,
+        GANG_CHECKPOINT_PAUSE,
+        max,
+        "a duration such as 2m",
+    ),
+    # The shortest interval: the next checkpoint may come as soon as any member's.
+    _Declared(
+        CHECKPOINT_INTERVAL_ANNOTATION,
+        parse_duration,
+        JOB_CHECKPOINT_INTERVAL,
+        GANG_CHECKPOINT_INTERVAL,
+        min,
+        "a duration such as 30m",
+    ),
+    # The latest stamp: members stamp one checkpoint at nearly the same time.
+    _Declared(
+        LAST_CHECKPOINT_ANNOTATION,
+        _rfc3339,
+        JOB_LAST_CHECKPOINT,
+        GANG_LAST_CHECKPOINT,
+        max,
+        "an RFC 3339 time such as 2026-01-02T03:04:05Z",
+    ),
+)
+
+# (namespace, pod, annotation, value) of the annotations already reported as bad: a
+# bad value is logged once, not every cycle, and again only if it changes.
+_REPORTED: set[tuple[str, str, str, str]] = set()
+_MAX_REPORTED = 10_000
+
+
+def _declared(pod: Obj, what: _Declared) -> float | None:
+    """The pod's value of ``what``, or None when it declares none or declares
+    something unreadable (logged once per pod and value; counts as undeclared)."""
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(what.annotation)
+    if raw is None:
+        return None
+    try:
+        value = what.parse(str(raw))
+    except ValueError as e:
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")), what.annotation, str(raw))
+        if key not in _REPORTED:
+            if len(_REPORTED) >= _MAX_REPORTED:
+                _REPORTED.clear()
+            _REPORTED.add(key)
+            log.warning(
+                "pod %s/%s: annotation %s: %s; the stall rules treat it as not declared (write %s)",
+                key[0],
+                key[1],
+                what.annotation,
+                e,
+                what.example,
+            )
+        return None
+    return value
+
+
+def _gang_rows(
+    pod: Obj, labels: Mapping[str, str], folded: dict[tuple[int, str, str], float]
+) -> list[Row]:
+    """``accel_gang_info`` and the ``accel_job_checkpoint_*`` series of one running
+    device-using pod; a gang member's declarations are folded into ``folded`` (by
+    declaration and gang) for the ``accel_gang_checkpoint_*`` series."""
+    rows: list[Row] = []
+    namespace, name = labels["namespace"], labels["pod"]
+    gang = gang_of(pod)
+    if gang is not None:
+        info = {**labels, "gang": gang.name, "kind": gang.kind}
+        info.pop("job", None)
+        rows.append((GANG_INFO, info, 1.0))
+    for i, what in enumerate(_DECLARED):
+        value = _declared(pod, what)
+        if value is None:
+            continue
+        rows.append((what.job, {"namespace": namespace, "pod": name}, value))
+        if gang is not None:
+            key = (i, namespace, gang.name)
+            held = folded.get(key)
+            folded[key] = value if held is None else what.fold(held, value)
+    return rows
+
+
 async def _job_deadlines(
     kube: Kube, jobs: Iterable[tuple[str, str]]
 ) -> dict[tuple[str, str], float]:
@@ -220,8 +406,10 @@ async def _job_deadlines(
 
 async def job_rows(kube: Kube, pods: Sequence[Obj], now: float) -> list[Row]:
     """``accel_job_age_seconds`` and ``accel_job_timeout_seconds`` for running
-    device-using pods."""
+    device-using pods, and the gang and checkpoint-pause series of the same pods."""
     running: list[tuple[dict[str, str], float, float | None, str]] = []
+    gang_rows: list[Row] = []
+    folded: dict[tuple[int, str, str], float] = {}
     for pod in pods:
         status = pod.get("status") or {}
         if status.get("phase") != "Running" or not device_requests(pod):
@@ -238,6 +426,7 @@ async def job_rows(kube: Kube, pods: Sequence[Obj], now: float) -> list[Row]:
             "job": job,
         }
         running.append((labels, now - started, _annotated_timeout(pod), job))
+        gang_rows.extend(_gang_rows(pod, labels, folded))
     deadlines = await _job_deadlines(
         kube, ((lb["namespace"], job) for lb, _, t, job in running if t is None and job)
     )
@@ -248,6 +437,29 @@ async def job_rows(kube: Kube, pods: Sequence[Obj], now: float) -> list[Row]:
             timeout = deadlines.get((labels["namespace"], job))
         if timeout is not None:
             rows.append((JOB_TIMEOUT, dict(labels), timeout))
+    rows.extend(gang_rows)
+    for (i, namespace, gang), value in sorted(folded.items()):
+        rows.append((_DECLARED[i].gang, {"namespace": namespace, "gang": gang}, value))
+    return rows
+
+
+def gang_rows(pods: Sequence[Obj]) -> list[Row]:
+    """The gang and checkpoint series of ``pods``, running device-using pods as
+    ``job_rows`` selects them: what ``job_rows`` adds besides the job series. The
+    fleet simulator computes its gangs' series with this, so they cannot drift."""
+    rows: list[Row] = []
+    folded: dict[tuple[int, str, str], float] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = {
+            "namespace": str(meta.get("namespace", "")),
+            "pod": str(meta.get("name", "")),
+            "node": str((pod.get("spec") or {}).get("nodeName", "")),
+            "job": _owner_job(pod),
+        }
+        rows.extend(_gang_rows(pod, labels, folded))
+    for (i, namespace, gang), value in sorted(folded.items()):
+        rows.append((_DECLARED[i].gang, {"namespace": namespace, "gang": gang}, value))
     return rows
 
 

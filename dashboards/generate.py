@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:  # run as a script: make the repo's packages importable
     sys.path.insert(0, str(HERE.parent))
 
-from accel_common.names import REMEDIATION_ANNOTATION  # noqa: E402
+from accel_common.names import GANG_LABEL, REMEDIATION_ANNOTATION  # noqa: E402
 
 Json = dict[str, Any]
 SCHEMA_VERSION = 39
@@ -942,6 +942,7 @@ def remediation() -> Json:
         ),
         w=8,
     )
+    gangs(lay)
     lay.row("Nodes")
     lay.add(
         table(
@@ -965,6 +966,85 @@ def remediation() -> Json:
         "What accel-autoscaler decided and did, its circuit breaker, its source and "
         "the nodes it is remediating.",
         lay,
+    )
+
+
+# --- Gangs (on the Remediation dashboard) -------------------------------------------
+
+# Each gang member's utilization: the busiest device it holds, labelled with its gang
+# (accel_gang_info comes from the controller's cluster state; max by drops the
+# replica's instance so two replicas do not double a member).
+GANG_MEMBER_UTILIZATION = (
+    "max by (cluster, namespace, pod, gang) ("
+    f"accel_device_pod_info{{{FILTER}}} * on (cluster, node, device) group_left () "
+    f"accel_utilization_ratio{{{FILTER}}} "
+    "* on (cluster, namespace, pod) group_left (gang) "
+    f"max by (cluster, namespace, pod, gang) (accel_gang_info{{{CLUSTER}}}))"
+)
+# The stall rules' view: every member idle (at most 5%) for the last 3 minutes.
+GANG_IDLE_3M = (
+    "max by (cluster, namespace, gang) ("
+    f"max by (cluster, node) (max_over_time(accel_utilization_ratio{{{FILTER}}}[3m])) "
+    "* on (cluster, node) group_right () "
+    f"max by (cluster, namespace, pod, node, gang) (accel_gang_info{{{CLUSTER}}})) <= 0.05"
+)
+
+
+def gangs(lay: Layout) -> None:
+    """Multi-node training jobs as one thing each: how evenly their members work,
+    and which gangs the stall rules would call stalled."""
+    lay.row("Gangs")
+    lay.add(
+        timeseries(
+            "Gang utilization, least and most busy member",
+            "Per gang (JobSet, PyTorchJob, TrainJob, MPIJob, Volcano Job, or pods "
+            f"sharing the {GANG_LABEL} label): the utilization of its least "
+            "and its most busy member (each member's busiest device). A synchronous "
+            "job's members move together; a checkpoint takes them all to 0 for its "
+            "declared pause; a stall keeps them all at 0. One member far below the "
+            "others is a straggler, not a stall.",
+            targets(
+                (
+                    f"min by (namespace, gang) ({GANG_MEMBER_UTILIZATION})",
+                    "{{namespace}}/{{gang}} min",
+                ),
+                (
+                    f"max by (namespace, gang) ({GANG_MEMBER_UTILIZATION})",
+                    "{{namespace}}/{{gang}} max",
+                ),
+            ),
+            fieldConfig={"defaults": {"unit": "percentunit", "min": 0, "max": 1}},
+        ),
+        w=16,
+    )
+    lay.add(
+        stat(
+            "Gangs idle for 3 minutes",
+            "Gangs whose every member has been idle (at most 5%) for the last three "
+            "minutes: longer than any checkpoint pause of up to 2m30s, so the "
+            "stalled-gang rule restarts them unless they declared a longer pause "
+            "(docs/rules.md, the stall detector).",
+            f"count({GANG_IDLE_3M}) or vector(0)",
+            thresholds=RED_WHEN_ONE,
+            color={"mode": "thresholds"},
+        ),
+        w=8,
+    )
+    lay.add(
+        table(
+            "Gang members (1: the gang has been idle for 3 minutes)",
+            "Every gang member with its node, 1 when its whole gang is counted "
+            "above: where to look for the faulty device or the hung rank.",
+            [
+                target(
+                    f"max by (namespace, gang, pod, node) (accel_gang_info{{{CLUSTER}}} "
+                    f"* on (cluster, namespace, gang) group_left () ({GANG_IDLE_3M})) "
+                    f"or max by (namespace, gang, pod, node) (accel_gang_info{{{CLUSTER}}}) * 0",
+                    instant=True,
+                )
+            ],
+        ),
+        w=24,
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from accel_common.names import GANG_LABEL
 from autoscaler.actions.ownership import ANNOTATION, Entry, iso
 from tests.support.fakes.apiserver import running_apiserver
 from tests.support.paths import REPO
@@ -200,6 +201,27 @@ def node_object(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec}
 
 
+def gang_pod(name: str, node: str) -> dict[str, Any]:
+    """A running member of gang "sim-gang", named like a pod of the sim exporter's
+    --sim-pods on that node, so the Gangs panels join it to its devices."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "sim", "labels": {GANG_LABEL: "sim-gang"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+        "status": {"phase": "Running", "startTime": iso(time.time() - 3600)},
+    }
+
+
 def autoscaler_args(tmp: Path, targets: dict[str, str], kubeconfig: Path) -> list[str]:
     """``accel-autoscaler run --dry-run --source scrape`` against the fake API server
     (dry-run: it reads the cluster, plans, and writes nothing)."""
@@ -263,6 +285,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         kube = stack.enter_context(running_apiserver())
         for node in NODES:
             kube.add(node_object(node))
+        kube.add(gang_pod("train-0", "node-a"))
         kubeconfig = kube.write_kubeconfig(tmp / "kubeconfig")
         stack.enter_context(autoscaler(autoscaler_args(tmp, targets, kubeconfig), api_port))
         for node, args in NODES.items():

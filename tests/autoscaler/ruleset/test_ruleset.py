@@ -96,13 +96,13 @@ def test_check_passes_the_shipped_rules(source: str) -> None:
     proc = cli_check("--source", source, "rules/remediation.yaml")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
-    assert proc.stdout == "rules/remediation.yaml: 9 rules OK\n"
+    assert proc.stdout == "rules/remediation.yaml: 11 rules OK\n"
 
 
 def test_check_a_directory_skips_its_tests_subdirectory() -> None:
     proc = cli_check("rules/")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "rules/: 9 rules OK\n"
+    assert proc.stdout == "rules/: 11 rules OK\n"
 
 
 def test_check_reports_a_missing_path(capsys: pytest.CaptureFixture[str]) -> None:
@@ -203,6 +203,8 @@ def test_shipped_rules_load_with_the_documented_shape() -> None:
         "uncorrected-ecc-burst",
         "device-lost",
         "recoverable-fault-storm",
+        "stalled-gang",
+        "stalled-pod",
         "stalled-job",
         "job-timeout",
         "hot-node",
@@ -211,6 +213,8 @@ def test_shipped_rules_load_with_the_documented_shape() -> None:
     ]
     assert all(r.description and r.expr and r.cooldown > 0 for r in rs.rules)
     assert {r.name: r.target for r in rs.rules if r.action.type == "requeue_job"} == {
+        "stalled-gang": "pod",
+        "stalled-pod": "pod",
         "stalled-job": "pod",
         "job-timeout": "pod",
     }
@@ -222,17 +226,18 @@ def test_shipped_rules_load_with_the_documented_shape() -> None:
 
 
 def test_every_shipped_rule_has_unit_tests_that_fire_and_that_do_not() -> None:
-    doc = yaml.safe_load((REPO / "rules" / "tests" / "remediation_test.yaml").read_text())
-    assert doc["ruleFiles"] == ["../remediation.yaml"]
     fired: set[str] = set()
     silent: set[str] = set()
-    for test in doc["tests"]:
-        rules_seen = {d["rule"] for e in test["expect"] for d in e["decisions"]}
-        fired |= rules_seen
-        if not rules_seen:
-            # A test that expects nothing at all is a "does not fire" test for the
-            # rules its input series are about; its name says which.
-            silent.add(test["name"])
+    for path in sorted((REPO / "rules" / "tests").glob("*_test.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        assert doc["ruleFiles"] == ["../remediation.yaml"], path
+        for test in doc["tests"]:
+            rules_seen = {d["rule"] for e in test["expect"] for d in e["decisions"]}
+            fired |= rules_seen
+            if not rules_seen:
+                # A test that expects nothing at all is a "does not fire" test for the
+                # rules its input series are about; its name says which.
+                silent.add(f"{path.name}: {test['name']}")
     names = {r.name for r in load_ruleset([SHIPPED]).rules}
     assert fired == names
     assert len(silent) >= len(names)
