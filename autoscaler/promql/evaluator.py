@@ -458,6 +458,13 @@ class Evaluator:
 
     def _binary(self, b: Binary, t: int) -> float | Vec:
         lhs = self._vector_or_scalar(b.lhs, t)
+        # Every operator but ``or`` gives no sample for an instant vector with none
+        # on its left, whatever the right holds, so the right is not evaluated: a
+        # rule that puts a cheap selector before an expensive join (the stall
+        # rules' ``accel_gang_info * on (...) (...)``) costs nothing where that
+        # selector is empty, e.g. on a fleet that runs no gangs.
+        if isinstance(lhs, Vec) and not len(lhs) and b.op != "or":
+            return empty()
         rhs = self._vector_or_scalar(b.rhs, t)
         return binary(b, lhs, rhs, self.store.symbols)
 
