@@ -17,6 +17,7 @@ field metadata, so ``from_params`` gives the executing code typed values back.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -208,6 +209,18 @@ class ParamReader:
             return default
         if not low <= value <= high:
             self.problem(key, f"must be from {low:g} to {high:g}, got {value!r}")
+            return default
+        return float(value)
+
+    def number(self, key: str, default: float, *, minimum: float = 0.0) -> float:
+        present, value = self._get(key)
+        if not present:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.problem(key, f"must be a number, got {value!r}")
+            return default
+        if not math.isfinite(value) or value < minimum:
+            self.problem(key, f"must be a finite number of at least {minimum:g}, got {value!r}")
             return default
         return float(value)
 

@@ -29,6 +29,10 @@ controller keeps the same deadline). The phase becomes ``drained``, or
 ``drain-incomplete`` with the pods that stayed. Events: ``DrainStarted`` and
 ``Drained``/``DrainIncomplete`` on the node, ``Evicted`` on each pod.
 
+Gangs: a member of a gang (``autoscaler/actions/gangs.py``) is never evicted alone;
+once the cordon is on, its whole gang restarts once, the way its operator expects,
+and the other pods are evicted as before.
+
 A drain (or a migrate_jobs) found in flight after a restart whose rule is no longer
 in the rule set is not resumed (``abandon``): the pods it evicted stay evicted, the
 node stays cordoned (a person, or the ``uncordon`` action, lifts it), no new
@@ -44,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.actions import barepods
+from autoscaler.actions import barepods, gangs
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -213,11 +217,19 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         action=NAME,
     )
 
-    def select(pod: Obj) -> bool:
+    def chosen(pod: Obj) -> bool:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         return selector_matches(params.pod_selector, labels)
 
+    def select(pod: Obj) -> bool:
+        # A gang member is never evicted alone: its gang restarts as one, below.
+        return chosen(pod) and gangs.member_of(pod) is None
+
     try:
+        # The node is cordoned by now, so the gangs restart elsewhere.
+        ganged = await gangs.restart_on_node(
+            ctx, name, chosen, rule=decision.rule, why=f"node {name} is drained"
+        )
         result = await evict_until(
             ctx,
             name,
@@ -230,6 +242,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         )
     except KubeError as e:
         return Outcome("failed", f"node {name}: {e}")
+    ganged.held_back(result)
     return await finish(
         ctx,
         claimed.node,
@@ -238,7 +251,8 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         result,
         phases=("drained", "drain-incomplete"),
         reasons=("Drained", "DrainIncomplete"),
-        details={"forced": result.forced},
+        extra=f", {ganged.summary()}" if ganged.summary() else "",
+        details={"forced": result.forced, "gangs": [r.gang for r in ganged.restarts]},
     )
 
 

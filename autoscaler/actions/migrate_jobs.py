@@ -35,6 +35,13 @@ while a bare pod's replacement waits for its original to terminate). Events:
 ``MigrationStarted`` and ``Migrated``/``MigrationIncomplete`` on the node,
 ``Evicted`` on each pod, ``Recreated`` on each bare pod's replacement.
 
+Gangs: a pod that belongs to a gang (a JobSet, TrainJob, PyTorchJob, MPIJob or
+Volcano Job, or pods sharing ``accel-fleet.io/gang``) is never evicted alone. Once
+the taint is on, each gang with a chosen member on the node restarts once, the way
+its operator expects (``autoscaler/actions/gangs.py``), and the rest of the pods
+are evicted as above. A gang that cannot be restarted (a JobSet with no restart
+left) stays, and the outcome is ``partial`` with the reason.
+
 Targets: ``node``, ``device`` (acts on the device's node).
 
 Parameters:
@@ -58,7 +65,7 @@ from typing import Any
 
 from accel_common.names import BARE_PODS_ANNOTATION as BARE_PODS
 from accel_common.names import DEFAULT_TAINT
-from autoscaler.actions import barepods
+from autoscaler.actions import barepods, gangs
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -171,10 +178,14 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     # Whether the node may hold bare-pod records: skip the final read when not.
     saved = [bool((meta(claimed.node).get("annotations") or {}).get(BARE_PODS))]
 
-    def select(pod: Obj) -> bool:
+    def chosen(pod: Obj) -> bool:
         if holders is not None:
             return pod_key(pod) in holders
         return uses_devices(pod)
+
+    def select(pod: Obj) -> bool:
+        # A gang member is never evicted alone: its gang restarts as one, below.
+        return chosen(pod) and gangs.member_of(pod) is None
 
     async def before_evict(pod: Obj) -> str | None:
         if controller_owner(pod) is not None:
@@ -206,6 +217,10 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         # First what an earlier run left: replacements of pods it evicted.
         earlier = await barepods.settle(ctx, name, final=False, read=claimed.node)
         recreated.extend(earlier.recreated)
+        # The node is tainted by now, so the gangs restart elsewhere.
+        ganged = await gangs.restart_on_node(
+            ctx, name, chosen, rule=decision.rule, why=f"a member was on node {name}"
+        )
         result = await evict_until(
             ctx,
             name,
@@ -222,6 +237,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             result.waiting.update(settled.waiting)
     except KubeError as e:
         return Outcome("failed", f"node {name}: {e}")
+    ganged.held_back(result)
     return await finish(
         ctx,
         claimed.node,
@@ -232,8 +248,9 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         # (or this one after a restart) resumes it from the node annotation.
         phases=("migrated", "migrating" if result.waiting else "migrate-incomplete"),
         reasons=("Migrated", "MigrationIncomplete"),
-        extra=f", recreated {len(recreated)} bare pod(s) elsewhere" if recreated else "",
-        details={"recreated": recreated},
+        extra=(f", recreated {len(recreated)} bare pod(s) elsewhere" if recreated else "")
+        + (f", {ganged.summary()}" if ganged.summary() else ""),
+        details={"recreated": recreated, "gangs": [r.gang for r in ganged.restarts]},
     )
 
 

@@ -18,6 +18,9 @@ Parameters:
 ``nodeCooldown``       a node that gave or received a pod this long    ``30m``
                        ago is neither a source nor a destination
                        (duration)
+``gainHorizon``        how long a move's load gain is counted when it  ``1h``
+                       is weighed against the progress it throws away
+                       (duration)
 =====================  ==============================================  =======
 
 Execution: the load of every node is the average of its devices' utilization
@@ -37,6 +40,17 @@ the node annotation ``accel-fleet.io/rebalanced`` on both ends), is the
 hysteresis: alternating load cannot make pods ping-pong (descheduler #707). A
 PodDisruptionBudget refusal skips the pod this cycle. Events: ``Rebalanced`` on
 the pod and the node.
+
+Cost: a move restarts the pod from its last checkpoint. The progress at risk is
+(now - ``accel-fleet.io/last-checkpoint``) x the pod's devices; without that
+annotation, (pod age mod ``accel-fleet.io/checkpoint-interval``) x devices
+(device-seconds). A pod that declares neither is moved as before (youngest first,
+which already loses the least), since its age says nothing of what a restart
+costs it. The expected gain is the load gap
+between the hot node and the destination x the pod's devices x ``gainHorizon``.
+A move whose progress at risk is larger than its gain is declined, and the outcome
+says by how much. Gang members (``accel_common/gangs.py``) are never moved: a
+member moved alone stalls its whole gang.
 """
 
 from __future__ import annotations
@@ -44,9 +58,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from accel_common.names import REBALANCED_ANNOTATION
+from accel_common.durations import parse_duration
+from accel_common.gangs import gang_of
+from accel_common.names import (
+    CHECKPOINT_INTERVAL_ANNOTATION,
+    LAST_CHECKPOINT_ANNOTATION,
+    REBALANCED_ANNOTATION,
+)
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -85,6 +106,7 @@ class RebalanceParams:
     max_moves_per_cycle: int = param("maxMovesPerCycle", 1)
     min_utilization_gap: float = param("minUtilizationGap", 0.2)
     node_cooldown: float = param("nodeCooldown", 1800.0)
+    gain_horizon: float = param("gainHorizon", 3600.0)
 
 
 DEFAULTS = RebalanceParams()
@@ -96,6 +118,7 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
         max_moves_per_cycle=r.integer("maxMovesPerCycle", DEFAULTS.max_moves_per_cycle, minimum=1),
         min_utilization_gap=r.ratio("minUtilizationGap", DEFAULTS.min_utilization_gap),
         node_cooldown=r.duration("nodeCooldown", DEFAULTS.node_cooldown),
+        gain_horizon=r.duration("gainHorizon", DEFAULTS.gain_horizon),
     )
     return to_params(params), r.problems
 
@@ -161,7 +184,35 @@ def movable(pod: Obj) -> bool:
         and owner.get("kind") != "DaemonSet"
         and evictable(pod) is None
         and flag.lower() in ("", "false")
+        and gang_of(pod) is None
     )
+
+
+def _stamp_time(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def progress_at_risk(pod: Obj, now: float) -> float | None:
+    """Device-seconds of work a restart of ``pod`` would redo: (now - last
+    checkpoint) x devices; else (age mod checkpoint interval) x devices; None when
+    the pod declares neither (it is then weighed as before: youngest first)."""
+    devices = sum(device_requests(pod).values())
+    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    last = _stamp_time(str(notes.get(LAST_CHECKPOINT_ANNOTATION, "")))
+    if last is not None:
+        return max(0.0, now - last) * devices
+    started = _stamp_time(str((pod.get("status") or {}).get("startTime") or ""))
+    age = max(0.0, now - started) if started is not None else 0.0
+    try:
+        interval = parse_duration(str(notes.get(CHECKPOINT_INTERVAL_ANNOTATION, "")))
+    except ValueError:
+        interval = 0.0
+    if interval > 0:
+        return (age % interval) * devices
+    return None
 
 
 async def _stamp(ctx: ActionContext, node: str) -> None:
@@ -239,6 +290,14 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         dest = _destination(nodes, hot, wants, k, hot_load, gap)
         if dest is None:
             reasons.append(f"{pod_key(pod)}: no node fits it with a load {gap:g} lower")
+            continue
+        risk = progress_at_risk(pod, now)
+        gain = (hot_load - dest.load) * k * params.gain_horizon
+        if risk is not None and risk > gain:
+            reasons.append(
+                f"{pod_key(pod)}: moving it throws away {risk:.0f} device-seconds since its "
+                f"last checkpoint, more than the {gain:.0f} it would gain over gainHorizon"
+            )
             continue
         try:
             await ctx.kube.evict_pod(

@@ -30,7 +30,11 @@ Parameters:
                  as failures against ``backoffLimit``)
 ===============  ===========================================  =======
 
-Execution: only pods owned by a Job are requeued (a JobSet or a training
+Execution: a member of a gang (a JobSet, TrainJob, PyTorchJob, MPIJob or Volcano
+Job, or pods sharing an ``accel-fleet.io/gang`` label) is requeued by restarting
+its whole gang once, the way its operator expects (``autoscaler/actions/gangs.py``;
+``maxRequeues`` and the backoff count the gang's restarts, recorded on its owner).
+Otherwise only pods owned by a Job are requeued (a JobSet or a training
 operator runs its pods through Jobs too); a bare pod or a Deployment's pod is
 left alone with a ``RequeueSkipped`` Event, since nothing would retry it as a job.
 The attempt is recorded on the Job first, in the annotation
@@ -51,6 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autoscaler.actions import gangs
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -60,7 +65,7 @@ from autoscaler.actions.base import (
     param_keys,
     to_params,
 )
-from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.context import ActionContext, Outcome, Status
 from autoscaler.actions.ownership import REQUEUES, event, iso, parse_iso
 from autoscaler.actions.pods import controller_owner
 from autoscaler.decision import Decision
@@ -196,6 +201,8 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         return Outcome("skipped", f"pod {namespace}/{pod_name} is gone already")
     except KubeError as e:
         return Outcome("failed", f"pod {namespace}/{pod_name}: {e}")
+    if gangs.member_of(pod) is not None:
+        return await _requeue_gang(ctx, decision, pod, params)
     owner = controller_owner(pod)
     if owner is None or owner.get("kind") != "Job":
         what = f"{owner.get('kind')} {owner.get('name')}" if owner else "no owner"
@@ -239,6 +246,38 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     )
     await event(ctx, job, "Requeued", message, action=NAME)
     return Outcome("done", message, {"attempt": count, "resumed": resumed})
+
+
+async def _requeue_gang(
+    ctx: ActionContext, decision: Decision, pod: Obj, params: RequeueJobParams
+) -> Outcome:
+    """A gang member is requeued by restarting its whole gang once
+    (``autoscaler/actions/gangs.py``), with ``maxRequeues`` and the backoff counted
+    on the gang's own restart record."""
+    key = f"{(pod.get('metadata') or {}).get('namespace')}/{pod['metadata']['name']}"
+
+    def limit(rec: Mapping[str, Any]) -> str | None:
+        count = int(rec.get("count") or 0)
+        if count >= params.max_requeues:
+            return f"restarted {count} time(s) already; maxRequeues is {params.max_requeues}"
+        last = rec.get("last")
+        wait = backoff_after(count, params)
+        if isinstance(last, str) and ctx.clock() - parse_iso(last) < wait:
+            return f"last restarted at {last}; after {count} restart(s) the backoff is {wait:g}s"
+        return None
+
+    try:
+        gang = await gangs.find(ctx, pod)
+        if gang is None:
+            return Outcome("skipped", f"pod {key} belongs to no gang any more")
+        done = await gangs.restart(
+            ctx, gang, rule=decision.rule, why=decision.reason, last=key, limit=limit
+        )
+    except KubeError as e:
+        return Outcome("failed", f"pod {key}: gang restart: {e}")
+    status: Status = "done" if done.status in ("restarted", "resumed") else "skipped"
+    details = {"gang": done.gang, "restart": done.status, "deleted": done.deleted}
+    return Outcome(status, done.message, details)
 
 
 SPEC = ActionSpec(

@@ -12,10 +12,32 @@ Targets: ``pool``.
 
 Parameters:
 
-=============  ==================================  =========
-``direction``  ``up`` or ``down``                  required
-``step``       nodes per action (>= 1)             ``1``
-=============  ==================================  =========
+========================  ==========================================  =========
+``direction``             ``up`` or ``down``                          required
+``step``                  nodes per action (>= 1)                     ``1``
+``spareFaultRate``        node faults per node-hour to keep spares    ``0``
+                          for (>= 0; 0 keeps no spare buffer)
+``spareFaultRateQuery``   PromQL for the observed faults per          none
+                          node-hour of the pool (``$pool`` is its
+                          name); replaces ``spareFaultRate`` when it
+                          answers
+``provisioningTime``      how long a new node takes to be Ready       ``10m``
+                          (duration)
+``restartOverhead``       how long a gang takes to restart on a       ``10m``
+                          spare (duration)
+``spareQuantile``         the probability that every fault of one     ``0.999``
+                          window finds a spare (0.5-0.999999)
+``maxSpares``             the most spares kept (>= 0)                 ``8``
+========================  ==========================================  =========
+
+Spares (``autoscaler/actions/spares.py``, formula and worked example in
+docs/actions.md): with a fault rate above 0, every decision sizes the pool's spare
+buffer as the smallest s with P(Poisson(μ) ≤ s) ≥ ``spareQuantile``, where
+μ = λ · nodes · (``provisioningTime`` + ``restartOverhead``) in hours, writes it
+on the MachineDeployment as ``accel-fleet.io/spare-nodes``, and keeps it: a
+scale-up also adds the spares that are missing (idle nodes: Ready, schedulable,
+no device-using pod), and a scale-down never removes an idle node that the
+buffer needs.
 
 Execution (``execute``), through ``ctx.pools`` (a ``NodePoolProvider``):
 
@@ -62,6 +84,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
+from accel_common.names import SPARE_NODES_ANNOTATION
+from autoscaler.actions import spares
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -77,8 +101,9 @@ from autoscaler.actions.ownership import event
 from autoscaler.clusterstate import device_requests
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError
-from autoscaler.kube.protocol import Obj
+from autoscaler.kube.protocol import MACHINE_DEPLOYMENTS, Obj
 from autoscaler.pools.base import NodePoolProvider, Pool
+from autoscaler.promql.guard import parse
 
 log = logging.getLogger("accel_autoscaler.actions")
 
@@ -93,14 +118,34 @@ Direction = Literal["up", "down"]
 class ScaleNodePoolParams:
     direction: Direction = field(metadata={"key": "direction"})
     step: int = param("step", 1)
+    spare_fault_rate: float = param("spareFaultRate", 0.0)
+    spare_fault_rate_query: str | None = param("spareFaultRateQuery", None)
+    provisioning_time: float = param("provisioningTime", 600.0)
+    restart_overhead: float = param("restartOverhead", 600.0)
+    spare_quantile: float = param("spareQuantile", 0.999)
+    max_spares: int = param("maxSpares", 8)
 
 
 def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]]:
     r = ParamReader(NAME, raw, param_keys(ScaleNodePoolParams))
     direction = r.choice("direction", DIRECTIONS, None)
+    d = ScaleNodePoolParams("up")
+    query = r.string("spareFaultRateQuery", d.spare_fault_rate_query) or None
+    if query:
+        try:
+            parse(query.replace(spares.POOL_PLACEHOLDER, '"pool"'))
+        except ValueError as e:
+            r.problem("spareFaultRateQuery", f"not a PromQL expression: {e}")
+            query = None
     params = ScaleNodePoolParams(
         direction=cast(Direction, direction or "up"),
         step=r.integer("step", 1, minimum=1),
+        spare_fault_rate=r.number("spareFaultRate", d.spare_fault_rate),
+        spare_fault_rate_query=query,
+        provisioning_time=r.duration("provisioningTime", d.provisioning_time),
+        restart_overhead=r.duration("restartOverhead", d.restart_overhead),
+        spare_quantile=r.ratio("spareQuantile", d.spare_quantile, low=0.5, high=0.999999),
+        max_spares=r.integer("maxSpares", d.max_spares, minimum=0),
     )
     return to_params(params), r.problems
 
@@ -160,13 +205,106 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             message = why or f"no pool named {name!r} (provider {provider.name})"
             await report("ScaleRefused", f"{message} ({_why(decision)})", warning=True)
             return Outcome("skipped", message)
+        buffer = await _buffer(ctx, provider, pool, params)
         if params.direction == "up":
-            return await _scale_up(ctx, provider, pool, params.step, decision, report)
-        return await _scale_down(ctx, provider, pool, params.step, decision, report)
+            return await _scale_up(ctx, provider, pool, params.step, decision, report, buffer)
+        return await _scale_down(ctx, provider, pool, params.step, decision, report, buffer)
     except (KubeError, ValueError, LookupError) as e:
         message = f"pool {name}: {e}"
         await report("ScaleRefused", f"{message} ({_why(decision)})", warning=True)
         return Outcome("failed", message)
+
+
+@dataclass(frozen=True)
+class _Buffer:
+    """The pool's spare buffer now: its size and the idle nodes that hold it."""
+
+    size: spares.SpareSize | None
+    idle: tuple[str, ...] = ()
+
+    @property
+    def wanted(self) -> int:
+        return self.size.spares if self.size is not None else 0
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.wanted - len(self.idle))
+
+    def details(self) -> dict[str, Any]:
+        if self.size is None:
+            return {}
+        return {"spares": self.wanted, "idle": len(self.idle), "spareRule": self.size.explain()}
+
+
+async def _buffer(
+    ctx: ActionContext, provider: NodePoolProvider, pool: Pool, params: ScaleNodePoolParams
+) -> _Buffer:
+    """Size the pool's spare buffer, count its idle nodes, and write the size on
+    the pool's MachineDeployment. No fault rate: no buffer, nothing read."""
+    if params.spare_fault_rate <= 0 and not params.spare_fault_rate_query:
+        return _Buffer(None)
+    rate, source = await spares.observed_rate(
+        ctx, params.spare_fault_rate_query or "", pool.name, params.spare_fault_rate
+    )
+    sized = spares.size(
+        rate,
+        max(pool.replicas, len(pool.nodes)),
+        provisioning_time=params.provisioning_time,
+        restart_overhead=params.restart_overhead,
+        quantile=params.spare_quantile,
+        max_spares=params.max_spares,
+        source=source,
+    )
+    idle = await _idle_nodes(ctx, pool.nodes)
+    obj = provider.event_object(pool.name) if isinstance(provider, DescribedPools) else None
+    if obj is not None:
+        meta = obj.get("metadata") or {}
+        group, _, version = str(obj.get("apiVersion", "")).partition("/")
+        patch = {"metadata": {"annotations": {SPARE_NODES_ANNOTATION: str(sized.spares)}}}
+        try:
+            await ctx.kube.patch_custom(
+                group, version, meta.get("namespace", ""), MACHINE_DEPLOYMENTS, pool.name, patch
+            )
+        except KubeError as e:
+            log.warning("pool %s: could not record the spare buffer: %s", pool.name, e)
+    return _Buffer(sized, tuple(idle))
+
+
+async def _idle_nodes(ctx: ActionContext, nodes: Sequence[str]) -> list[str]:
+    """The spares among ``nodes``: Ready, schedulable, untainted, no device-using
+    pod. Two list calls whatever the pool's size (the controller's watch cache
+    answers them), not two calls per node."""
+    wanted = set(nodes)
+    busy = {
+        str((p.get("spec") or {}).get("nodeName") or "")
+        for p in await ctx.kube.list_pods()
+        if device_requests(p)
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    }
+    idle: list[str] = []
+    for obj in await ctx.kube.list_nodes():
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        spec = obj.get("spec") or {}
+        if name not in wanted or name in busy or spec.get("unschedulable"):
+            continue
+        if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
+            continue
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (obj.get("status") or {}).get("conditions") or []
+        ):
+            idle.append(name)
+    return sorted(idle)
+
+
+async def _device_pods(ctx: ActionContext, node: str) -> int:
+    pods = await ctx.kube.list_pods(node=node)
+    return sum(
+        1
+        for p in pods
+        if device_requests(p)
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
 
 
 async def _scale_up(
@@ -176,17 +314,27 @@ async def _scale_up(
     step: int,
     decision: Decision,
     report: _Report,
+    buffer: _Buffer,
 ) -> Outcome:
-    details = {"pool": pool.name, "replicas": pool.replicas, "provisioning": pool.provisioning}
+    details = {
+        "pool": pool.name,
+        "replicas": pool.replicas,
+        "provisioning": pool.provisioning,
+        **buffer.details(),
+    }
     if pool.replicas >= pool.max_size:
         message = f"pool {pool.name} is at its maximum ({pool.replicas} of {pool.max_size})"
         await report("ScaleRefused", f"{message} ({_why(decision)})")
         return Outcome("skipped", message, details)
-    add = max(0, step - pool.provisioning)
+    # The demand's step, plus the spares the buffer lacks; both are answered by
+    # what is already provisioning.
+    add = max(0, step + buffer.missing - pool.provisioning)
     if add == 0:
         message = (
             f"pool {pool.name}: {pool.provisioning} node(s) already provisioning cover "
-            f"step {step}; not adding more until they register"
+            f"step {step}"
+            + (f" and {buffer.missing} missing spare(s)" if buffer.missing else "")
+            + "; not adding more until they register"
         )
         await report("ScaleRefused", f"{message} ({_why(decision)})")
         return Outcome("skipped", message, details)
@@ -196,6 +344,11 @@ async def _scale_up(
         f"scaled pool {pool.name} up from {pool.replicas} to {target} replicas"
         + (f" ({pool.provisioning} already provisioning)" if pool.provisioning else "")
         + (f", capped at its maximum {pool.max_size}" if target < pool.replicas + add else "")
+        + (
+            f", {buffer.missing} of them spares ({buffer.size.explain()})"
+            if buffer.missing and buffer.size
+            else ""
+        )
     )
     await report("ScaledUp", f"{message} ({_why(decision)})")
     return Outcome("done", message, {**details, "to": target})
@@ -206,13 +359,7 @@ async def least_loaded(ctx: ActionContext, nodes: Sequence[str]) -> str:
     name, so the choice is the same every time the decision is retried."""
 
     async def load(node: str) -> int:
-        pods = await ctx.kube.list_pods(node=node)
-        return sum(
-            1
-            for p in pods
-            if device_requests(p)
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        )
+        return await _device_pods(ctx, node)
 
     loads = await asyncio.gather(*(load(n) for n in nodes))
     return min(zip(loads, nodes, strict=True))[1]
@@ -225,10 +372,17 @@ async def _scale_down(
     step: int,
     decision: Decision,
     report: _Report,
+    buffer: _Buffer,
 ) -> Outcome:
     replicas = pool.replicas
     removed: list[str] = []
-    details: dict[str, Any] = {"pool": pool.name, "replicas": pool.replicas, "removed": removed}
+    details: dict[str, Any] = {
+        "pool": pool.name,
+        "replicas": pool.replicas,
+        "removed": removed,
+        **buffer.details(),
+    }
+    kept = ""
     for _ in range(step):
         if replicas <= pool.min_size:
             break
@@ -239,6 +393,14 @@ async def _scale_down(
             message = f"pool {pool.name}: lost the lease; {_done(removed)}"
             return Outcome("partial", message, details)
         node = await least_loaded(ctx, candidates)
+        idle_left = [n for n in buffer.idle if n not in removed]
+        if node in idle_left and len(idle_left) <= buffer.wanted:
+            assert buffer.size is not None
+            kept = (
+                f"node {node} is one of the {buffer.wanted} spare(s) the buffer keeps "
+                f"({buffer.size.explain()})"
+            )
+            break
         why = f"scale-down of pool {pool.name} ({_why(decision)})"
         drained = await drain_node(
             ctx,
@@ -275,7 +437,9 @@ async def _scale_down(
         )
     if not removed:
         message = f"pool {pool.name} is at its minimum ({pool.replicas}, minimum {pool.min_size})"
-        if replicas > pool.min_size:
+        if kept:
+            message = f"pool {pool.name}: {kept}"
+        elif replicas > pool.min_size:
             message = f"pool {pool.name} has no registered node to remove"
         await report("ScaleRefused", f"{message} ({_why(decision)})")
         return Outcome("skipped", message, details)

@@ -417,6 +417,12 @@ class ClientKube:
         path = _ns_path(f"/apis/{group}/{version}", namespace, plural, name)
         return await self._patch(f"{group}/{plural}", path, patch)
 
+    async def create_custom(
+        self, group: str, version: str, namespace: str, plural: str, body: Obj
+    ) -> Obj:
+        path = _ns_path(f"/apis/{group}/{version}", namespace, plural)
+        return await self._create(f"{group}/{plural}", path, body)
+
     async def get_scale(
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> Obj:

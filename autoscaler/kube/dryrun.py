@@ -204,6 +204,24 @@ class DryRunKube:
             return await self.inner.create_pod(namespace, body)
         return _as_created(namespace, body)
 
+    async def create_custom(
+        self, group: str, version: str, namespace: str, plural: str, body: Obj
+    ) -> Obj:
+        names.check("namespace", namespace)
+        name = body.get("metadata", {}).get("name", "")
+        self._record(
+            "create_custom",
+            f"create {plural}.{group} {namespace}/{name}: {json.dumps(body, sort_keys=True)}",
+            group=group,
+            version=version,
+            namespace=namespace,
+            plural=plural,
+            body=body,
+        )
+        if self._server_side:
+            return await self.inner.create_custom(group, version, namespace, plural, body)
+        return _as_created(namespace, body)
+
     async def create_event(self, namespace: str, body: Obj) -> Obj:
         names.check("namespace", namespace)
         reason = body.get("reason", "")

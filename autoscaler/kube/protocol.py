@@ -31,7 +31,16 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from accel_common.names import LEADER_LABEL, REMEDIATION_ANNOTATION
+from accel_common.names import (
+    GANG_RESTARTS_ANNOTATION,
+    JOBSET_GROUP,
+    KUBEFLOW_GROUP,
+    LEADER_LABEL,
+    REMEDIATION_ANNOTATION,
+    SPARE_NODES_ANNOTATION,
+    VOLCANO_BATCH_GROUP,
+    VOLCANO_BUS_GROUP,
+)
 
 Obj = dict[str, Any]
 
@@ -116,7 +125,9 @@ class Kube(Protocol):
         writer changed the ConfigMap in between."""
         ...
 
-    # Custom resources (Cluster API MachineDeployments and Machines).
+    # Custom resources (Cluster API MachineDeployments and Machines; the gang owners
+    # of autoscaler/actions/gangs.py: JobSet, PyTorchJob, MPIJob, Volcano Job and
+    # Command).
     async def get_custom(
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> Obj: ...
@@ -131,6 +142,13 @@ class Kube(Protocol):
     async def patch_custom(
         self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
     ) -> Obj: ...
+    async def create_custom(
+        self, group: str, version: str, namespace: str, plural: str, body: Obj
+    ) -> Obj:
+        """POST a custom object (Volcano's restart ``Command``). ``Conflict`` with
+        ``already_exists`` when its name is taken."""
+        ...
+
     async def get_scale(
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> Obj:
@@ -148,16 +166,16 @@ class Kube(Protocol):
 VERBS: dict[str, dict[str, str]] = {
     "nodes": {
         "get": "every node action reads the node before changing it",
-        "list": "cluster-state metrics (nodes per pool); resuming in-flight work on start",
+        "list": "cluster-state metrics (nodes per pool); resuming work on start; spare nodes",
         "watch": "cluster-state metrics stay current between lists",
         "patch": f"cordon, taint, uncordon, and the {REMEDIATION_ANNOTATION} annotation",
     },
     "pods": {
         "get": "requeue_job and migrate_jobs re-read a pod before acting on it",
-        "list": "drain, migrate_jobs and rebalance list a node's pods; job metrics",
+        "list": "drain, migrate_jobs, rebalance: a node's pods; gang members; spares; metrics",
         "watch": "cluster-state metrics stay current between lists",
         "create": "migrate_jobs recreates a bare pod (no owner) on another node",
-        "delete": "requeue_job deletes a stuck pod so that its owner retries it",
+        "delete": "requeue_job deletes a stuck pod; a gang restart deletes its members at once",
         "patch": f"the leader labels its own pod {LEADER_LABEL} for the webhook Service",
     },
     "pods/eviction": {
@@ -166,7 +184,7 @@ VERBS: dict[str, dict[str, str]] = {
     "events": {"create": "every action records an Event on the object it acted on"},
     "batch/jobs": {
         "get": "job timeouts (activeDeadlineSeconds) and requeue_job's suspend toggle",
-        "patch": "requeue_job toggles spec.suspend and counts attempts",
+        "patch": "requeue_job toggles spec.suspend and counts attempts; a label gang's record",
     },
     "coordination.k8s.io/leases": {
         "get": "leader election reads the Lease",
@@ -181,6 +199,7 @@ VERBS: dict[str, dict[str, str]] = {
     f"{CAPI_GROUP}/{MACHINE_DEPLOYMENTS}": {
         "get": "scale_node_pool reads a pool's min/max annotations",
         "list": "scale_node_pool and pool metrics find the pools",
+        "patch": f"scale_node_pool writes the spare buffer ({SPARE_NODES_ANNOTATION})",
     },
     f"{CAPI_GROUP}/{MACHINE_DEPLOYMENTS}/scale": {
         "get": "scale_node_pool reads the current replicas",
@@ -189,6 +208,27 @@ VERBS: dict[str, dict[str, str]] = {
     f"{CAPI_GROUP}/{MACHINES}": {
         "list": "scale_node_pool maps nodes to pools and counts provisioning machines",
         "patch": "scale-down marks the drained node's Machine with delete-machine",
+    },
+    # Gang owners (autoscaler/actions/gangs.py): read to find the restart path and
+    # its limits, patched only for the restart record on the owner.
+    f"{JOBSET_GROUP}/jobsets": {
+        "get": "gang restarts read the JobSet's restarts and failure policy",
+        "patch": f"gang restarts record the restart on the JobSet ({GANG_RESTARTS_ANNOTATION})",
+    },
+    f"{KUBEFLOW_GROUP}/pytorchjobs": {
+        "get": "gang restarts read the PyTorchJob",
+        "patch": f"gang restarts record the restart ({GANG_RESTARTS_ANNOTATION})",
+    },
+    f"{KUBEFLOW_GROUP}/mpijobs": {
+        "get": "gang restarts read the MPIJob",
+        "patch": f"gang restarts record the restart ({GANG_RESTARTS_ANNOTATION})",
+    },
+    f"{VOLCANO_BATCH_GROUP}/jobs": {
+        "get": "gang restarts read the Volcano Job's status.version",
+        "patch": f"gang restarts record the restart ({GANG_RESTARTS_ANNOTATION})",
+    },
+    f"{VOLCANO_BUS_GROUP}/commands": {
+        "create": "a Volcano Job is restarted through a RestartJob Command",
     },
 }
 

@@ -40,7 +40,7 @@ from tests.support.paths import REPO
 pytestmark = pytest.mark.slow
 
 DEPLOY = REPO / "deploy"
-OVERLAYS = ("nvidia", "amd", "intel")
+OVERLAYS = ("nvidia", "amd", "intel", "gaudi", "ascend", "tpu")
 # The oldest Kubernetes the manifests promise, and the newest schemas installed.
 VERSIONS = ("1.33.0", kubernetes_validate.latest_version())
 # Kinds whose schema is a CustomResourceDefinition of the Prometheus Operator, not
@@ -56,7 +56,18 @@ VENDOR = {
     "nvidia": ("nvidia", "nvidia.com/gpu.present"),
     "amd": ("amd", "feature.node.kubernetes.io/amd-gpu"),
     "intel": ("oneapi", "intel.feature.node.kubernetes.io/gpu"),
+    "gaudi": ("gaudi", "intel.feature.node.kubernetes.io/gaudi"),
+    "ascend": ("ascend", "accelerator"),
+    "tpu": ("tpu", "cloud.google.com/gke-tpu-accelerator"),
 }
+# The value the node label must have where it is not "true" (the Ascend device
+# plugin's label names the chip family), and the overlays that select by the label's
+# presence alone (GKE sets it to the TPU type), through a required node affinity.
+SELECTOR_VALUE = {"ascend": "huawei-Ascend910"}
+SELECTED_BY_AFFINITY = frozenset({"tpu"})
+# The overlays whose exporter runs privileged, each for its vendor library's device
+# nodes (the reason is beside the setting in the manifest).
+PRIVILEGED = frozenset({"amd+amd-smi", "ascend"})
 
 Doc = dict[str, Any]
 
@@ -182,7 +193,8 @@ def test_strict_validation_catches_an_unknown_field() -> None:
 @pytest.mark.parametrize("overlay", [*OVERLAYS, "amd+amd-smi"])
 def test_no_privileged_container_forbids_escalation(overlay: str) -> None:
     """The API server refuses privileged with allowPrivilegeEscalation false, which
-    no schema says: check it here. Only the amd-smi component runs privileged."""
+    no schema says: check it here. Only the amd-smi component and the ascend overlay
+    (DCMI's management devices) run privileged."""
     for doc in rendered(overlay):
         if doc["kind"] not in ("DaemonSet", "Deployment"):
             continue
@@ -190,7 +202,7 @@ def test_no_privileged_container_forbids_escalation(overlay: str) -> None:
             sc = c.get("securityContext", {})
             if sc.get("privileged"):
                 assert sc.get("allowPrivilegeEscalation") is not False, c["name"]
-                assert overlay == "amd+amd-smi", f"{overlay}: {c['name']} is privileged"
+                assert overlay in PRIVILEGED, f"{overlay}: {c['name']} is privileged"
 
 
 # --- RBAC == VERBS == what the Kube wrapper calls -----------------------------
@@ -278,6 +290,16 @@ def test_every_rbac_verb_says_why() -> None:
 # are the cluster-state cache's (autoscaler/kube/cache.py), checked as INFORMERS.
 MACHINE_DEPLOYMENTS = f"{CAPI_GROUP}/machinedeployments"
 MACHINES = f"{CAPI_GROUP}/machines"
+# The gang owners' objects (autoscaler/actions/gangs.py), read and patched with the
+# same generic calls, and Volcano's restart Command, created.
+GANG_OWNERS = (
+    ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    ("kubeflow.org", "v1", "pytorchjobs"),
+    ("kubeflow.org", "v2beta1", "mpijobs"),
+    ("batch.volcano.sh", "v1alpha1", "jobs"),
+)
+GANG_RESOURCES = {f"{g}/{p}" for g, _, p in GANG_OWNERS}
+COMMANDS = "bus.volcano.sh/commands"
 METHOD_VERBS: dict[str, set[tuple[str, str]]] = {
     "get_node": {("nodes", "get")},
     "list_nodes": {("nodes", "list")},
@@ -297,9 +319,11 @@ METHOD_VERBS: dict[str, set[tuple[str, str]]] = {
     "get_lease": {("coordination.k8s.io/leases", "get")},
     "create_lease": {("coordination.k8s.io/leases", "create")},
     "replace_lease": {("coordination.k8s.io/leases", "update")},
-    "get_custom": {(MACHINE_DEPLOYMENTS, "get")},
+    "get_custom": {(MACHINE_DEPLOYMENTS, "get")} | {(r, "get") for r in GANG_RESOURCES},
     "list_custom": {(MACHINE_DEPLOYMENTS, "list"), (MACHINES, "list")},
-    "patch_custom": {(MACHINES, "patch")},
+    "patch_custom": {(MACHINES, "patch"), (MACHINE_DEPLOYMENTS, "patch")}
+    | {(r, "patch") for r in GANG_RESOURCES},
+    "create_custom": {(COMMANDS, "create")},
     "get_scale": {(f"{MACHINE_DEPLOYMENTS}/scale", "get")},
     "patch_scale": {(f"{MACHINE_DEPLOYMENTS}/scale", "patch")},
 }
@@ -374,6 +398,14 @@ def test_rbac_of_reads_the_api_paths() -> None:
     assert rbac_of("PATCH", scale, {}) == (f"{MACHINE_DEPLOYMENTS}/scale", "patch")
 
 
+def _bind(
+    call: Callable[[Kube, str, str, str], Awaitable[object]], g: str, v: str, p: str
+) -> Callable[[Kube], Awaitable[object]]:
+    """``call`` with one gang owner's group, version and plural fixed (a lambda in
+    a loop would see only the last)."""
+    return lambda k: call(k, g, v, p)
+
+
 def _protocol_calls() -> list[tuple[str, Callable[[Kube], Awaitable[object]]]]:
     """One call of every Kube method, with the arguments the controller passes
     (Cluster API plurals for the custom-object methods)."""
@@ -436,6 +468,33 @@ def _protocol_calls() -> list[tuple[str, Callable[[Kube], Awaitable[object]]]]:
         (
             "patch_custom",
             lambda k: k.patch_custom(CAPI_GROUP, CAPI_VERSION, ns, machines, "m1", label),
+        ),
+        ("patch_custom", lambda k: k.patch_custom(CAPI_GROUP, CAPI_VERSION, ns, md, "md1", label)),
+        *[
+            (method, call)
+            for g, v, p in GANG_OWNERS
+            for method, call in (
+                ("get_custom", _bind(lambda k, g, v, p: k.get_custom(g, v, ns, p, "g1"), g, v, p)),
+                (
+                    "patch_custom",
+                    _bind(lambda k, g, v, p: k.patch_custom(g, v, ns, p, "g1", label), g, v, p),
+                ),
+            )
+        ],
+        (
+            "create_custom",
+            lambda k: k.create_custom(
+                "bus.volcano.sh",
+                "v1alpha1",
+                ns,
+                "commands",
+                {
+                    "apiVersion": "bus.volcano.sh/v1alpha1",
+                    "kind": "Command",
+                    "metadata": {"name": "c1", "namespace": ns},
+                    "action": "RestartJob",
+                },
+            ),
         ),
         ("get_scale", lambda k: k.get_scale(CAPI_GROUP, CAPI_VERSION, ns, md, "md1")),
         ("patch_scale", lambda k: k.patch_scale(CAPI_GROUP, CAPI_VERSION, ns, md, "md1", 3)),
@@ -652,7 +711,13 @@ def test_exporter_args_parse_and_match_the_mounts(overlay: str) -> None:
         "path": "/var/lib/kubelet/pod-resources",
         "type": "Directory",
     }
-    assert spec["nodeSelector"] == {VENDOR[overlay][1]: "true"}
+    if overlay in SELECTED_BY_AFFINITY:
+        (term,) = spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert term["matchExpressions"] == [{"key": VENDOR[overlay][1], "operator": "Exists"}]
+    else:
+        assert spec["nodeSelector"] == {VENDOR[overlay][1]: SELECTOR_VALUE.get(overlay, "true")}
     assert spec["tolerations"], f"{overlay}: no toleration for tainted GPU nodes"
 
 

@@ -33,7 +33,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "migrate_jobs": {"taint": DEFAULT_TAINT, "drainTimeout": 600.0, "deviceOnly": False},
     "requeue_job": {"maxRequeues": 3, "backoff": 60.0, "maxBackoff": 3600.0, "via": "delete"},
-    "rebalance": {"maxMovesPerCycle": 1, "minUtilizationGap": 0.2, "nodeCooldown": 1800.0},
+    "rebalance": {
+        "maxMovesPerCycle": 1,
+        "minUtilizationGap": 0.2,
+        "nodeCooldown": 1800.0,
+        "gainHorizon": 3600.0,
+    },
 }
 
 TARGETS_OF: dict[str, tuple[str, ...]] = {
@@ -49,7 +54,7 @@ TARGETS_OF: dict[str, tuple[str, ...]] = {
 
 
 # What the actions share; every other module of autoscaler.actions is one action.
-SHARED = {"barepods", "base", "context", "nodeops", "ownership", "pods"}
+SHARED = {"barepods", "base", "context", "gangs", "nodeops", "ownership", "pods", "spares"}
 
 
 def test_the_registry_lists_every_action_file_once() -> None:
@@ -140,19 +145,42 @@ VALID: list[tuple[str, str, Mapping[str, Any], dict[str, Any]]] = [
         "rebalance with an integer gap",
         "rebalance",
         {"maxMovesPerCycle": 3, "minUtilizationGap": 1},
-        {"maxMovesPerCycle": 3, "minUtilizationGap": 1.0, "nodeCooldown": 1800.0},
+        {
+            "maxMovesPerCycle": 3,
+            "minUtilizationGap": 1.0,
+            "nodeCooldown": 1800.0,
+            "gainHorizon": 3600.0,
+        },
     ),
     (
         "scale down by two",
         "scale_node_pool",
         {"direction": "down", "step": 2},
-        {"direction": "down", "step": 2},
+        {
+            "direction": "down",
+            "step": 2,
+            "spareFaultRate": 0.0,
+            "spareFaultRateQuery": None,
+            "provisioningTime": 600.0,
+            "restartOverhead": 600.0,
+            "spareQuantile": 0.999,
+            "maxSpares": 8,
+        },
     ),
     (
         "scale up by the default step",
         "scale_node_pool",
         {"direction": "up"},
-        {"direction": "up", "step": 1},
+        {
+            "direction": "up",
+            "step": 1,
+            "spareFaultRate": 0.0,
+            "spareFaultRateQuery": None,
+            "provisioningTime": 600.0,
+            "restartOverhead": 600.0,
+            "spareQuantile": 0.999,
+            "maxSpares": 8,
+        },
     ),
     (
         "a null parameter means its default",
@@ -297,6 +325,23 @@ INVALID: list[tuple[str, str, Mapping[str, Any], list[str]]] = [
         ["direction: missing: scale_node_pool needs direction up or down"],
     ),
     (
+        "scale_node_pool: a spare buffer with every parameter wrong",
+        "scale_node_pool",
+        {
+            "direction": "up",
+            "spareFaultRate": -1,
+            "spareQuantile": 0.2,
+            "spareFaultRateQuery": "sum(",
+            "maxSpares": -1,
+        },
+        [
+            "spareFaultRateQuery: not a PromQL expression: unclosed left parenthesis",
+            "spareFaultRate: must be a finite number of at least 0, got -1",
+            "spareQuantile: must be from 0.5 to 0.999999, got 0.2",
+            "maxSpares: must be at least 0, got -1",
+        ],
+    ),
+    (
         "scale_node_pool: a bad direction and a zero step",
         "scale_node_pool",
         {"direction": "upp", "step": 0},
@@ -343,7 +388,16 @@ def test_params_round_trip_to_their_dataclass() -> None:
     assert from_params(MigrateJobsParams, params).device_only is True
     params, _ = ACTIONS["scale_node_pool"].validate({"direction": "down"})
     assert from_params(ScaleNodePoolParams, params) == ScaleNodePoolParams("down", 1)
-    assert param_keys(ScaleNodePoolParams) == ("direction", "step")
+    assert param_keys(ScaleNodePoolParams) == (
+        "direction",
+        "step",
+        "spareFaultRate",
+        "spareFaultRateQuery",
+        "provisioningTime",
+        "restartOverhead",
+        "spareQuantile",
+        "maxSpares",
+    )
 
 
 def test_parse_taint() -> None:

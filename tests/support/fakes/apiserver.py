@@ -47,7 +47,12 @@ What it serves (everything else answers a 404 ``Status``):
   the disruption controller would), ``batch/v1`` Jobs, ``coordination.k8s.io/v1``
   Leases;
 - Cluster API ``machinedeployments`` (with the ``scale`` subresource) and
-  ``machines`` under ``cluster.x-k8s.io/v1beta1``.
+  ``machines`` under ``cluster.x-k8s.io/v1beta1``;
+- the gang owners as custom kinds: ``jobset.x-k8s.io/v1alpha2`` JobSets,
+  ``kubeflow.org`` PyTorchJobs (v1) and MPIJobs (v2beta1),
+  ``trainer.kubeflow.org/v1alpha1`` TrainJobs, Volcano's ``batch.volcano.sh/v1alpha1``
+  Jobs (``api.objects("jobs.batch.volcano.sh")``) and ``bus.volcano.sh/v1alpha1``
+  Commands. No operator runs here: ``tests/support/fakes/gangops.py`` plays them.
 
 Every kind supports get, list (label and field selectors), watch (JSON lines,
 ``resourceVersion`` and ``timeoutSeconds`` honoured), create, replace (PUT),
@@ -111,6 +116,13 @@ class _Kind:
     kind: str
     namespaced: bool
     custom: bool = False  # a CRD: no strategic merge, no schema to validate against
+    # The name tests use for it (``objects``, ``get``...) when its plural is taken:
+    # Volcano's ``jobs`` beside batch/v1's.
+    alias: str = ""
+
+    @property
+    def store(self) -> str:
+        return self.alias or self.plural
 
     @property
     def api_version(self) -> str:
@@ -138,8 +150,26 @@ _KINDS = [
         custom=True,
     ),
     _Kind("cluster.x-k8s.io", "v1beta1", "machines", "Machine", namespaced=True, custom=True),
+    # Gang owners (autoscaler/actions/gangs.py); tests/support/fakes/gangops.py
+    # plays their operators.
+    _Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", namespaced=True, custom=True),
+    _Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", namespaced=True, custom=True),
+    _Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", namespaced=True, custom=True),
+    _Kind(
+        "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", namespaced=True, custom=True
+    ),
+    _Kind(
+        "batch.volcano.sh",
+        "v1alpha1",
+        "jobs",
+        "Job",
+        namespaced=True,
+        custom=True,
+        alias="jobs.batch.volcano.sh",
+    ),
+    _Kind("bus.volcano.sh", "v1alpha1", "commands", "Command", namespaced=True, custom=True),
 ]
-_BY_PLURAL = {k.plural: k for k in _KINDS}
+_BY_PLURAL = {k.store: k for k in _KINDS}
 _BY_PATH = {(k.group, k.version, k.plural): k for k in _KINDS}
 _BY_TYPE = {(k.api_version, k.kind): k for k in _KINDS}
 
@@ -670,7 +700,7 @@ class FakeApiServer:
         # Pods removed by a successful eviction, as (namespace, name), in order.
         self.evicted: list[tuple[str, str]] = []
         self._lock = threading.RLock()
-        self._store: dict[str, dict[tuple[str, str], JSON]] = {k.plural: {} for k in _KINDS}
+        self._store: dict[str, dict[tuple[str, str], JSON]] = {k.store: {} for k in _KINDS}
         self._rv = 0
         self._log: list[tuple[int, str, str, JSON]] = []  # rv, plural, event type, object
         self._watchers: set[_Watcher] = set()
@@ -748,7 +778,7 @@ class FakeApiServer:
         if kind.namespaced:
             meta.setdefault("namespace", "default")
         with self._lock:
-            existing = self._store[kind.plural].get(
+            existing = self._store[kind.store].get(
                 self._key(kind, meta.get("namespace"), meta["name"])
             )
             if existing is not None:
@@ -762,19 +792,19 @@ class FakeApiServer:
     def get(self, kind_plural: str, namespace: str | None, name: str) -> JSON | None:
         kind = self._kind(kind_plural)
         with self._lock:
-            obj = self._store[kind.plural].get(self._key(kind, namespace, name))
+            obj = self._store[kind.store].get(self._key(kind, namespace, name))
             return copy.deepcopy(obj) if obj is not None else None
 
     def objects(self, kind_plural: str) -> list[JSON]:
         kind = self._kind(kind_plural)
         with self._lock:
-            return [copy.deepcopy(o) for _, o in sorted(self._store[kind.plural].items())]
+            return [copy.deepcopy(o) for _, o in sorted(self._store[kind.store].items())]
 
     def remove(self, kind_plural: str, namespace: str | None, name: str) -> JSON | None:
         """Delete an object as a controller or the kubelet would (a watch sees it)."""
         kind = self._kind(kind_plural)
         with self._lock:
-            obj = self._store[kind.plural].get(self._key(kind, namespace, name))
+            obj = self._store[kind.store].get(self._key(kind, namespace, name))
             if obj is not None:
                 self._delete(kind, obj)
             return obj
@@ -811,18 +841,18 @@ class FakeApiServer:
             meta["resourceVersion"] = str(self._rv)
             return copy.deepcopy(obj)
         self._rv += 1
-        self._store[kind.plural][self._key(kind, meta.get("namespace"), meta["name"])] = obj
-        self._log.append((self._rv, kind.plural, event, copy.deepcopy(obj)))
+        self._store[kind.store][self._key(kind, meta.get("namespace"), meta["name"])] = obj
+        self._log.append((self._rv, kind.store, event, copy.deepcopy(obj)))
         self._wake_watchers()
         return copy.deepcopy(obj)
 
     def _delete(self, kind: _Kind, obj: JSON) -> None:
         self._rv += 1
         meta = obj["metadata"]
-        del self._store[kind.plural][self._key(kind, meta.get("namespace"), meta["name"])]
+        del self._store[kind.store][self._key(kind, meta.get("namespace"), meta["name"])]
         gone = copy.deepcopy(obj)
         gone["metadata"]["resourceVersion"] = str(self._rv)
-        self._log.append((self._rv, kind.plural, "DELETED", gone))
+        self._log.append((self._rv, kind.store, "DELETED", gone))
         self._wake_watchers()
 
     @staticmethod
@@ -968,7 +998,7 @@ class FakeApiServer:
 
     def _stored(self, route: _Route) -> JSON:
         assert route.name is not None
-        obj = self._store[route.kind.plural].get(self._key(route.kind, route.namespace, route.name))
+        obj = self._store[route.kind.store].get(self._key(route.kind, route.namespace, route.name))
         if obj is None:
             raise _not_found(route.kind, route.name)
         return obj
@@ -991,7 +1021,7 @@ class FakeApiServer:
         kind = route.kind
         with self._lock:
             items = []
-            for _, obj in sorted(self._store[kind.plural].items()):
+            for _, obj in sorted(self._store[kind.store].items()):
                 if self._matching(route, request, obj):
                     item = copy.deepcopy(self._served(kind, obj))
                     if not kind.custom:  # a real server strips these from built-in items
@@ -1020,7 +1050,7 @@ class FakeApiServer:
             if last == 0:  # no version: the current state first, as ADDED events
                 initial = [
                     ("ADDED", copy.deepcopy(self._served(route.kind, o)))
-                    for _, o in sorted(self._store[route.kind.plural].items())
+                    for _, o in sorted(self._store[route.kind.store].items())
                     if self._matching(route, request, o)
                 ]
                 last = self._rv
@@ -1035,7 +1065,7 @@ class FakeApiServer:
             while not self._closing:
                 watcher.wake.clear()
                 with self._lock:
-                    pending = [e for e in self._log if e[0] > last and e[1] == route.kind.plural]
+                    pending = [e for e in self._log if e[0] > last and e[1] == route.kind.store]
                 for rv, _, event, obj in pending:
                     last = rv
                     if self._matching(route, request, obj):
@@ -1094,7 +1124,7 @@ class FakeApiServer:
         if kind.plural == "pods":
             body["status"] = {"phase": "Pending"}  # the server resets a new pod's status
         with self._lock:
-            if self._key(kind, meta.get("namespace"), meta["name"]) in self._store[kind.plural]:
+            if self._key(kind, meta.get("namespace"), meta["name"]) in self._store[kind.store]:
                 raise ApiError(
                     409,
                     f'{kind.qualified()} "{meta["name"]}" already exists',
