@@ -6,8 +6,18 @@ definitions should be readable in one place, apart from the model that produces
 them. Device-seconds allocated are those held by a running pod, integrated between
 events; useful ones are those whose progress was kept (reached a checkpoint that
 was used, or the end). Restart overhead, stalled time and work lost since the last
-checkpoint are allocated but not useful. Time to remediate runs from the fault
-that stuck a job to the moment its pod leaves the failed device (or the end).
+checkpoint are allocated but not useful; both are also kept by job size, for
+goodput per size. Time to remediate runs from the fault that stuck a job to the
+moment its pod (for a gang, its run) leaves the failed device (or the end).
+
+What a stopped run cost is booked by cause in device-seconds (``LOSS_CAUSES``):
+the work redone since the last checkpoint, the stalled time until the pods went
+(detection delay), the restart overhead spent loading, and the wait for capacity
+after a restart until the job runs again (a pending pod holds no device, so
+this is the job's own loss, not allocated time). A false requeue is a requeue
+or gang restart of a job that was running, not stalled and on healthy devices.
+Spare node-seconds are the spare buffer a pool's MachineDeployment declares
+(``accel-fleet.io/spare-nodes``), as far as idle Ready nodes fill it, over time.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ from dataclasses import dataclass, field
 
 from autoscaler.simulate.clock import EPOCH
 from autoscaler.simulate.scenario import PoolSpec
+
+LOSS_CAUSES = ("redone", "detection", "restart_overhead", "capacity_wait")
 
 
 @dataclass
@@ -37,6 +49,13 @@ class Stats:
     actions: dict[str, int] = field(default_factory=dict)
     actions_total: int = 0
     breaker_trips: int = 0
+    # job size -> device-seconds allocated, useful
+    allocated_by_size: dict[int, float] = field(default_factory=dict)
+    useful_by_size: dict[int, float] = field(default_factory=dict)
+    lost_by_cause: dict[str, float] = field(default_factory=dict)  # device-seconds
+    false_requeues: int = 0
+    spare_node_seconds: float = 0.0
+    restarts: dict[int, int] = field(default_factory=dict)  # restarts -> jobs
 
 
 @dataclass
@@ -60,6 +79,8 @@ class Accounting:
         self.timeline = Timeline()
         self.allocated = 0  # devices held by running pods
         self.pool_alloc = dict.fromkeys(pools, 0)
+        self.size_alloc: dict[int, int] = {}  # devices held, by the job's size
+        self.stats.lost_by_cause = dict.fromkeys(LOSS_CAUSES, 0.0)
         self._integrated_to = EPOCH
         # job -> (fault time, kind), while a fault holds it
         self._stuck: dict[str, tuple[float, str]] = {}
@@ -71,20 +92,43 @@ class Accounting:
         if dt > 0:
             self.stats.device_seconds_allocated += self.allocated * dt
             self.stats.node_seconds += machines * dt
+            by_size = self.stats.allocated_by_size
+            for size, held in self.size_alloc.items():
+                if held:
+                    by_size[size] = by_size.get(size, 0.0) + held * dt
             self._integrated_to = t
 
-    def hold(self, pool: str, devices: int) -> None:
+    def hold(self, pool: str, devices: int, job_size: int | None = None) -> None:
+        """A pod of a job of ``job_size`` devices (default: ``devices``) binds."""
         self.allocated += devices
         self.pool_alloc[pool] += devices
+        size = devices if job_size is None else job_size
+        self.size_alloc[size] = self.size_alloc.get(size, 0) + devices
 
-    def free(self, pool: str, devices: int) -> None:
+    def free(self, pool: str, devices: int, job_size: int | None = None) -> None:
         self.allocated -= devices
         self.pool_alloc[pool] -= devices
+        size = devices if job_size is None else job_size
+        self.size_alloc[size] -= devices
+
+    def lose(self, cause: str, device_seconds: float) -> None:
+        """Device-seconds a stopped run cost, by cause (``LOSS_CAUSES``)."""
+        if device_seconds > 0:
+            self.stats.lost_by_cause[cause] += device_seconds
+
+    def spare(self, nodes: int, seconds: float) -> None:
+        self.stats.spare_node_seconds += nodes * seconds
+
+    def restarted(self, restarts: int) -> None:
+        """One job's restarts over the run, for the distribution."""
+        self.stats.restarts[restarts] = self.stats.restarts.get(restarts, 0) + 1
 
     def useful(self, work: float, factor: float, size: int) -> None:
         """``work`` kept by a run (negative: none), on ``size`` devices, at ``factor``
         seconds per unit of work."""
-        self.stats.device_seconds_useful += max(0.0, work) * factor * size
+        kept = max(0.0, work) * factor * size
+        self.stats.device_seconds_useful += kept
+        self.stats.useful_by_size[size] = self.stats.useful_by_size.get(size, 0.0) + kept
 
     def mark_stuck(self, job: str, kind: str, now: float) -> None:
         """A fault of ``kind`` holds ``job`` from ``now``, unless one already does."""
@@ -133,4 +177,4 @@ class Accounting:
         tl.actions.append(self.stats.actions_total)
 
 
-__all__ = ["Accounting", "Stats", "Timeline"]
+__all__ = ["LOSS_CAUSES", "Accounting", "Stats", "Timeline"]

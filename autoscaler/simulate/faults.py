@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from accel_common.names import LEGACY_JOB_NAME_LABEL as JOB_LABEL
 from autoscaler.simulate.accounting import Accounting
 from autoscaler.simulate.clock import EPOCH, SimClock
-from autoscaler.simulate.jobs import Job, JobController
+from autoscaler.simulate.jobs import JobController
+from autoscaler.simulate.jobstate import Job
 from autoscaler.simulate.kube import SimKube
 from autoscaler.simulate.machines import BROKEN, LOST, OK, RESETTING, MachineSet, Slot
 from autoscaler.simulate.scenario import Scenario
@@ -105,7 +105,7 @@ class FaultInjector:
             self.time.at(now + self.scenario.faults.device_lost_recovery, lambda: m.reset(g))
             if job is not None:
                 self._mark_stuck(job, kind)
-                self.jobs.fail_pod(job)
+                self.jobs.fail_pod(job, g)
             return
         if kind == "fatal":
             m.dev_fatal[g] += 1
@@ -137,9 +137,10 @@ class FaultInjector:
         ]
         self.kube.touch(node)
         self.emit("node_down", slot)
-        for pod in self.kube.pods_by_node.get(name, {}).values():
-            job = jobs.jobs.get(pod["metadata"]["labels"].get(JOB_LABEL, ""))
-            if job is not None and job.state == "running":
+        held = m.dev_job[slot.base : slot.base + slot.pool.devices_per_node]
+        for j in sorted({int(x) for x in held if x >= 0}):
+            job = jobs.job_by_index[j]
+            if job.state == "running":
                 self._mark_stuck(job, "node_down")
                 jobs.stall(job, job.version, "node_down")
 

@@ -11,7 +11,8 @@ the composition of five parts, each in its own module, with its own docstring:
 - ``machines``: Cluster API's MachineSet controller, nodes, their devices and
   what the scheduler may use (``MachineSet``);
 - ``jobs``: arrivals, progress and checkpoints, the Job controller and the
-  scheduler's pass (``JobController``);
+  scheduler's pass (``JobController``), with ``gangs``: multi-node jobs under
+  their JobSet or PyTorchJob, placed all or nothing (``GangController``);
 - ``faults``: fault draws and what they do to devices, nodes and jobs
   (``FaultInjector``);
 - ``accounting``: what ``summary.json`` and the plots report (``Accounting``).
@@ -30,13 +31,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from accel_common.names import SPARE_NODES_ANNOTATION
 from autoscaler.kube.protocol import Obj
 from autoscaler.simulate.accounting import Accounting
 from autoscaler.simulate.clock import EPOCH, SimClock
 from autoscaler.simulate.faults import FaultInjector
 from autoscaler.simulate.jobs import JobController
 from autoscaler.simulate.kube import SimKube
-from autoscaler.simulate.machines import MachineSet
+from autoscaler.simulate.machines import CAPI_NAMESPACE, MachineSet
 from autoscaler.simulate.scenario import Scenario
 from autoscaler.simulate.scheduler import Scheduler
 
@@ -122,6 +124,8 @@ class Fleet:
         self.jobs = j.jobs
         self.pending = j.pending
         self.running = j.running
+        self.gangs = j.gangs
+        self._spares_at = EPOCH
 
     @property
     def now(self) -> float:
@@ -146,18 +150,49 @@ class Fleet:
         self.accounting.integrate(t, self.machines.alive)
 
     def _after_event(self) -> None:
-        if self.job_controller.wants_schedule():
-            self.job_controller.schedule()
+        jobs, gangs = self.job_controller, self.gangs
+        if self.machines.changed_pools:
+            gangs.note(self.machines.changed_pools)
+        if gangs.wants_schedule():
+            gangs.schedule()
+        if jobs.wants_schedule():
+            jobs.schedule()
 
     def _sample(self) -> None:
         nodes = {p.name: self.machines.pool_nodes(p.name) for p in self.scenario.pools}
+        self._spares()
         self.accounting.sample(
             self.now,
             self.scenario.pools,
             nodes,
             len(self.running),
-            sum(len(q) for q in self.pending.values()),
+            sum(len(q) for q in self.pending.values())
+            + sum(len(q) for q in self.gangs.pending.values()),
         )
+
+    def _spares(self) -> None:
+        """Spare node-seconds since the last sample: per pool, the buffer its
+        MachineDeployment declares (``SPARE_NODES_ANNOTATION``, written by
+        scale_node_pool), as far as idle Ready schedulable nodes fill it. Sampled
+        at the plot samples: the buffer changes at evaluations, far less often."""
+        seconds, self._spares_at = self.now - self._spares_at, self.now
+        m = self.machines
+        for pool in self.scenario.pools:
+            md = self.kube.custom.get(("machinedeployments", CAPI_NAMESPACE, pool.name))
+            annotations = (md or {}).get("metadata", {}).get("annotations") or {}
+            try:
+                buffer = int(annotations.get(SPARE_NODES_ANNOTATION, 0))
+            except ValueError:
+                continue
+            if buffer <= 0:
+                continue
+            idle = 0
+            for name in m.schedulable[pool.name]:
+                if len(m.slots[m.node_slot[name]].free) == pool.devices_per_node:
+                    idle += 1
+                    if idle >= buffer:
+                        break
+            self.accounting.spare(min(buffer, idle), seconds)
 
     # -- SimKube's Reactor: each change to the part it concerns ---------------------------
 
@@ -172,6 +207,9 @@ class Fleet:
 
     def job_changed(self, job: Obj) -> None:
         self.job_controller.job_changed(job)
+
+    def custom_changed(self, plural: str, obj: Obj) -> None:
+        self.gangs.owner_changed(plural, obj)
 
     def replicas_changed(self, deployment: Obj) -> None:
         self.machines.replicas_changed(deployment)
@@ -193,8 +231,14 @@ class Fleet:
         return self.machines.pool_nodes(pool)
 
     def waiting_devices(self, registered: Mapping[str, int] | None = None) -> dict[str, int]:
-        """Devices asked for by pending pods, by pool (``JobController.waiting_devices``)."""
-        return self.job_controller.waiting_devices(registered)
+        """Devices asked for by pending pods, by pool (``JobController.waiting_devices``
+        and the gangs' pending members)."""
+        if registered is None:
+            registered = {p.name: self.machines.pool_nodes(p.name) for p in self.scenario.pools}
+        out = self.job_controller.waiting_devices(registered)
+        for pool, n in self.gangs.waiting_devices(dict(registered)).items():
+            out[pool] += n
+        return out
 
     def record_action(self, name: str) -> None:
         self.accounting.record_action(name)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -40,6 +39,8 @@ import numpy as np
 from accel_common.names import (
     FLOPS_ANNOTATION,
     JOB_NAME_LABEL,
+    JOBSET_NAME_LABEL,
+    KUBEFLOW_JOB_NAME_LABEL,
     PRECISION_ANNOTATION,
     TIMEOUT_ANNOTATION,
     VENDOR_RESOURCE,
@@ -49,52 +50,13 @@ from autoscaler.kube.protocol import Obj
 from autoscaler.placement.catalogue import default_catalogue
 from autoscaler.simulate.accounting import Accounting
 from autoscaler.simulate.clock import EPOCH, SimClock
+from autoscaler.simulate.gangs import GangController
+from autoscaler.simulate.jobstate import RESTORE_UTILIZATION, Gang, Job
 from autoscaler.simulate.kube import POOL_LABEL, SimKube
 from autoscaler.simulate.machines import BROKEN, OK, RESETTING, MachineSet
-from autoscaler.simulate.scenario import Scenario, WorkloadSpec
+from autoscaler.simulate.scenario import Scenario
+from autoscaler.simulate.scenario_workload import WorkloadSpec
 from autoscaler.simulate.scheduler import Request, Scheduler, slowdown
-
-# Utilization while a job loads its checkpoint.
-RESTORE_UTILIZATION = 0.05
-
-
-@dataclass
-class Job:
-    name: str
-    namespace: str
-    pool: str  # drawn for: its reference device is this pool's model
-    size: int
-    total: float  # seconds of work at full speed on the reference device
-    utilization: float
-    timeout: float  # the accel-fleet.io/timeout annotation
-    deadline: float  # activeDeadlineSeconds
-    submitted: float
-    stall_at: float | None  # work at which the job deadlocks by itself
-    index: int
-    pools: tuple[str, ...] = ()  # where it may run (its queue), sorted
-    flops: float = 0.0  # total x reference peak x size
-    bound: bool = True  # to ``pool`` by nodeSelector, or free to use ``pools``
-    state: str = "pending"  # pending | running | done | lost
-    work: float = 0.0  # progress at ``mark``
-    mark: float = 0.0
-    run_start_work: float = 0.0
-    speed: float = 1.0  # work per second of the current run: 1 / factor
-    factor: float = 1.0  # run time per unit of work: model ratio x links
-    links: float = 1.0  # topology slowdown of the current run
-    overhead_until: float = 0.0
-    stalled: bool = False
-    suspended: bool = False
-    pod: str | None = None
-    pod_created: float = 0.0
-    attempts: int = 0
-    failures: int = 0
-    slot: int = -1
-    devices: tuple[int, ...] = ()
-    bound_at: float = 0.0
-    started: float | None = None  # for activeDeadlineSeconds
-    version: int = 0
-    fault_at: float | None = None
-    disrupted: bool = False  # evicted; counts against its namespace's PDB until it runs
 
 
 class JobController:
@@ -147,10 +109,13 @@ class JobController:
         self._queues_dirty: set[tuple[str, ...]] = set()
         self._disrupted: dict[str, int] = {}  # namespace -> evicted, not yet running
         self._job_seq = 0
+        self.gangs = GangController(scenario, kube, time, machines, accounting, self, emit)
 
     def start(self) -> None:
         for ns in range(self.scenario.workload.namespaces):
             self._disrupted[_namespace(ns)] = 0
+        for _ in range(self.scenario.workload.initial_jobs):
+            self._submit()  # the backlog the fleet starts with
         self._schedule_arrival(self.time.now)
 
     # -- scheduling ------------------------------------------------------------------
@@ -227,9 +192,11 @@ class JobController:
         job.stalled = False
         job.version += 1
         self.stats.queue_wait.append(now - job.pod_created)
+        if job.attempts > 1:
+            self.accounting.lose("capacity_wait", (now - job.pod_created) * job.size)
         if job.started is None:
             job.started = now
-            self._schedule_deadline(job)
+            self.schedule_deadline(job)
         if job.disrupted:
             job.disrupted = False
             self._disrupted[job.namespace] -= 1
@@ -277,6 +244,11 @@ class JobController:
         return d.value
 
     def _arrival(self) -> None:
+        self._submit()
+        self._schedule_arrival(self.time.now)
+
+    def _submit(self) -> None:
+        """One new job, drawn, with its Job (or gang owner) and pod(s)."""
         w = self.scenario.workload
         rng = self.rng_job
         sizes = np.array([s for s, _ in w.sizes])
@@ -288,10 +260,18 @@ class JobController:
         else:
             names = [p.name for p in self.scenario.pools]
             pw = np.array([p.initial * p.devices_per_node for p in self.scenario.pools], float)
-        fits = np.array([self.pools[n].devices_per_node >= size for n in names])
+        gangs = w.gang_kind is not None
+        fits = np.array(
+            [
+                (per := self.pools[n].devices_per_node) >= size or (gangs and size % per == 0)
+                for n in names
+            ]
+        )
         pw = np.where(fits, pw, 0.0)
         pool = names[int(rng.choice(len(names), p=pw / pw.sum()))] if pw.sum() > 0 else names[0]
-        pools = self.eligible(pool, size)
+        per = self.pools[pool].devices_per_node
+        gang = gangs and size >= per and size % per == 0
+        pools = (pool,) if gang else self.eligible(pool, size)
         total = max(60.0, self._draw_duration())
         lo, hi = w.utilization
         util = float(lo + (hi - lo) * rng.random())
@@ -299,7 +279,7 @@ class JobController:
         stall_at = float(total * rng.random()) if stall else None
         index = self._job_seq
         self._job_seq += 1
-        job = Job(
+        job = (Gang if gang else Job)(
             name=f"train-{index:06d}",
             namespace=_namespace(index % w.namespaces),
             pool=pool,
@@ -313,11 +293,17 @@ class JobController:
             index=index,
             pools=pools,
             flops=total * self.peak[pool] * size,
-            bound=w.eligible == "pool" or (w.eligible == "list" and pool not in w.eligible_pools),
+            bound=gang
+            or w.eligible == "pool"
+            or (w.eligible == "list" and pool not in w.eligible_pools),
         )
         self.jobs[job.name] = job
         self.job_by_index.append(job)
         self.stats.submitted += 1
+        if isinstance(job, Gang):
+            job.nodes = size // per
+            self.gangs.submit(job)
+            return
         self.kube.add_job(
             {
                 "apiVersion": "batch/v1",
@@ -325,7 +311,7 @@ class JobController:
                 "metadata": {
                     "name": job.name,
                     "namespace": job.namespace,
-                    "labels": self._labels(job),
+                    "labels": self.labels(job),
                     "annotations": {TIMEOUT_ANNOTATION: f"{int(job.timeout)}s"},
                 },
                 "spec": {
@@ -333,15 +319,14 @@ class JobController:
                     "backoffLimit": w.backoff_limit,
                     "activeDeadlineSeconds": int(job.deadline),
                     "template": {
-                        "metadata": {"annotations": self._annotations(job)},
-                        "spec": self._pod_spec(job),
+                        "metadata": {"annotations": self.annotations(job)},
+                        "spec": self.pod_spec(job),
                     },
                 },
                 "status": {"active": 0},
             }
         )
         self._new_pod(job)
-        self._schedule_arrival(self.time.now)
 
     def eligible(self, pool: str, size: int) -> tuple[str, ...]:
         """The pools a job of ``size`` devices drawn for ``pool`` may run on, sorted:
@@ -364,10 +349,10 @@ class JobController:
 
     # -- pods ----------------------------------------------------------------------------
 
-    def _labels(self, job: Job) -> dict[str, str]:
+    def labels(self, job: Job) -> dict[str, str]:
         return {POOL_LABEL: job.pool} if job.bound else {}
 
-    def _annotations(self, job: Job) -> dict[str, str]:
+    def annotations(self, job: Job) -> dict[str, str]:
         """The timeout the rules read, and the work the placement scorer reads."""
         return {
             TIMEOUT_ANNOTATION: f"{int(job.timeout)}s",
@@ -375,12 +360,12 @@ class JobController:
             PRECISION_ANNOTATION: self.scenario.workload.precision,
         }
 
-    def _pod_spec(self, job: Job) -> Obj:
+    def pod_spec(self, job: Job, devices: int | None = None) -> Obj:
         """A bound job's pod selects its pool; one that may use every pool of its
         vendor asks only for the vendor's resource, which is all it takes on a real
         cluster; one that may use a list of pools requires them by node affinity."""
         resource = VENDOR_RESOURCE[self.pools[job.pool].vendor]
-        n = str(job.size)
+        n = str(job.size if devices is None else devices)
         spec: Obj = {"restartPolicy": "Never"}
         if job.bound:
             spec["nodeSelector"] = {POOL_LABEL: job.pool}
@@ -418,9 +403,9 @@ class JobController:
                     "labels": {
                         JOB_LABEL: job.name,
                         JOB_NAME_LABEL: job.name,
-                        **self._labels(job),
+                        **self.labels(job),
                     },
-                    "annotations": self._annotations(job),
+                    "annotations": self.annotations(job),
                     "ownerReferences": [
                         {
                             "apiVersion": "batch/v1",
@@ -432,7 +417,7 @@ class JobController:
                         }
                     ],
                 },
-                "spec": self._pod_spec(job),
+                "spec": self.pod_spec(job),
                 "status": {"phase": "Pending"},
             }
         )
@@ -487,6 +472,9 @@ class JobController:
     def stall(self, job: Job, version: int, why: str) -> None:
         """The job stops making progress but holds its devices (a deadlock, or a
         fault of kind ``why``), if ``version`` is still its current run."""
+        if isinstance(job, Gang):
+            self.gangs.stall(job, version, why)
+            return
         if job.version != version or job.state != "running" or job.stalled:
             return
         if why == "stall":
@@ -514,7 +502,12 @@ class JobController:
         """The job's pod leaves its devices; ``kept`` is the work that survives."""
         m = self.machines
         now = self.time.now
-        self.accounting.useful(kept - job.run_start_work, job.factor, job.size)
+        a = self.accounting
+        a.useful(kept - job.run_start_work, job.factor, job.size)
+        a.lose("redone", (min(self._progress(job), job.total) - kept) * job.factor * job.size)
+        if job.stalled:
+            a.lose("detection", (now - job.mark) * job.size)
+        a.lose("restart_overhead", max(0.0, min(now, job.overhead_until) - job.bound_at) * job.size)
         job.work = kept
         job.run_start_work = kept
         job.mark = now
@@ -539,8 +532,11 @@ class JobController:
         job.slot, job.devices = -1, ()
 
     def _checkpoint(self, job: Job) -> float:
+        return self.checkpoint_of(job, self._progress(job))
+
+    def checkpoint_of(self, job: Job, work: float) -> float:
+        """The work a run that got to ``work`` keeps: its last checkpoint."""
         ci = self.scenario.workload.checkpoint_interval
-        work = self._progress(job)
         if ci <= 0:
             return job.run_start_work
         return max(job.run_start_work, math.floor(work / ci) * ci)
@@ -551,7 +547,11 @@ class JobController:
         """The Job controller's reaction to a pod that is gone (see the module
         docstring). Also called for pods the simulation itself fails."""
         meta = pod["metadata"]
-        job = self.jobs.get(meta.get("labels", {}).get(JOB_LABEL, ""))
+        labels = meta.get("labels", {})
+        if JOBSET_NAME_LABEL in labels or KUBEFLOW_JOB_NAME_LABEL in labels:
+            self.gangs.pod_removed(pod, reason)
+            return
+        job = self.jobs.get(labels.get(JOB_LABEL, ""))
         if job is None or job.pod != meta["name"] or job.state in ("done", "lost"):
             return
         if job.state == "running":
@@ -583,8 +583,11 @@ class JobController:
         job.attempts += 1
         self._enqueue(job)
 
-    def fail_pod(self, job: Job) -> None:
-        """The job's pod fails (its device was lost)."""
+    def fail_pod(self, job: Job, device: int) -> None:
+        """The job's pod on ``device`` fails (the device was lost)."""
+        if isinstance(job, Gang):
+            self.gangs.fail_member(job, device)
+            return
         if job.pod is None:
             return
         pod = self.kube.remove_pod(job.namespace, job.pod)
@@ -598,6 +601,8 @@ class JobController:
         suspend = bool(kjob.get("spec", {}).get("suspend"))
         if suspend and not job.suspended:
             job.suspended = True
+            if job.state == "running" and not job.stalled and not self._faulty(job):
+                self.stats.false_requeues += 1
             if job.pod is not None:
                 pod = self.kube.remove_pod(job.namespace, job.pod)
                 if pod is not None:
@@ -605,11 +610,15 @@ class JobController:
         elif not suspend and job.suspended:
             job.suspended = False
             job.started = self.time.now  # resuming resets the deadline clock
-            self._schedule_deadline(job)
+            self.schedule_deadline(job)
             if job.pod is None:
                 self._new_pod(job)
 
-    def _schedule_deadline(self, job: Job) -> None:
+    def _faulty(self, job: Job) -> bool:
+        """Whether the job's pod is on a device that is not healthy."""
+        return bool((self.machines.dev_state[np.array(job.devices)] != OK).any())
+
+    def schedule_deadline(self, job: Job) -> None:
         started = job.started
         self.time.at(self.time.now + job.deadline, lambda: self._deadline(job, started))
 
@@ -619,6 +628,9 @@ class JobController:
         self._lose(job, "DeadlineExceeded")
 
     def _lose(self, job: Job, reason: str) -> None:
+        if isinstance(job, Gang):
+            self.gangs.deadline(job)
+            return
         if job.state == "running":
             self._release(job, kept=self._checkpoint(job))
         elif job.name in self.pending[job.pools]:
@@ -649,8 +661,13 @@ class JobController:
             job = self.jobs[name]
             kept = self._progress(job)
             self.accounting.useful(kept - job.run_start_work, job.factor, job.size)
+            if job.stalled:  # still stalled: its detection delay runs to the end
+                self.accounting.lose("detection", (end - job.mark) * job.size)
         self.accounting.end_all_stuck(end)
-        for queue in self.pending.values():
+        for job in self.job_by_index:
+            # A gang's whole-gang restarts; a batch Job's pods after its first.
+            self.accounting.restarted(job.restarts if isinstance(job, Gang) else job.attempts - 1)
+        for queue in (*self.pending.values(), *self.gangs.pending.values()):
             for name in queue:
                 self.stats.queue_wait.append(end - self.jobs[name].pod_created)
 

@@ -18,8 +18,13 @@ tell the difference:
   that read what they list and write through the API, as every caller in this
   repository does.
 
+Custom objects are kept by plural: Cluster API's MachineDeployments and Machines,
+and the gang owners (JobSets, PyTorchJobs, and whatever ``create_custom`` is
+given, such as a Volcano ``Command``).
+
 What the cluster's own controllers would do next (the Job controller starting a
-replacement pod, the MachineSet controller creating Machines, the scheduler) is
+replacement pod, the JobSet controller and the PyTorchJob operator restarting a
+gang, the MachineSet controller creating Machines, the scheduler) is
 not this module's business: every write that such a controller reacts to is
 reported to a ``Reactor`` (the fleet), which does it in simulated time.
 """
@@ -38,7 +43,7 @@ from accel_common.names import CAPI_MIN_SIZE_ANNOTATION as MIN_ANNOTATION
 from accel_common.names import POOL_LABEL
 from autoscaler.kube.errors import Conflict, NotFound, TooManyRequests
 from autoscaler.kube.jsonmerge import copy_obj, merge_patch
-from autoscaler.kube.protocol import Obj
+from autoscaler.kube.protocol import CAPI_GROUP, MACHINE_DEPLOYMENTS, Obj
 
 # Cluster API's version, as the provider reads it (its keys are in accel_common.names).
 CAPI_API_VERSION = "cluster.x-k8s.io/v1beta1"
@@ -60,6 +65,10 @@ class Reactor(Protocol):
     def job_changed(self, job: Obj) -> None: ...
 
     def replicas_changed(self, deployment: Obj) -> None: ...
+
+    def custom_changed(self, plural: str, obj: Obj) -> None:
+        """A custom object (a gang owner: JobSet, PyTorchJob) was patched."""
+        ...
 
     def eviction_allowed(self, pod: Obj) -> bool:
         """Whether the pod's PodDisruptionBudget (if any) allows evicting it now."""
@@ -492,19 +501,17 @@ class SimKube:
 
     # -- custom resources (Cluster API) -----------------------------------------
 
-    def _custom(self, plural: str, namespace: str, name: str) -> Obj:
+    def _custom(self, plural: str, namespace: str, name: str, group: str = CAPI_GROUP) -> Obj:
         obj = self.custom.get((plural, namespace, name))
         if obj is None:
-            raise NotFound(
-                f'{plural}.cluster.x-k8s.io "{name}" not found', status=404, reason="NotFound"
-            )
+            raise NotFound(f'{plural}.{group} "{name}" not found', status=404, reason="NotFound")
         return obj
 
     async def get_custom(
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> Obj:
         self._count("get_custom")
-        result: Obj = copy_obj(self._custom(plural, namespace, name))
+        result: Obj = copy_obj(self._custom(plural, namespace, name, group))
         return result
 
     async def list_custom(
@@ -527,11 +534,36 @@ class SimKube:
         self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
     ) -> Obj:
         self._count("patch_custom")
-        obj = self._custom(plural, namespace, name)
+        obj = self._custom(plural, namespace, name, group)
         before = obj.get("spec", {}).get("replicas")
-        self._patch(obj, patch, f'{plural}.cluster.x-k8s.io "{name}"')
-        if self.reactor is not None and obj.get("spec", {}).get("replicas") != before:
-            self.reactor.replicas_changed(obj)
+        self._patch(obj, patch, f'{plural}.{group} "{name}"')
+        if self.reactor is not None:
+            if plural == MACHINE_DEPLOYMENTS:
+                if obj.get("spec", {}).get("replicas") != before:
+                    self.reactor.replicas_changed(obj)
+            else:
+                self.reactor.custom_changed(plural, obj)
+        result: Obj = copy_obj(obj)
+        return result
+
+    async def create_custom(
+        self, group: str, version: str, namespace: str, plural: str, body: Obj
+    ) -> Obj:
+        """Stores the object (a Volcano ``Command``: no Volcano controller runs in the
+        simulator, whose gangs are JobSets and PyTorchJobs)."""
+        self._count("create_custom")
+        name = body.get("metadata", {}).get("name", "")
+        if (plural, namespace, name) in self.custom:
+            raise Conflict(
+                f'{plural}.{group} "{name}" already exists', status=409, reason="AlreadyExists"
+            )
+        obj: Obj = copy_obj(body)
+        obj.setdefault("metadata", {})["namespace"] = namespace
+        obj["metadata"].pop("resourceVersion", None)
+        obj["metadata"].pop("uid", None)
+        self.add_custom(plural, obj)
+        if self.reactor is not None:
+            self.reactor.custom_changed(plural, obj)
         result: Obj = copy_obj(obj)
         return result
 

@@ -154,6 +154,10 @@ class MachineSet:
                 ids.append(len(self.slots) - 1)
                 base += pool.devices_per_node
             self.pool_slots[pool.name] = ids
+        # Per pool: a heap of the slots without a node (the lowest goes first) and
+        # how many have one, so that 2,000 nodes join in linear time.
+        self._vacant: dict[str, list[int]] = {p: list(ids) for p, ids in self.pool_slots.items()}
+        self._registered = dict.fromkeys(self.pool_slots, 0)
         self.device_count = base
         g = base
         self.dev_job = np.full(g, -1, dtype=np.int64)  # job index, -1 when free
@@ -239,10 +243,13 @@ class MachineSet:
         if m is None or m.deleted:
             return
         pool = self.pools[m.pool]
-        free_slots = [i for i in self.pool_slots[pool.name] if self.slots[i].node is None]
-        if not free_slots:
+        vacant = self._vacant[pool.name]
+        while vacant and self.slots[vacant[0]].node is not None:
+            heapq.heappop(vacant)
+        if not vacant:
             return  # more machines than the pool's max: the extra never joins
-        slot = self.slots[free_slots[0]]
+        slot = self.slots[heapq.heappop(vacant)]
+        self._registered[pool.name] += 1
         m.slot = slot.index
         slot.node, slot.ready, slot.blocked, slot.avoid = name, True, False, False
         slot.created = self.time.now
@@ -289,10 +296,9 @@ class MachineSet:
 
     def _deployment_status(self, pool: str) -> None:
         md = self.kube.custom[("machinedeployments", CAPI_NAMESPACE, pool)]
-        alive = [m for m in self.by_name.values() if m.pool == pool and not m.deleted]
         md["status"] = {
-            "replicas": len(alive),
-            "readyReplicas": sum(1 for m in alive if m.slot >= 0),
+            "replicas": self.pool_machines[pool],
+            "readyReplicas": self._registered[pool],
         }
         self.kube.touch(md)
 
@@ -313,6 +319,8 @@ class MachineSet:
             self.kube.remove_node(name)
             del self.node_slot[name]
             slot.node, slot.ready, slot.free = None, False, []
+            heapq.heappush(self._vacant[m.pool], slot.index)
+            self._registered[m.pool] -= 1
         del self.by_name[name]
         self._deployment_status(m.pool)
 
@@ -438,7 +446,7 @@ class MachineSet:
         }
 
     def pool_nodes(self, pool: str) -> int:
-        return sum(1 for i in self.pool_slots[pool] if self.slots[i].node is not None)
+        return self._registered[pool]
 
 
 __all__ = [

@@ -34,6 +34,9 @@ from autoscaler.simulate.scheduler import NodeView, Placement, Request, link_typ
 DISTANCE: dict[str, float] = {
     "nvlink": 10.0,
     "xgmi": 10.0,
+    "roce": 10.0,
+    "hccs": 10.0,
+    "ici": 10.0,
     "xelink": 10.0,
     "pcie_switch": 20.0,
     "pcie_hostbridge": 30.0,

@@ -5,7 +5,9 @@ on a shared y axis, so that the two runs can be compared at a glance.
 - ``nodes.png``: nodes per pool (the rules can grow and shrink pools; the
   baseline's stay as they started);
 - ``jobs.png``: running and queued jobs;
-- ``faults_actions.png``: faults and remediation actions, cumulative.
+- ``faults_actions.png``: faults and remediation actions, cumulative;
+- ``loss.png``: device-hours lost by cause (work redone since the checkpoint,
+  detection delay, restart overhead, waiting for capacity).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autoscaler.simulate.results import RunResult
+from autoscaler.simulate.accounting import LOSS_CAUSES
+from autoscaler.simulate.results import LOSS_KEYS, RunResult
 from autoscaler.simulate.scenario import Scenario
 
 
@@ -69,6 +72,26 @@ def write_plots(results: dict[str, RunResult], scenario: Scenario, out: Path) ->
         ax.step(r.timeline.hours, r.timeline.faults, where="post", label="faults", color="C3")
         ax.step(r.timeline.hours, r.timeline.actions, where="post", label="actions", color="C2")
 
+    def loss() -> Path:
+        fig, axes = plt.subplots(
+            1, len(modes), figsize=(6 * len(modes), 3.6), sharey=True, squeeze=False
+        )
+        names = [LOSS_KEYS[c].replace("_", " ") for c in LOSS_CAUSES]
+        for ax, mode in zip(axes[0], modes, strict=True):
+            lost = results[mode].stats.lost_by_cause
+            hours = [lost.get(c, 0.0) / 3600.0 for c in LOSS_CAUSES]
+            ax.bar(range(len(names)), hours, color=[f"C{i}" for i in range(len(names))])
+            ax.set_xticks(range(len(names)), names, rotation=15, fontsize="small")
+            ax.set_title(f"{mode}" if mode == "rules" else "baseline (no remediation)")
+            ax.grid(alpha=0.3, axis="y")
+        axes[0][0].set_ylabel("device-hours lost")
+        fig.suptitle(f"{scenario.name}: device-hours lost by cause", x=0.01, ha="left")
+        fig.tight_layout(rect=(0, 0, 1, 0.9))
+        path = out / "loss.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
     return [
         figure(
             "utilization.png", "device utilization by pool", "devices held / devices", utilization
@@ -76,6 +99,7 @@ def write_plots(results: dict[str, RunResult], scenario: Scenario, out: Path) ->
         figure("nodes.png", "nodes per pool", "nodes", nodes),
         figure("jobs.png", "running and queued jobs", "jobs", jobs),
         figure("faults_actions.png", "faults and actions (cumulative)", "count", faults),
+        loss(),
     ]
 
 

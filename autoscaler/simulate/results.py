@@ -23,12 +23,25 @@ SUMMARY_KEYS = (
     "device_hours_useful",
     "goodput_ratio",
     "node_hours",
+    "goodput_by_job_size",
     "time_to_remediate_seconds",
+    "time_to_remediate_seconds_by_kind",
+    "lost_device_hours",
+    "restarts_per_job",
+    "false_requeues",
+    "spare_node_hours",
     "queue_wait_seconds",
     "actions",
     "breaker_trips",
     "wall_seconds",
 )
+# ``lost_device_hours``' keys, by the accounting's causes.
+LOSS_KEYS = {
+    "redone": "redone_since_checkpoint",
+    "detection": "detection_delay",
+    "restart_overhead": "restart_overhead",
+    "capacity_wait": "capacity_wait",
+}
 
 
 @dataclass
@@ -52,9 +65,22 @@ def _percentile(values: list[float], q: float) -> float:
     return round(float(np.percentile(np.array(values), q, method="linear")), 3)
 
 
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": _percentile(values, 50),
+        "p99": _percentile(values, 99),
+        "max": round(max(values), 3) if values else 0.0,
+    }
+
+
 def summary_section(result: RunResult) -> dict[str, Any]:
     """One run's figures, under ``SUMMARY_KEYS``, in that order."""
     s = result.stats
+    by_size = {
+        str(size): round(s.useful_by_size.get(size, 0.0) / held, 4)
+        for size, held in sorted(s.allocated_by_size.items())
+        if held > 0
+    }
     allocated = s.device_seconds_allocated / 3600.0
     useful = s.device_seconds_useful / 3600.0
     return {
@@ -65,11 +91,18 @@ def summary_section(result: RunResult) -> dict[str, Any]:
         "device_hours_useful": round(useful, 3),
         "goodput_ratio": round(useful / allocated, 4) if allocated > 0 else 0.0,
         "node_hours": round(s.node_seconds / 3600.0, 3),
-        "time_to_remediate_seconds": {
-            "p50": _percentile(s.remediation, 50),
-            "p99": _percentile(s.remediation, 99),
-            "max": round(max(s.remediation), 3) if s.remediation else 0.0,
+        "goodput_by_job_size": by_size,
+        "time_to_remediate_seconds": _spread(s.remediation),
+        "time_to_remediate_seconds_by_kind": {
+            kind: _spread(values) for kind, values in sorted(s.remediation_by_kind.items())
         },
+        "lost_device_hours": {
+            key: round(s.lost_by_cause.get(cause, 0.0) / 3600.0, 3)
+            for cause, key in LOSS_KEYS.items()
+        },
+        "restarts_per_job": {str(n): jobs for n, jobs in sorted(s.restarts.items())},
+        "false_requeues": s.false_requeues,
+        "spare_node_hours": round(s.spare_node_seconds / 3600.0, 3),
         "queue_wait_seconds": {
             "p50": _percentile(s.queue_wait, 50),
             "p95": _percentile(s.queue_wait, 95),
@@ -141,20 +174,29 @@ def table(doc: dict[str, Any]) -> str:
             return f"{v:,}"
         return str(v)
 
-    for key in SUMMARY_KEYS:
-        a, b = rules.get(key), base.get(key)
+    def add(key: str, a: Any, b: Any) -> None:
         if isinstance(a, dict) or isinstance(b, dict):
-            subkeys = list((a or {}).keys()) or list((b or {}).keys())
+            a, b = a or {}, b or {}
+            # Both runs' keys: a kind of fault, a job size or a restart count that
+            # only one run has shows 0 in the other.
+            subkeys = list(a) + [k for k in b if k not in a]
             if key == "actions":
-                subkeys = sorted(set((a or {}).keys()) | set((b or {}).keys()))
-                if not subkeys:
-                    rows.append((key, "0", "0"))
+                subkeys.sort()
+            elif key in ("restarts_per_job", "goodput_by_job_size"):
+                subkeys.sort(key=lambda k: (len(k), k))  # numbers, in order
+            if not subkeys:
+                rows.append((key, "0", "0"))
+            # A count that one run lacks is 0 there; a figure it lacks ("-") is
+            # one it has nothing to measure for (no such fault hit a job).
+            top = key.split(".", 1)[0]
+            missing = 0 if top in ("actions", "restarts_per_job") else None
             for sub in subkeys:
-                rows.append(
-                    (f"{key}.{sub}", fmt((a or {}).get(sub, 0)), fmt((b or {}).get(sub, 0)))
-                )
+                add(f"{key}.{sub}", a.get(sub, missing), b.get(sub, missing))
         else:
             rows.append((key, fmt(a) if a is not None else "-", fmt(b) if b is not None else "-"))
+
+    for key in SUMMARY_KEYS:
+        add(key, rules.get(key), base.get(key))
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len("rules"), *(len(r[1]) for r in rows))
     w2 = max(len("baseline"), *(len(r[2]) for r in rows))

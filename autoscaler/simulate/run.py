@@ -43,6 +43,7 @@ from autoscaler.engine.cycle import NODES_QUERY, ClusterView, run_cycle
 from autoscaler.engine.state import ClusterInfo, EngineState
 from autoscaler.executor import Executor
 from autoscaler.pools.clusterapi import ClusterAPIProvider
+from autoscaler.promql.guard import parse
 from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.loader import load_ruleset
 from autoscaler.ruleset.model import RuleSet
@@ -100,8 +101,20 @@ def fleet_cluster(fleet: Fleet) -> ClusterView:
     return view
 
 
+# Functions that count what happened inside their window (a fault counter's
+# increase): evaluations further apart than such a window never see what happened
+# in the gap. Functions over a state (``max_over_time(utilization[1m])``: idle for
+# the last minute) ask about a condition that persists until something acts on
+# it, so a later evaluation still sees it, and their windows may be shorter than
+# the interval.
+EVENT_FUNCTIONS = frozenset(
+    {"increase", "rate", "irate", "delta", "idelta", "changes", "resets", "count_over_time"}
+)
+
+
 def shortest_window(ruleset: RuleSet) -> tuple[float, str] | None:
-    """The shortest range (``[5m]``) in the rules' expressions, and its rule."""
+    """The shortest range (``[5m]``) that counts events (``EVENT_FUNCTIONS``, or a
+    subquery) in the rules' expressions, and its rule."""
     best: tuple[float, str] | None = None
     for rule in ruleset.rules:
         for expr in (rule.expr, rule.recover.expr if rule.recover else None):
@@ -110,11 +123,15 @@ def shortest_window(ruleset: RuleSet) -> tuple[float, str] | None:
             ranges: list[float] = []
 
             def visit(node: pp.Expr, ranges: list[float] = ranges) -> bool:
-                if isinstance(node, (pp.MatrixSelector, pp.SubqueryExpr)) and node.range:
+                if isinstance(node, pp.Call) and node.func.name in EVENT_FUNCTIONS:
+                    for arg in node.args:
+                        if isinstance(arg, pp.MatrixSelector) and arg.range:
+                            ranges.append(arg.range.total_seconds())
+                elif isinstance(node, pp.SubqueryExpr) and node.range:
                     ranges.append(node.range.total_seconds())
                 return True
 
-            pp.walk(pp.parse(expr), visit)
+            pp.walk(parse(expr), visit)
             for r in ranges:
                 if best is None or r < best[0]:
                     best = (r, rule.name)

@@ -54,60 +54,58 @@ refused where it asks for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import MappingNode, Node, SequenceNode
 
-from accel_common.names import VENDOR_RESOURCE
 from accel_common.suggest import did_you_mean
-from accel_common.yamlread import ProblemsError, Reader
+from accel_common.yamlread import ProblemsError
 from autoscaler.placement.catalogue import (
     CATALOGUE_PATH,
-    DEFAULT_PRECISION,
-    PRECISIONS,
     default_catalogue,
 )
 from autoscaler.simulate.limits import (
     MAX_DEVICES_PER_NODE,
     MAX_ECC_BURST,
-    MAX_INT32,
-    MAX_NAMESPACES,
     MAX_SAMPLES,
     WORK_LIMITS,
-    Ask,
     Work,
     WorkLimits,
-    bounded,
     check_faults,
     check_work,
-    refuse,
 )
+from autoscaler.simulate.scenario_workload import ScenarioReader, WorkloadSpec, read_workload
 
 API_VERSION = "accel-fleet/v1"
 KIND = "Scenario"
 
-VENDORS = ("nvidia", "amd", "oneapi")
+VENDORS = ("nvidia", "amd", "oneapi", "gaudi", "ascend", "tpu")
 # How each vendor's devices are wired inside a node unless a pool says otherwise:
-# NVSwitch boards and MI300X OAM platforms connect every pair; an Intel node (and
-# any pool with ``topology: pcie``) has only the PCIe tree.
-DEFAULT_TOPOLOGY = {"nvidia": "nvlink", "amd": "xgmi", "oneapi": "pcie"}
-TOPOLOGIES = ("nvlink", "xgmi", "pcie")
+# NVSwitch boards, MI300X OAM platforms, Gaudi HLS boards (RoCE all-to-all) and
+# Ascend servers (HCCS full mesh) connect every pair, as do a TPU host's chips over
+# ICI; an Intel node (and any pool with ``topology: pcie``) has only the PCIe tree.
+DEFAULT_TOPOLOGY = {
+    "nvidia": "nvlink",
+    "amd": "xgmi",
+    "oneapi": "pcie",
+    "gaudi": "roce",
+    "ascend": "hccs",
+    "tpu": "ici",
+}
+TOPOLOGIES = ("nvlink", "xgmi", "roce", "hccs", "ici", "pcie")
+# The model each vendor's pools get unless they name one: what the exporter's sim
+# backend imitates (exporter/backends/sim_models.py), each in the placement catalogue.
 DEFAULT_MODEL = {
     "nvidia": "NVIDIA H100 80GB HBM3",
     "amd": "AMD Instinct MI300X",
     "oneapi": "Intel(R) Data Center GPU Max 1550",
+    "gaudi": "HL-325L",
+    "ascend": "Ascend910B3",
+    "tpu": "TPU v5e",
 }
 
-# ``eligiblePools``: the job's own pool only, or every pool of its vendor.
-ELIGIBILITY = ("pool", "vendor")
-
 FAULT_KINDS = ("fatal", "ecc_uncorrected", "device_lost", "hang", "stall", "node_down")
-DISTRIBUTIONS = ("lognormal", "exponential", "fixed")
-
-T = TypeVar("T")
 
 
 class ScenarioError(ProblemsError):
@@ -126,52 +124,6 @@ class PoolSpec:
     max: int
     provision_time: float
     topology: str
-
-
-@dataclass(frozen=True)
-class DurationSpec:
-    """How long jobs run at full speed: ``lognormal`` (median, sigma), ``exponential``
-    (mean) or ``fixed`` (value)."""
-
-    distribution: str
-    median: float = 3600.0
-    sigma: float = 1.0
-    mean: float = 3600.0
-    value: float = 3600.0
-
-
-@dataclass(frozen=True)
-class SwingSpec:
-    """Arrival rate x (1 + amplitude x sin(2 pi t / period)): a day's load curve."""
-
-    period: float
-    amplitude: float
-
-
-@dataclass(frozen=True)
-class WorkloadSpec:
-    arrivals_per_hour: float
-    sizes: tuple[tuple[int, float], ...]
-    duration: DurationSpec
-    checkpoint_interval: float = 1800.0
-    restart_overhead: float = 300.0
-    timeout_factor: float = 3.0
-    deadline_factor: float = 6.0
-    stall_probability: float = 0.0
-    utilization: tuple[float, float] = (0.6, 0.95)
-    # pool name -> weight; empty: in proportion to each pool's initial devices.
-    pools: tuple[tuple[str, float], ...] = ()
-    namespaces: int = 3
-    # PodDisruptionBudget per namespace: evictions refused while this many of its
-    # pods are disrupted (evicted, replacement not yet running). None: no PDB.
-    pdb_max_unavailable: int | None = None
-    backoff_limit: int = 6
-    swing: SwingSpec | None = None
-    # Where a job may run: "pool" (the pool it is drawn for), "vendor" (any pool of
-    # that pool's vendor), or "list" (any of ``eligible_pools`` when drawn for one).
-    eligible: str = "pool"
-    eligible_pools: tuple[str, ...] = ()
-    precision: str = DEFAULT_PRECISION
 
 
 @dataclass(frozen=True)
@@ -223,39 +175,6 @@ def device_name(vendor: str, index: int) -> str:
 
 # -- reading ---------------------------------------------------------------------
 
-Conv = Callable[[Node, str], "T | None"]
-
-
-class _Reader(Reader):
-    """The shared reader, plus the scenario's habit of falling back to a default:
-    a missing or invalid value (already reported) reads as the default, so the
-    walk goes on and every problem is found; and the work limits it checks."""
-
-    def __init__(self, file: str, work: WorkLimits) -> None:
-        super().__init__(file)
-        self.work = work
-
-    def over(self, node: Node, what: str, amount: float, limit: str, fix: str) -> bool:
-        return refuse(self, self.work, Ask(node, what, amount, limit, fix))
-
-    def bounded(self, node: Node, what: str, low: int, high: int) -> int | None:
-        return bounded(self, node, what, low, high)
-
-    def fields(
-        self, node: Node, what: str, keys: Sequence[str] | None, required: Sequence[str] = ()
-    ) -> dict[str, Node] | None:
-        entries = self.mapping(node, what, keys, required)
-        return None if entries is None else {k: v for k, (_, v) in entries.items()}
-
-    def get(self, m: dict[str, Node], key: str, conv: Conv[T], default: T) -> T:
-        node = m.get(key)
-        value = conv(node, key) if node is not None else None
-        return default if value is None else value
-
-    def period(self, node: Node, what: str) -> float | None:
-        """A duration longer than 0s."""
-        return self.duration(node, what, positive=True)
-
 
 _TOP = ("apiVersion", "kind", "spec")
 _SPEC = (
@@ -280,24 +199,6 @@ _POOL = (
     "provisionTime",
     "topology",
 )
-_WORKLOAD = (
-    "arrivalsPerHour",
-    "sizes",
-    "duration",
-    "checkpointInterval",
-    "restartOverhead",
-    "timeoutFactor",
-    "deadlineFactor",
-    "stallProbability",
-    "utilization",
-    "pools",
-    "namespaces",
-    "pdbMaxUnavailable",
-    "backoffLimit",
-    "swing",
-    "eligiblePools",
-    "precision",
-)
 _FAULTS = (
     "ratesPerDeviceHour",
     "events",
@@ -321,7 +222,7 @@ def load_scenario(
 
         schedulers = tuple(SCHEDULERS)
     file = str(path)
-    r = _Reader(file, limits)
+    r = ScenarioReader(file, limits)
     root = r.load(empty=f"empty file: expected apiVersion: {API_VERSION}, kind: {KIND} and a spec")
     if root is None:
         raise ScenarioError(r.problems)
@@ -340,7 +241,7 @@ def load_scenario(
     return scenario
 
 
-def _spec(r: _Reader, node: Node, name: str, schedulers: tuple[str, ...]) -> Scenario | None:
+def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...]) -> Scenario | None:
     m = r.fields(node, "spec", _SPEC, required=("duration", "pools", "workload"))
     if m is None:
         return None
@@ -356,7 +257,7 @@ def _spec(r: _Reader, node: Node, name: str, schedulers: tuple[str, ...]) -> Sce
     scheduler = r.get(m, "scheduler", lambda n, w: r.choice(n, w, schedulers), "first-fit")
     samples = r.get(m, "samples", lambda n, w: r.bounded(n, w, 10, MAX_SAMPLES), 400)
     pools = _pools(r, m["pools"]) if "pools" in m else ()
-    workload = _workload(r, m["workload"], pools) if "workload" in m else None
+    workload = read_workload(r, m["workload"], pools) if "workload" in m else None
     # The work is checked before the initial nodes are named: a pool of a hundred
     # million nodes must be refused, not listed.
     devices = [max(p.initial, p.max) * p.devices_per_node for p in pools]
@@ -374,12 +275,20 @@ def _spec(r: _Reader, node: Node, name: str, schedulers: tuple[str, ...]) -> Sce
     _check_models(r, m.get("pools", node), pools, workload.precision)
     if pools and workload is not None:
         for p in pools:
-            too_big = [s for s, _ in workload.sizes if s > p.devices_per_node]
+            per = p.devices_per_node
+            too_big = [
+                s for s, _ in workload.sizes if s > per and (workload.gang_kind is None or s % per)
+            ]
             if too_big and (not workload.pools or p.name in dict(workload.pools)):
+                how = (
+                    f"a gang takes whole nodes: use a multiple of {per}"
+                    if workload.gang_kind
+                    else "set gangKind (jobset or pytorchjob) to run it as a gang of whole nodes"
+                )
                 r.problem(
                     m["workload"],
                     f"job size {too_big[0]} does not fit pool {p.name!r} "
-                    f"({p.devices_per_node} devices per node); jobs run on one node",
+                    f"({per} devices per node); {how}",
                 )
     return Scenario(
         name=name,
@@ -397,7 +306,7 @@ def _spec(r: _Reader, node: Node, name: str, schedulers: tuple[str, ...]) -> Sce
     )
 
 
-def _pools(r: _Reader, node: Node) -> tuple[PoolSpec, ...]:
+def _pools(r: ScenarioReader, node: Node) -> tuple[PoolSpec, ...]:
     if not isinstance(node, SequenceNode) or not node.value:
         r.problem(node, "pools must be a non-empty list of pools")
         return ()
@@ -442,132 +351,9 @@ def _pools(r: _Reader, node: Node) -> tuple[PoolSpec, ...]:
     return tuple(out)
 
 
-def _workload(r: _Reader, node: Node, specs: tuple[PoolSpec, ...]) -> WorkloadSpec | None:
-    m = r.fields(node, "workload", _WORKLOAD, required=("arrivalsPerHour", "sizes", "duration"))
-    if m is None:
-        return None
-    pools = {p.name for p in specs}
-    rate = r.get(m, "arrivalsPerHour", r.number, 1.0)
-    sizes: list[tuple[int, float]] = []
-    if "sizes" in m:
-        sm = r.fields(m["sizes"], "sizes (devices: weight)", None)
-        for k, v in m["sizes"].value if sm is not None else []:
-            size = r.integer(k, "a job size (devices)", 1)
-            weight = r.number(v, f"the weight of size {k.value}")
-            if size is not None and weight is not None:
-                sizes.append((size, weight))
-        if sm is not None and not sizes:
-            r.problem(m["sizes"], "sizes needs at least one entry, e.g. {1: 3, 8: 1}")
-        elif sizes and sum(w for _, w in sizes) <= 0:
-            r.problem(m["sizes"], "the weights of sizes must not all be 0")
-    duration = _duration_spec(r, m["duration"]) if "duration" in m else None
-    util = (0.6, 0.95)
-    if "utilization" in m:
-        um = r.fields(m["utilization"], "utilization", ("min", "max"), required=("min", "max"))
-        if um is not None:
-            lo = r.get(um, "min", lambda n, w: r.number(n, w, 0.0, 1.0), 0.6)
-            hi = r.get(um, "max", lambda n, w: r.number(n, w, 0.0, 1.0), 0.95)
-            if lo > hi:
-                r.problem(m["utilization"], f"min {lo:g} is above max {hi:g}")
-            util = (lo, hi)
-    weights: list[tuple[str, float]] = []
-    if "pools" in m:
-        pm = r.fields(m["pools"], "workload pools (pool: weight)", None)
-        for k, v in m["pools"].value if pm is not None else []:
-            if not isinstance(k, ScalarNode):
-                continue  # reported by fields(): keys must be strings
-            if k.value not in pools:
-                r.problem(
-                    k, f"no pool named {k.value!r}{did_you_mean(str(k.value), sorted(pools))}"
-                )
-                continue
-            w = r.number(v, f"the weight of pool {k.value}")
-            if w is not None:
-                weights.append((str(k.value), w))
-    swing = None
-    if "swing" in m:
-        wm = r.fields(
-            m["swing"], "swing", ("period", "amplitude"), required=("period", "amplitude")
-        )
-        if wm is not None:
-            swing = SwingSpec(
-                r.get(wm, "period", r.period, 86400.0),
-                r.get(wm, "amplitude", lambda n, w: r.number(n, w, 0.0, 1.0), 0.5),
-            )
-    pdb = r.get(m, "pdbMaxUnavailable", lambda n, w: r.bounded(n, w, 1, MAX_INT32), None)
-    listed: tuple[str, ...]
-    eligible, listed = "pool", ()
-    if "eligiblePools" in m:
-        eligible, listed = _eligible(r, m["eligiblePools"], specs)
-    precision = r.get(m, "precision", lambda n, w: r.choice(n, w, PRECISIONS), DEFAULT_PRECISION)
-    if duration is None:
-        return None
-    return WorkloadSpec(
-        arrivals_per_hour=rate,
-        sizes=tuple(sizes),
-        duration=duration,
-        checkpoint_interval=r.get(m, "checkpointInterval", r.duration, 1800.0),
-        restart_overhead=r.get(m, "restartOverhead", r.duration, 300.0),
-        timeout_factor=r.get(m, "timeoutFactor", lambda n, w: r.number(n, w, 1.0), 3.0),
-        deadline_factor=r.get(m, "deadlineFactor", lambda n, w: r.number(n, w, 1.0), 6.0),
-        stall_probability=r.get(m, "stallProbability", lambda n, w: r.number(n, w, 0.0, 1.0), 0.0),
-        utilization=util,
-        pools=tuple(weights),
-        namespaces=r.get(m, "namespaces", lambda n, w: r.bounded(n, w, 1, MAX_NAMESPACES), 3),
-        pdb_max_unavailable=pdb,
-        backoff_limit=r.get(m, "backoffLimit", lambda n, w: r.bounded(n, w, 0, MAX_INT32), 6),
-        swing=swing,
-        eligible=eligible,
-        eligible_pools=listed,
-        precision=precision,
-    )
-
-
-def _eligible(r: _Reader, node: Node, specs: tuple[PoolSpec, ...]) -> tuple[str, tuple[str, ...]]:
-    """``eligiblePools``: ``pool``, ``vendor``, or a list of one vendor's pools (a pod
-    asks for one vendor's extended resource, so it can only be offered one's)."""
-    if isinstance(node, ScalarNode):
-        value = r.value(node)
-        if value in ELIGIBILITY:
-            return str(value), ()
-        r.problem(
-            node,
-            f"eligiblePools must be pool, vendor or a list of pool names (e.g. [h100, l40s]), "
-            f"got {value!r}{did_you_mean(str(value), ELIGIBILITY)}",
-        )
-        return "pool", ()
-    if not isinstance(node, SequenceNode) or not node.value:
-        r.problem(
-            node, "eligiblePools must be pool, vendor or a list of pool names (e.g. [h100, l40s])"
-        )
-        return "pool", ()
-    by_name = {p.name: p for p in specs}
-    names: list[str] = []
-    vendors: dict[str, str] = {}
-    for item in node.value:
-        name = r.value(item) if isinstance(item, ScalarNode) else None
-        if name not in by_name:
-            r.problem(
-                item,
-                f"no pool named {name!r}{did_you_mean(str(name), sorted(by_name))}",
-            )
-            continue
-        if name in names:
-            r.problem(item, f"pool {name!r} is listed twice")
-            continue
-        names.append(str(name))
-        vendors.setdefault(by_name[name].vendor, str(name))
-    if len(vendors) > 1:
-        shown = ", ".join(f"{p} is {v}" for v, p in vendors.items())
-        r.problem(
-            node,
-            f"eligiblePools mixes vendors ({shown}): a pod asks for one vendor's "
-            f"devices ({', '.join(VENDOR_RESOURCE.values())}), so list one vendor's pools",
-        )
-    return "list", tuple(sorted(names))
-
-
-def _check_models(r: _Reader, node: Node, pools: tuple[PoolSpec, ...], precision: str) -> None:
+def _check_models(
+    r: ScenarioReader, node: Node, pools: tuple[PoolSpec, ...], precision: str
+) -> None:
     """Every pool's model must have a peak at ``precision`` in the scorer's device
     catalogue: a job's speed on it comes from there."""
     catalogue = default_catalogue()
@@ -597,31 +383,8 @@ def _check_models(r: _Reader, node: Node, pools: tuple[PoolSpec, ...], precision
             )
 
 
-def _duration_spec(r: _Reader, node: Node) -> DurationSpec | None:
-    m = r.fields(
-        node,
-        "duration",
-        ("distribution", "median", "sigma", "mean", "value"),
-        required=("distribution",),
-    )
-    if m is None:
-        return None
-    dist = r.get(m, "distribution", lambda n, w: r.choice(n, w, DISTRIBUTIONS), "lognormal")
-    need = {"lognormal": ("median",), "exponential": ("mean",), "fixed": ("value",)}.get(dist, ())
-    for key in need:
-        if key not in m:
-            r.problem(node, f"a {dist} duration needs {key!r}")
-    return DurationSpec(
-        dist,
-        median=r.get(m, "median", r.period, 3600.0),
-        sigma=r.get(m, "sigma", lambda n, w: r.number(n, w, 0.0, 5.0), 1.0),
-        mean=r.get(m, "mean", r.period, 3600.0),
-        value=r.get(m, "value", r.period, 3600.0),
-    )
-
-
 def _faults(
-    r: _Reader,
+    r: ScenarioReader,
     node: Node,
     pools: tuple[PoolSpec, ...],
     initial: dict[str, tuple[str, ...]] | None,
@@ -659,7 +422,7 @@ def _faults(
     )
 
 
-def _event(r: _Reader, item: Node, nodes: dict[str, PoolSpec] | None) -> FaultEvent | None:
+def _event(r: ScenarioReader, item: Node, nodes: dict[str, PoolSpec] | None) -> FaultEvent | None:
     m = r.fields(
         item, "a fault event", ("at", "kind", "node", "device"), required=("at", "kind", "node")
     )

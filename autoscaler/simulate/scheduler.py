@@ -40,6 +40,9 @@ from autoscaler.placement.catalogue import DEFAULT_PRECISION
 LINK_FACTOR: dict[str, float] = {
     "nvlink": 1.0,
     "xgmi": 1.0,
+    "roce": 1.0,
+    "hccs": 1.0,
+    "ici": 1.0,
     "pcie_switch": 1.1,
     "pcie_hostbridge": 1.25,
     "system": 1.5,

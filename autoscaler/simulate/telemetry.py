@@ -39,7 +39,7 @@ from autoscaler import clusterstate as cs
 from autoscaler.promql.matchers import Matcher
 from autoscaler.promql.store import SeriesStore
 from autoscaler.simulate.fleet import Fleet
-from autoscaler.simulate.jobs import Job
+from autoscaler.simulate.jobstate import Job, Member
 from autoscaler.simulate.machines import OK, Slot
 from autoscaler.simulate.scenario import device_name
 from exporter import schema
@@ -128,6 +128,19 @@ class Telemetry:
         # Running pods' job series: ref of age, ref of timeout, start, timeout.
         self.job_on = cs.JOB_AGE.name in wanted or cs.JOB_TIMEOUT.name in wanted
         self.pod_rows: dict[str, tuple[int, int, float, float]] = {}
+        self._job_arrays: tuple[I64, npt.NDArray[np.float64], npt.NDArray[np.float64]] | None
+        self._job_arrays = None
+        # Gang series: the running members' (ref -> value), and per gang the pause
+        # series' ref and how many running members declare it.
+        self.gang_on = bool(
+            {m.name for m in cs.CATALOGUE if "gang" in m.name or "checkpoint" in m.name} & wanted
+        )
+        # The gangs' series by (namespace, gang): ref -> value; those to redo.
+        self.gang_refs: dict[tuple[str, str], dict[int, float]] = {}
+        self.gangs_dirty: set[tuple[str, str]] = set()
+        self.constant: dict[int, float] = {}  # ref -> value of every such series
+        self.constant_rows: dict[int, tuple[cs.ClusterMetric, dict[str, str]]] = {}
+        self._constant_arrays: tuple[I64, npt.NDArray[np.float64]] | None = None
         self.pool_prev: set[int] = set()
         fleet.listeners.append(self.on)
 
@@ -142,6 +155,8 @@ class Telemetry:
             self._pod_bound(payload)
         elif what == "pod_unbound":
             self._pod_unbound(payload)
+        elif what == "checkpoint" and self.gang_on:
+            self.gangs_dirty.add((payload.namespace, payload.name))
 
     def _device_range(self, slot: Slot) -> slice:
         return slice(slot.base, slot.base + slot.pool.devices_per_node)
@@ -178,7 +193,7 @@ class Telemetry:
         if forget:
             self.refs[:, r] = -1
 
-    def _pod_bound(self, job: Job) -> None:
+    def _pod_bound(self, job: Job | Member) -> None:
         assert job.pod is not None
         slot = self.fleet.slots[job.slot]
         node = slot.node or ""
@@ -203,8 +218,47 @@ class Telemetry:
             timeout = self.store.ref({"__name__": cs.JOB_TIMEOUT.name, **labels})
             # The API's startTime has whole seconds.
             self.pod_rows[job.pod] = (age, timeout, float(int(self.fleet.now)), job.timeout)
+            self._job_arrays = None
+        if self.gang_on and isinstance(job, Member):
+            self.gangs_dirty.add((job.namespace, job.gang))
 
-    def _pod_unbound(self, job: Job) -> None:
+    def _gang_series(self) -> None:
+        """Recomputes the gang and checkpoint series of the gangs whose members
+        came, went or saved a checkpoint, with ``clusterstate.gang_rows`` over
+        their running member pods (what ``collect`` reads from the API)."""
+        kube = self.fleet.kube
+        for key in sorted(self.gangs_dirty):
+            ns, name = key
+            g = self.fleet.gangs.gangs.get(name)
+            pods = [
+                kube.pods[(ns, m.pod)]
+                for m in (g.members if g is not None else ())
+                if m.slot >= 0 and m.pod is not None
+            ]
+            refs: dict[int, float] = {}
+            for metric, labels, value in cs.gang_rows(pods):
+                ref = self.store.ref({"__name__": metric.name, **labels})
+                refs[ref] = value
+                self.constant_rows[ref] = (metric, labels)
+            for ref in self.gang_refs.pop(key, {}).keys() - refs.keys():
+                self.constant.pop(ref, None)
+                self.constant_rows.pop(ref, None)
+                self._stale.append(ref)
+            self.constant.update(refs)
+            if refs:
+                self.gang_refs[key] = refs
+        self.gangs_dirty.clear()
+        self._constant_arrays = None
+
+    def gang_rows(self) -> list[tuple[cs.ClusterMetric, dict[str, str], float]]:
+        """The gang series now, as rows (what ``clusterstate.collect`` returns)."""
+        self._gang_series()
+        return [
+            (metric, dict(labels), self.constant[ref])
+            for ref, (metric, labels) in self.constant_rows.items()
+        ]
+
+    def _pod_unbound(self, job: Job | Member) -> None:
         for g in job.devices:
             ref = int(self.dev_pod_ref[g])
             if ref >= 0:
@@ -215,6 +269,9 @@ class Telemetry:
             row = self.pod_rows.pop(job.pod, None)
             if row is not None:
                 self._stale.extend((row[0], row[1]))
+                self._job_arrays = None
+        if self.gang_on and isinstance(job, Member):
+            self.gangs_dirty.add((job.namespace, job.gang))
 
     # -- one scrape --------------------------------------------------------------
 
@@ -256,11 +313,25 @@ class Telemetry:
             if held.size:
                 store.append(held, t, np.ones(held.size))
         if self.job_on and self.pod_rows:
-            rows_ = list(self.pod_rows.values())
-            refs = np.array([r[0] for r in rows_] + [r[1] for r in rows_], dtype=np.int64)
-            ages = [t - r[2] for r in rows_]
-            timeouts = [r[3] for r in rows_]
-            store.append(refs, t, np.array(ages + timeouts, dtype=np.float64))
+            # Rebuilt only when a pod came or went: thousands of member pods would
+            # otherwise cost a Python loop per scrape.
+            if self._job_arrays is None:
+                rows_ = list(self.pod_rows.values())
+                refs = np.array([r[0] for r in rows_] + [r[1] for r in rows_], dtype=np.int64)
+                starts = np.array([r[2] for r in rows_], dtype=np.float64)
+                timeouts = np.array([r[3] for r in rows_], dtype=np.float64)
+                self._job_arrays = (refs, starts, timeouts)
+            refs, starts, timeouts = self._job_arrays
+            store.append(refs, t, np.concatenate((t - starts, timeouts)))
+        if self.gangs_dirty:
+            self._gang_series()
+        if self.constant:
+            if self._constant_arrays is None:
+                self._constant_arrays = (
+                    np.fromiter(self.constant.keys(), dtype=np.int64, count=len(self.constant)),
+                    np.fromiter(self.constant.values(), dtype=np.float64, count=len(self.constant)),
+                )
+            store.append(self._constant_arrays[0], t, self._constant_arrays[1])
         self._pools(t)
 
     def pool_rows(

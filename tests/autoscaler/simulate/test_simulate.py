@@ -26,6 +26,7 @@ from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, NotFound
 from autoscaler.kube.jsonmerge import merge_patch
 from autoscaler.promql.store import SeriesStore
+from autoscaler.ruleset.loader import load_ruleset
 from autoscaler.simulate import results
 from autoscaler.simulate import run as sim
 from autoscaler.simulate.clock import EPOCH
@@ -103,6 +104,12 @@ def test_summary_has_exactly_the_summary_keys_and_the_plots(
         assert tuple(section) == results.SUMMARY_KEYS
         assert set(section["time_to_remediate_seconds"]) == {"p50", "p99", "max"}
         assert set(section["queue_wait_seconds"]) == {"p50", "p95"}
+        assert set(section["lost_device_hours"]) == set(results.LOSS_KEYS.values())
+        for kind, spread in section["time_to_remediate_seconds_by_kind"].items():
+            assert kind in ("fatal", "ecc_uncorrected", "hang", "stall", "device_lost", "node_down")
+            assert set(spread) == {"p50", "p99", "max"}
+        assert sum(section["restarts_per_job"].values()) == section["jobs_submitted"]
+        assert set(section["goodput_by_job_size"]) <= {"1", "2", "4", "8"}
         assert isinstance(section["actions"], dict)
         assert 0 < section["goodput_ratio"] <= 1
         assert section["jobs_submitted"] > 100
@@ -110,7 +117,7 @@ def test_summary_has_exactly_the_summary_keys_and_the_plots(
     assert doc["rules"]["actions"].get("migrate_jobs", 0) >= 1
     import matplotlib.image as mpimg
 
-    for name in ("utilization.png", "nodes.png", "jobs.png", "faults_actions.png"):
+    for name in ("utilization.png", "nodes.png", "jobs.png", "faults_actions.png", "loss.png"):
         image = mpimg.imread(out / name)
         height, width = image.shape[:2]
         assert width >= 1000 and height >= 350, name
@@ -209,7 +216,8 @@ spec:
     text = str(err.value)
     expected = [
         f"{path}:4:13: duration: 24 has no unit",
-        f"{path}:6:28: vendor must be one of nvidia, amd, oneapi, got 'nvidai'; did you mean",
+        f"{path}:6:28: vendor must be one of nvidia, amd, oneapi, gaudi, ascend, tpu, "
+        "got 'nvidai'; did you mean",
         "need min <= initial <= max",
         f"{path}:8:22: arrivalsPerHour must be a number >= 0, got -1",
         "a lognormal duration needs 'median'",
@@ -230,8 +238,32 @@ def test_intervals_longer_than_a_rule_window_are_refused(tmp_path: Path) -> None
     args = cli_args(str(path), "--out", str(tmp_path), "--no-plots")
     err = io.StringIO()
     assert simulate_command.main(args, stderr=err) == 2
-    assert "evaluationInterval 600s is longer than the 300s window of rule" in err.getvalue()
-    assert "'fatal-device-fault'" in err.getvalue()
+    # The shortest window of the shipped rules, and the rule that has it.
+    shortest = sim.shortest_window(load_ruleset(RULES, source="scrape"))
+    assert shortest is not None
+    window, rule = shortest
+    assert f"evaluationInterval 600s is longer than the {window:g}s window of rule" in (
+        err.getvalue()
+    )
+    assert repr(rule) in err.getvalue()
+
+
+def test_only_windows_that_count_events_bound_the_intervals(tmp_path: Path) -> None:
+    # A fault counted between two windows is never seen; an idle state that a 1m
+    # window asks about is still there at the next evaluation.
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "apiVersion: accel-fleet/v1\nkind: RuleSet\nspec:\n  rules:\n"
+        "    - name: idle\n"
+        "      expr: max_over_time(accel_utilization_ratio[1m]) == 0\n"
+        "      target: node\n"
+        "      action: {type: cordon}\n"
+        "    - name: faults\n"
+        "      expr: increase(accel_fault_events_total[5m]) > 0 and changes(accel_up[7m]) > 0\n"
+        "      target: node\n"
+        "      action: {type: cordon}\n"
+    )
+    assert sim.shortest_window(load_ruleset([str(path)], source="scrape")) == (300.0, "faults")
 
 
 def test_the_in_memory_api_behaves_like_the_server() -> None:
