@@ -357,6 +357,21 @@ def _declared(pod: Obj, what: _Declared) -> float | None:
     return value
 
 
+def checkpoint_declaration(pod: Obj, annotation: str) -> float | None:
+    """The pod's value of one checkpointing annotation (a pause or interval in
+    seconds, a last-checkpoint stamp in unix seconds), read as the stall series read
+    it; None when undeclared or unreadable. rebalance weighs the same values."""
+    for what in _DECLARED:
+        if what.annotation == annotation:
+            return _declared(pod, what)
+    raise KeyError(annotation)
+
+
+def start_time(pod: Obj) -> float | None:
+    """The pod's ``status.startTime`` in unix seconds, None when unset or unreadable."""
+    return _timestamp((pod.get("status") or {}).get("startTime"))
+
+
 def _gang_rows(
     pod: Obj, labels: Mapping[str, str], folded: dict[tuple[int, str, str], float]
 ) -> list[Row]:
@@ -526,7 +541,8 @@ def _offer(node: Obj) -> _NodeOffer:
     return _NodeOffer(str(meta.get("name", "")), meta.get("labels") or {}, devices)
 
 
-def _ready(node: Obj | None) -> bool:
+def node_ready(node: Obj | None) -> bool:
+    """Whether the node's Ready condition is True (a missing node is not ready)."""
     if node is None:
         return False
     for cond in (node.get("status") or {}).get("conditions") or ():
@@ -577,7 +593,7 @@ def pool_rows(pools: Sequence[Pool], nodes: Sequence[Obj], pods: Sequence[Obj]) 
 
     rows: list[Row] = []
     for p in pools:
-        ready = sum(1 for n in p.nodes if _ready(by_name.get(n)))
+        ready = sum(1 for n in p.nodes if node_ready(by_name.get(n)))
         for state, count in (
             ("ready", ready),
             ("notready", len(p.nodes) - ready),

@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.gangs import gang_of
 from autoscaler.actions import barepods, gangs
 from autoscaler.actions.base import (
     ActionSpec,
@@ -223,7 +224,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
 
     def select(pod: Obj) -> bool:
         # A gang member is never evicted alone: its gang restarts as one, below.
-        return chosen(pod) and gangs.member_of(pod) is None
+        return chosen(pod) and gang_of(pod) is None
 
     try:
         # The node is cordoned by now, so the gangs restart elsewhere.

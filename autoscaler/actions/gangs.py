@@ -128,11 +128,6 @@ class Restart:
     command: str = ""
 
 
-def member_of(pod: Obj) -> GangRef | None:
-    """The gang ``pod`` belongs to (None: a single-pod job, handled as before)."""
-    return gang_of(pod)
-
-
 def _live(pod: Obj) -> bool:
     return not is_finished(pod) and not is_terminating(pod)
 
@@ -507,7 +502,6 @@ __all__ = [
     "GangPass",
     "Restart",
     "find",
-    "member_of",
     "record",
     "restart",
     "restart_on_node",

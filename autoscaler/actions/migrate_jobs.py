@@ -63,6 +63,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.gangs import gang_of
 from accel_common.names import BARE_PODS_ANNOTATION as BARE_PODS
 from accel_common.names import DEFAULT_TAINT
 from autoscaler.actions import barepods, gangs
@@ -185,7 +186,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
 
     def select(pod: Obj) -> bool:
         # A gang member is never evicted alone: its gang restarts as one, below.
-        return chosen(pod) and gangs.member_of(pod) is None
+        return chosen(pod) and gang_of(pod) is None
 
     async def before_evict(pod: Obj) -> str | None:
         if controller_owner(pod) is not None:

@@ -58,10 +58,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from accel_common.durations import parse_duration
 from accel_common.gangs import gang_of
 from accel_common.names import (
     CHECKPOINT_INTERVAL_ANNOTATION,
@@ -90,6 +88,7 @@ from autoscaler.actions.pods import (
     pod_key,
     uses_devices,
 )
+from autoscaler.clusterstate import checkpoint_declaration, start_time
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
 from autoscaler.kube.protocol import Obj
@@ -188,29 +187,19 @@ def movable(pod: Obj) -> bool:
     )
 
 
-def _stamp_time(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def progress_at_risk(pod: Obj, now: float) -> float | None:
     """Device-seconds of work a restart of ``pod`` would redo: (now - last
     checkpoint) x devices; else (age mod checkpoint interval) x devices; None when
-    the pod declares neither (it is then weighed as before: youngest first)."""
+    the pod declares neither (it is then weighed as before: youngest first). The
+    annotations are read as the stall rules' series read them."""
     devices = sum(device_requests(pod).values())
-    notes = (pod.get("metadata") or {}).get("annotations") or {}
-    last = _stamp_time(str(notes.get(LAST_CHECKPOINT_ANNOTATION, "")))
+    last = checkpoint_declaration(pod, LAST_CHECKPOINT_ANNOTATION)
     if last is not None:
         return max(0.0, now - last) * devices
-    started = _stamp_time(str((pod.get("status") or {}).get("startTime") or ""))
-    age = max(0.0, now - started) if started is not None else 0.0
-    try:
-        interval = parse_duration(str(notes.get(CHECKPOINT_INTERVAL_ANNOTATION, "")))
-    except ValueError:
-        interval = 0.0
+    interval = checkpoint_declaration(pod, CHECKPOINT_INTERVAL_ANNOTATION) or 0.0
     if interval > 0:
+        started = start_time(pod)
+        age = max(0.0, now - started) if started is not None else 0.0
         return (age % interval) * devices
     return None
 

@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.gangs import gang_of
 from autoscaler.actions import gangs
 from autoscaler.actions.base import (
     ActionSpec,
@@ -201,7 +202,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         return Outcome("skipped", f"pod {namespace}/{pod_name} is gone already")
     except KubeError as e:
         return Outcome("failed", f"pod {namespace}/{pod_name}: {e}")
-    if gangs.member_of(pod) is not None:
+    if gang_of(pod) is not None:
         return await _requeue_gang(ctx, decision, pod, params)
     owner = controller_owner(pod)
     if owner is None or owner.get("kind") != "Job":

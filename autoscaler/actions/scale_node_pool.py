@@ -98,7 +98,8 @@ from autoscaler.actions.base import (
 from autoscaler.actions.context import ActionContext, Outcome, Status
 from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT, drain_node
 from autoscaler.actions.ownership import event
-from autoscaler.clusterstate import device_requests
+from autoscaler.actions.pods import is_finished, uses_devices
+from autoscaler.clusterstate import node_ready
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError
 from autoscaler.kube.protocol import MACHINE_DEPLOYMENTS, Obj
@@ -278,8 +279,7 @@ async def _idle_nodes(ctx: ActionContext, nodes: Sequence[str]) -> list[str]:
     busy = {
         str((p.get("spec") or {}).get("nodeName") or "")
         for p in await ctx.kube.list_pods()
-        if device_requests(p)
-        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        if uses_devices(p) and not is_finished(p)
     }
     idle: list[str] = []
     for obj in await ctx.kube.list_nodes():
@@ -289,22 +289,14 @@ async def _idle_nodes(ctx: ActionContext, nodes: Sequence[str]) -> list[str]:
             continue
         if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
             continue
-        if any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (obj.get("status") or {}).get("conditions") or []
-        ):
+        if node_ready(obj):
             idle.append(name)
     return sorted(idle)
 
 
 async def _device_pods(ctx: ActionContext, node: str) -> int:
     pods = await ctx.kube.list_pods(node=node)
-    return sum(
-        1
-        for p in pods
-        if device_requests(p)
-        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    )
+    return sum(1 for p in pods if uses_devices(p) and not is_finished(p))
 
 
 async def _scale_up(
