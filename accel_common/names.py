@@ -135,6 +135,25 @@ REQUEUES_ANNOTATION: Final = f"{PREFIX}requeues"
 # (autoscaler/actions/gangs.py).
 GANG_RESTARTS_ANNOTATION: Final = f"{PREFIX}gang-restarts"
 
+# The node agent's channel (nodeagent/, docs/agent.md): the controller asks by an
+# annotation on the node, the agent on that node answers by another. Each value is
+# JSON with an ``id`` that the answer repeats, so a request is carried out once and
+# a restarted controller finds the answer to what it asked.
+#
+# On a node, from the controller (reset_devices): reset these devices (UUIDs).
+RESET_REQUEST_ANNOTATION: Final = f"{PREFIX}reset-request"
+# On a node, from the agent: pending, refused, resetting, done or failed, and why.
+RESET_STATUS_ANNOTATION: Final = f"{PREFIX}reset-status"
+# On a node, from the agent at start: "node" when its GPUs can only reset together
+# (NVSwitch systems), "device" when each resets alone.
+RESET_SCOPE_ANNOTATION: Final = f"{PREFIX}reset-scope"
+# On a node, from the controller (reboot_node, method agent) and the agent's answer.
+REBOOT_REQUEST_ANNOTATION: Final = f"{PREFIX}reboot-request"
+REBOOT_STATUS_ANNOTATION: Final = f"{PREFIX}reboot-status"
+# On a node, from the agent: the partition layout it applied, and how it went
+# (JSON: layout, state, message, devices, at).
+PARTITION_STATE_ANNOTATION: Final = f"{PREFIX}partition-state"
+
 # Labels.
 #
 # On the leading controller replica's pod: the webhook Service selects it, so
@@ -145,6 +164,13 @@ LEADER_LABEL: Final = f"{PREFIX}leader"
 POOL_LABEL: Final = f"{PREFIX}pool"
 # On a node: the accelerator vendor it carries, as the exporter's ``vendor`` label.
 VENDOR_LABEL: Final = f"{PREFIX}vendor"
+
+# On a node: the partition layout it should have (a name in the layouts file,
+# e.g. "h100-all-1g"), set by people or by the repartition action; the agent on the
+# node applies it. And the layout the agent last applied, as a label so that
+# selectors and the scheduler can use it.
+PARTITION_LAYOUT_LABEL: Final = f"{PREFIX}partition-layout"
+PARTITION_APPLIED_LABEL: Final = f"{PREFIX}partition-layout-applied"
 
 # Taints. Rules may set any taint; this is the default of the taint and
 # migrate_jobs actions, so that a failed device keeps new work away.
@@ -186,6 +212,29 @@ CAPI_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/machine"
 # On a Machine (and its Node): the MachineDeployment it belongs to; on both, the cluster.
 CAPI_DEPLOYMENT_LABEL: Final = "cluster.x-k8s.io/deployment-name"
 CAPI_CLUSTER_LABEL: Final = "cluster.x-k8s.io/cluster-name"
+
+# On a Machine: remediate this one (Cluster API's MachineHealthCheck-compatible
+# manual remediation); replace_machine sets it or deletes the Machine.
+CAPI_REMEDIATE_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/remediate-machine"
+# On a MachineDeployment or MachineSet: what one of its nodes offers, for scale from
+# zero (the cluster-autoscaler's Cluster API provider reads the same keys).
+CAPI_CAPACITY_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
+CAPI_CAPACITY_GPU_COUNT: Final = f"{CAPI_CAPACITY_PREFIX}gpu-count"
+CAPI_CAPACITY_GPU_TYPE: Final = f"{CAPI_CAPACITY_PREFIX}gpu-type"
+CAPI_CAPACITY_CPU: Final = f"{CAPI_CAPACITY_PREFIX}cpu"
+CAPI_CAPACITY_MEMORY: Final = f"{CAPI_CAPACITY_PREFIX}memory"
+CAPI_CAPACITY_LABELS: Final = f"{CAPI_CAPACITY_PREFIX}labels"
+CAPI_CAPACITY_TAINTS: Final = f"{CAPI_CAPACITY_PREFIX}taints"
+# On a MachineSet: the MachineDeployment it belongs to.
+CAPI_MACHINESET_LABEL: Final = "cluster.x-k8s.io/set-name"
+
+# ---------------------------------------------------------------- medik8s
+
+# Self Node Remediation's CR: one per node, named after it, reboots that node.
+SNR_GROUP: Final = "self-node-remediation.medik8s.io"
+# ---------------------------------------------------------------- Dynamic Resource Allocation
+
+DRA_GROUP: Final = "resource.k8s.io"
 
 # ---------------------------------------------------------------- Kubernetes
 

@@ -118,6 +118,9 @@ class PodAssignment:
     container: str
     resource: str
     device_id: str
+    # The ResourceClaim (in the pod's namespace) that gave the device, when Dynamic
+    # Resource Allocation did; empty for a device plugin's extended resource.
+    claim: str = ""
 
 
 class DeviceLostError(Exception):
