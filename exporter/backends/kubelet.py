@@ -19,16 +19,32 @@ Why it behaves as it does:
 * The gRPC channel is made lazily and reused, and thrown away after any failure: a
   channel to a socket that was recreated would otherwise sit in gRPC's reconnect
   backoff for up to two minutes.
+* Devices that Dynamic Resource Allocation gave a container (``dynamic_resources``,
+  with driver, pool and device since kubelet 1.31) are rows too, with the claim's
+  name, the driver as the resource and, as the device ID, the best identity the
+  node offers (``exporter.dra``). With ``--dra.resource-slices`` that comes from the
+  node's ResourceSlices, listed through the ``kubernetes`` client at most once a
+  minute (sooner when a device is not in them yet); a failed list is logged once and
+  leaves the previous answer in place, since the kubelet's answer is still good.
+* What the kubelet sends is bounded before it is used: claims per container and
+  devices per claim are cut at the API server's own limits, and a name that is
+  empty or longer than any valid one drops that device, not the poll.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
 import threading
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
+from accel_common.names import DRA_AMD_GPU
+from exporter import dra
 from exporter.backends.base import Backend, BackendOptions
 from exporter.model import BackendUnavailableError, DeviceInfo, PodAssignment, Reading
 
@@ -50,10 +66,123 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 # and the backend is better reported down than left to the poll timeout.
 RPC_TIMEOUT_SECONDS = 2.0
 
+# What one container may hold through DRA: a pod names at most 128 claims and a
+# claim's allocation holds at most 32 devices (resource/v1's limits). Names are DNS
+# labels or subdomains (253), a pool name a few of them joined by "/".
+MAX_CLAIMS = 128
+MAX_CLAIM_DEVICES = 32
+MAX_NAME = 253
+MAX_POOL = 1024
+
+# How often the node's ResourceSlices are listed again, and how soon when a device
+# the kubelet names is not in them (a driver that just published it).
+SLICES_REFRESH_SECONDS = 60.0
+SLICES_MISS_SECONDS = 10.0
+# A node's slices are a few KiB per driver; more than this is not a real answer.
+SLICES_MAX_BYTES = 16 * 1024 * 1024
+
 
 class KubeletError(Exception):
     """A PodResources call failed; the poller marks the backend down and asks it to
     discover again at the next poll."""
+
+
+class ResourceSlices:
+    """This node's ResourceSlices as ``exporter.dra`` references, listed through the
+    ``kubernetes`` client (in-cluster, or ``kubeconfig``) and kept between polls.
+
+    ``list_slices`` replaces the client in tests; it returns the slice objects."""
+
+    def __init__(
+        self,
+        node: str,
+        kubeconfig: str = "",
+        timeout: float = RPC_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        list_slices: Callable[[], list[Any]] | None = None,
+    ) -> None:
+        self.node = node
+        self.kubeconfig = kubeconfig
+        self.timeout = timeout
+        self.clock = clock
+        self._list = list_slices or self._list_from_api
+        self._api: Any = None
+        self._refs: dict[dra.DraDevice, str] = {}
+        self._listed_at: float | None = None
+        self._last_error = ""
+
+    def references(self, wanted: list[dra.DraDevice]) -> Mapping[dra.DraDevice, str]:
+        now = self.clock()
+        age = None if self._listed_at is None else now - self._listed_at
+        missing = any(d not in self._refs for d in wanted)
+        if age is None or age >= SLICES_REFRESH_SECONDS or (missing and age >= SLICES_MISS_SECONDS):
+            self._refresh(now)
+        return self._refs
+
+    def _refresh(self, now: float) -> None:
+        self._listed_at = now
+        try:
+            slices = self._list()
+        except Exception as e:  # any client or server failure: keep the last answer
+            error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            if error != self._last_error:
+                log.warning(
+                    "ResourceSlices of node %s could not be listed (%s); DRA devices are "
+                    "matched by their names until they can",
+                    self.node,
+                    error,
+                )
+            self._last_error = error
+            return
+        if self._last_error:
+            log.info("ResourceSlices of node %s listed again", self.node)
+        self._last_error = ""
+        self._refs = dra.slice_references(slices, self.node)
+
+    def _list_from_api(self) -> list[Any]:
+        from kubernetes import client as k8s
+
+        if self._api is None:
+            self._api = k8s.ResourceV1Api(k8s.ApiClient(self._configuration()))
+        resp = self._api.list_resource_slice(
+            field_selector=f"spec.nodeName={self.node}",
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )
+        try:
+            body = resp.read(SLICES_MAX_BYTES + 1)
+        finally:
+            resp.release_conn()
+        if len(body) > SLICES_MAX_BYTES:
+            raise ValueError(f"answer over {SLICES_MAX_BYTES} bytes")
+        items = json.loads(body).get("items")
+        return items if isinstance(items, list) else []
+
+    def _configuration(self) -> Any:
+        from kubernetes import client as k8s
+        from kubernetes import config as k8s_config
+
+        configuration = k8s.Configuration()
+        if not self.kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        else:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=self.kubeconfig or None, client_configuration=configuration
+            )
+        # One try per poll: the next poll is the retry.
+        configuration.retries = False
+        return configuration
+
+    def close(self) -> None:
+        api, self._api = self._api, None
+        if api is not None:
+            api.api_client.close()
+
+
+def _usable(value: str, limit: int = MAX_NAME) -> bool:
+    return 0 < len(value) <= limit
 
 
 class KubeletBackend(Backend):
@@ -62,13 +191,21 @@ class KubeletBackend(Backend):
     # one log line, and on a Kubernetes node pod attribution then needs no flag.
     hardware = True
 
-    def __init__(self, options: BackendOptions, timeout: float = RPC_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        options: BackendOptions,
+        timeout: float = RPC_TIMEOUT_SECONDS,
+        slices: ResourceSlices | None = None,
+    ) -> None:
         super().__init__(options)
         self.timeout = timeout
         self._channel: grpc.Channel | None = None
         self._stub: PodResourcesListerStub | None = None
         # close() runs on the event loop's thread, the calls on the poll thread.
         self._lock = threading.Lock()
+        if slices is None and options.dra_resource_slices:
+            slices = ResourceSlices(options.dra_node_name, options.dra_kubeconfig, timeout)
+        self.slices = slices
 
     @property
     def socket_path(self) -> str:
@@ -166,6 +303,8 @@ class KubeletBackend(Backend):
         nvidia.com/mig-1g.10gb, amd.com/gpu, gpu.intel.com/i915, ...): the renderer
         keeps only the IDs that match a device this exporter found, so a new resource
         name needs no change here. CPU and memory assignments carry no device IDs.
+        A device a ResourceClaim gave is a row with ``claim`` set, the driver as the
+        resource and the ``exporter.dra`` reference as the ID, whatever the driver.
         """
         if not os.path.exists(self.socket_path):
             self._drop_channel()
@@ -177,6 +316,7 @@ class KubeletBackend(Backend):
         except Exception as e:
             raise self._failed(e) from None
         out: list[PodAssignment] = []
+        claimed: list[tuple[PodAssignment, dra.DraDevice]] = []
         for pod in resp.pod_resources:
             for container in pod.containers:
                 for dev in container.devices:
@@ -190,7 +330,49 @@ class KubeletBackend(Backend):
                         )
                         for device_id in dev.device_ids
                     )
+                for dyn in container.dynamic_resources[:MAX_CLAIMS]:
+                    # The claim is in the pod's namespace (a pod can name no other),
+                    # so claim_namespace adds nothing to the row.
+                    if not _usable(dyn.claim_name):
+                        continue
+                    for res in dyn.claim_resources[:MAX_CLAIM_DEVICES]:
+                        ref = dra.DraDevice(res.driver_name, res.pool_name, res.device_name)
+                        if not (
+                            _usable(ref.driver)
+                            and _usable(ref.device)
+                            and len(ref.pool) <= MAX_POOL
+                        ):
+                            continue
+                        row = PodAssignment(
+                            namespace=pod.namespace,
+                            pod=pod.name,
+                            container=container.name,
+                            resource=ref.driver,
+                            device_id=ref.device,
+                            claim=dyn.claim_name,
+                        )
+                        claimed.append((row, ref))
+        out.extend(self._identify(claimed))
+        return out
+
+    def _identify(self, claimed: list[tuple[PodAssignment, dra.DraDevice]]) -> list[PodAssignment]:
+        """The DRA rows with the best device ID the node offers (``exporter.dra``):
+        slice attributes, else the amdkfd topology for AMD's names, else the name."""
+        if not claimed:
+            return []
+        refs: Mapping[dra.DraDevice, str] = {}
+        if self.slices is not None:
+            refs = self.slices.references([ref for _, ref in claimed])
+        kfd: Mapping[int, str] | None = None
+        if any(ref.driver == DRA_AMD_GPU and ref not in refs for _, ref in claimed):
+            kfd = dra.kfd_references(self.options.sysfs)
+        out = []
+        for row, ref in claimed:
+            device_id = dra.reference(ref, refs, kfd)
+            out.append(row if device_id == row.device_id else replace(row, device_id=device_id))
         return out
 
     def close(self) -> None:
         self._drop_channel()
+        if self.slices is not None:
+            self.slices.close()

@@ -4,6 +4,31 @@ socket, with a pod list the test changes between polls.
 It is served by ``grpc.server`` with the generated servicer, so the exporter's
 client goes through the same channel, framing and status codes as against a real
 kubelet; only the answers are scripted.
+
+Devices come two ways, as on a real node:
+
+* A device plugin's (``ContainerResources.devices``): ``add_pod(namespace, name,
+  "nvidia.com/gpu", uuid, ...)``, or ``FakeContainer(name, devices={resource: ids})``.
+* Dynamic Resource Allocation's (``ContainerResources.dynamic_resources``): a
+  ``FakeClaim`` per ResourceClaim, with the devices its allocation holds, each named
+  by the triplet the kubelet sends (driver, pool, device), exactly as the claim's
+  ``status.allocation.devices.results[]`` has them::
+
+      kubelet.add_claim_pod("ml", "train", "train-gpu", "gpu.nvidia.com", "gpu-0")
+      # or, for several claims or containers:
+      FakeContainer("main", claims=[FakeClaim("train-gpu", [
+          FakeClaimDevice("gpu.nvidia.com", "gpu-0", pool="node-1"),
+          FakeClaimDevice("gpu.nvidia.com", "gpu-1-mig-1g10gb-19-0", pool="node-1"),
+      ])])
+
+  The device names follow the drivers' own naming (NVIDIA ``gpu-<minor>`` and
+  ``gpu-<minor>-mig-<profile>-<profile id>-<placement start>``, AMD
+  ``gpu-<card>-<render minor>``; exporter/dra.py). Without ResourceSlices the
+  exporter maps ``gpu-<N>`` to its device ``nvidia<N>``; to match by UUID instead,
+  serve ResourceSlices for the node from the fake API server and start the exporter
+  with ``--dra.resource-slices --dra.node-name <node> --dra.kubeconfig <path>``
+  (tests/exporter/test_dra.py shows both). The claim's namespace defaults to the
+  pod's, as the kubelet's is always.
 """
 
 from __future__ import annotations
@@ -21,11 +46,34 @@ from exporter.kubelet import podresources_pb2_grpc as pb_grpc
 
 
 @dataclass
+class FakeClaimDevice:
+    """One allocated DRA device: ``<driver>/<pool>/<device>``, and the CDI devices
+    the driver prepared for it (``k8s.gpu.nvidia.com/claim=<uid>-gpu-0``, any
+    string; the exporter does not read them)."""
+
+    driver: str
+    device: str
+    pool: str = "node-1"
+    cdi_devices: list[str] = field(default_factory=list)
+    share_id: str | None = None
+
+
+@dataclass
+class FakeClaim:
+    """A ResourceClaim a container uses, and the devices it was allocated."""
+
+    name: str
+    devices: list[FakeClaimDevice] = field(default_factory=list)
+    namespace: str = ""  # "": the pod's
+
+
+@dataclass
 class FakeContainer:
     name: str
     # resource name -> device plugin IDs, e.g. {"nvidia.com/gpu": ["GPU-..."]}
     devices: dict[str, list[str]] = field(default_factory=dict)
     cpu_ids: list[int] = field(default_factory=list)
+    claims: list[FakeClaim] = field(default_factory=list)
 
 
 @dataclass
@@ -33,6 +81,18 @@ class FakePod:
     namespace: str
     name: str
     containers: list[FakeContainer] = field(default_factory=list)
+
+
+def _claim_resource(d: FakeClaimDevice) -> pb.ClaimResource:
+    out = pb.ClaimResource(
+        cdi_devices=[pb.CDIDevice(name=n) for n in d.cdi_devices],
+        driver_name=d.driver,
+        pool_name=d.pool,
+        device_name=d.device,
+    )
+    if d.share_id is not None:
+        out.share_id = d.share_id
+    return out
 
 
 def _pod_resources(p: FakePod) -> pb.PodResources:
@@ -51,6 +111,14 @@ def _pod_resources(p: FakePod) -> pb.PodResources:
                     for r, ids in c.devices.items()
                 ],
                 cpu_ids=c.cpu_ids,
+                dynamic_resources=[
+                    pb.DynamicResource(
+                        claim_name=claim.name,
+                        claim_namespace=claim.namespace or p.namespace,
+                        claim_resources=[_claim_resource(d) for d in claim.devices],
+                    )
+                    for claim in c.claims
+                ],
             )
             for c in p.containers
         ],
@@ -134,6 +202,25 @@ class FakeKubelet:
     ) -> None:
         """A pod with one container holding ``device_ids`` of ``resource``."""
         pod = FakePod(namespace, name, [FakeContainer(container, {resource: list(device_ids)})])
+        with self.lock:
+            self.pods.append(pod)
+
+    def add_claim_pod(
+        self,
+        namespace: str,
+        name: str,
+        claim: str,
+        driver: str,
+        *devices: str,
+        pool: str = "node-1",
+        container: str = "main",
+    ) -> None:
+        """A pod with one container using ResourceClaim ``claim``, allocated
+        ``devices`` (DRA device names) of ``driver`` in ``pool``."""
+        allocated = [FakeClaimDevice(driver, d, pool=pool) for d in devices]
+        pod = FakePod(
+            namespace, name, [FakeContainer(container, claims=[FakeClaim(claim, allocated)])]
+        )
         with self.lock:
             self.pods.append(pod)
 
