@@ -1060,13 +1060,43 @@ SHARE_WITH_MODEL = (
     f"{SHARE} * on (uuid) group_left (model) max by (uuid, model) (accel_device_info{{{FILTER}}})"
 )
 
+# What a bill is summed over: one series per device and pod.
+BILL_BY = "cluster, node, device, vendor, uuid, namespace, pod"
+# A device whose exporter measures per-pod use (accel_pod_utilization_ratio exists for
+# it: NVML process samples, AMD SMI engine time) bills each pod what it used; pod=""
+# (processes of no pod) is nobody's to pay.
+MEASURED = (
+    f"sum by ({BILL_BY}) (accel_pod_utilization_ratio"
+    f'{{{FILTER}, namespace=~"$namespace", pod!=""}})'
+)
+# Every other device a pod holds bills by head count, 1/N to each of its N pods.
+HEAD_COUNT = (
+    f"sum by ({BILL_BY}) ({SHARE}) unless on (uuid) accel_pod_utilization_ratio{{{FILTER}}}"
+)
+BILLED = f"({MEASURED}) or ({HEAD_COUNT})"
+BILLED_WITH_MODEL = (
+    f"({BILLED}) * on (uuid) group_left (model) "
+    f"max by (uuid, model) (accel_device_info{{{FILTER}}})"
+)
+# Devices held by pods, by how they are billed.
+MEASURED_DEVICES = f"count(count by (uuid) (accel_pod_utilization_ratio{{{FILTER}}}))"
+HEAD_COUNT_DEVICES = (
+    f"count(count by (uuid) (accel_device_pod_info{{{FILTER}}}) "
+    f"unless on (uuid) accel_pod_utilization_ratio{{{FILTER}}})"
+)
+
 DEVICE_HOURS_HOW = (
-    "Device-hours = Σ over the range of (the pod's share of the device) × time. The "
-    "share is 1 for a device a pod holds alone and 1/N for a device that N pods "
-    "share (time-slicing, MPS), so a device is billed once. The subquery samples the "
-    "share every $__interval (range [$__range:$__interval]); sum_over_time adds the "
-    "samples, × $__interval_ms / 3 600 000 turns samples into hours. A MIG instance "
-    "or AMD partition counts as one device (its own uuid)."
+    "Device-hours = Σ over the range of (the pod's share of the device) × time. "
+    "MEASURED where the exporter measures per-pod use (accel_pod_utilization_ratio "
+    "exists for the device: NVIDIA through NVML process samples, AMD through AMD SMI "
+    "engine time): the share is what the pod's processes used (0-1), so two pods "
+    "time-slicing a GPU pay for their own load and idle time is billed to no one. "
+    "HEAD COUNT where it does not (other vendors, AMD without AMD SMI, a MIG instance "
+    "shared by several containers): 1 for a device a pod holds alone and 1/N for a "
+    "device that N pods share. The subquery samples the share every $__interval "
+    "(range [$__range:$__interval]); sum_over_time adds the samples, × "
+    "$__interval_ms / 3 600 000 turns samples into hours. A MIG instance or AMD "
+    "partition counts as one device (its own uuid)."
 )
 
 
@@ -1074,7 +1104,7 @@ def device_hours(by: str = "") -> str:
     """Device-hours in the dashboard's range, summed ``by`` these labels (or all)."""
     grouping = f"sum by ({by})" if by else "sum"
     return (
-        f"{grouping} (sum_over_time(({SHARE_WITH_MODEL})[$__range:$__interval]))"
+        f"{grouping} (sum_over_time(({BILLED_WITH_MODEL})[$__range:$__interval]))"
         " * $__interval_ms / 3600000"
     )
 
@@ -1118,6 +1148,26 @@ def chargeback() -> Json:
         ),
         w=24,
     )
+    lay.add(
+        stat(
+            "Devices billed by measured use",
+            "Devices held by pods whose exporter measures per-pod use "
+            "(accel_pod_utilization_ratio): their pods are billed what they used.",
+            MEASURED_DEVICES,
+        ),
+        w=12,
+        h=4,
+    )
+    lay.add(
+        stat(
+            "Devices billed by head count",
+            "Devices held by pods without a per-pod measure (no "
+            "accel_pod_utilization_ratio for the device): each of N pods is billed 1/N.",
+            HEAD_COUNT_DEVICES,
+        ),
+        w=12,
+        h=4,
+    )
     lay.row("Devices held now")
     lay.add(
         timeseries(
@@ -1140,10 +1190,23 @@ def chargeback() -> Json:
         w=12,
     )
     lay.add(
+        timeseries(
+            "Measured use by namespace",
+            "Device-equivalents that each namespace's processes keep busy, on the "
+            "devices whose exporter measures per-pod use (accel_pod_utilization_ratio); "
+            "the gap to 'Devices held' is idle capacity that head count would bill.",
+            targets((f"sum by (namespace) ({MEASURED})", "{{namespace}}")),
+            custom={"drawStyle": "line", "fillOpacity": 20, "stacking": {"mode": "normal"}},
+        ),
+        w=24,
+    )
+    lay.add(
         table(
             "Pods and their devices",
-            "Which pod holds which device now, and its share of it.",
-            [target(f"{SHARE_WITH_MODEL}", instant=True)],
+            "Which pod holds which device now, and its billed share of it: measured use "
+            "where accel_pod_utilization_ratio exists for the device, else 1/N of a "
+            "device N pods share (head count).",
+            [target(f"{BILLED_WITH_MODEL}", instant=True)],
             hide={"job": True, "instance": True, "cluster": True},
         ),
         w=24,
@@ -1151,7 +1214,9 @@ def chargeback() -> Json:
     return dashboard(
         "accel-chargeback",
         "Accelerators / Chargeback",
-        "Device-hours by namespace, vendor and model, from accel_device_pod_info.",
+        "Device-hours by namespace, vendor and model: measured per-pod use "
+        "(accel_pod_utilization_ratio) where the exporter has it, head count "
+        "(accel_device_pod_info, 1/N of a shared device) where it does not.",
         lay,
         time_from="now-7d",
     )

@@ -25,6 +25,7 @@ from exporter import __version__, backends
 from exporter.backends.base import Backend, BackendOptions
 from exporter.backends.sim import SimScriptError, parse_sim_devices
 from exporter.poller import Poller
+from exporter.procmap import ProcMap
 from exporter.server import ExporterServer, check_telemetry_path, fd_headroom_limits
 from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
@@ -151,6 +152,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="procfs mountpoint (default %(default)s)",
     )
     b.add_argument(
+        "--path.pod-logs",
+        dest="pod_logs",
+        type=Path,
+        default=Path("/var/log"),
+        metavar="DIR",
+        help="the directory that holds the kubelet's pods/ and containers/ log "
+        "directories, whose names map a process's pod UID and container ID to names "
+        "for accel_pod_* (default %(default)s)",
+    )
+    b.add_argument(
         "--oneapi.include-cpu",
         dest="oneapi_include_cpu",
         action="store_true",
@@ -182,6 +193,31 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="the kubelet's PodResources API socket, read by the kubelet backend for "
         "accel_device_pod_info (default %(default)s)",
+    )
+    k.add_argument(
+        "--dra.resource-slices",
+        dest="dra_resource_slices",
+        action="store_true",
+        help="match devices that Dynamic Resource Allocation gave to pods by the uuid and "
+        "PCI attributes in this node's ResourceSlices, read from the API server (needs "
+        "list on resourceslices; off: by the DRA drivers' device names, see "
+        "docs/exporter/pods.md)",
+    )
+    k.add_argument(
+        "--dra.node-name",
+        dest="dra_node_name",
+        default=os.environ.get("NODE_NAME", ""),
+        metavar="NAME",
+        help="this node's name, whose ResourceSlices --dra.resource-slices reads "
+        "(default: $NODE_NAME, set from spec.nodeName by the downward API)",
+    )
+    k.add_argument(
+        "--dra.kubeconfig",
+        dest="dra_kubeconfig",
+        default="",
+        metavar="PATH",
+        help="a kubeconfig for --dra.resource-slices (default: the in-cluster service "
+        "account, else $KUBECONFIG or ~/.kube/config)",
     )
     k.add_argument(
         "--pod-labels",
@@ -252,6 +288,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, WebConfi
         parser.error("--sim-partitions and --sim-pods need --sim-devices")
     if args.sim_pods < 0:
         parser.error(f"--sim-pods must be 0 or more, got {args.sim_pods}")
+    if args.dra_resource_slices and not args.dra_node_name:
+        parser.error(
+            "--dra.resource-slices needs this node's name: set NODE_NAME from spec.nodeName "
+            "(downward API) or pass --dra.node-name"
+        )
     path_problem = check_telemetry_path(args.telemetry_path)
     if path_problem is not None:
         parser.error(f"--web.telemetry-path {path_problem}")
@@ -278,6 +319,9 @@ def make_backends(args: argparse.Namespace) -> list[Backend]:
         sim_script=args.sim_script,
         sim_seed=args.sim_seed,
         kubelet_socket=args.kubelet_socket,
+        dra_resource_slices=args.dra_resource_slices,
+        dra_node_name=args.dra_node_name,
+        dra_kubeconfig=args.dra_kubeconfig,
         sim_partitions=args.sim_partitions,
         sim_pods=args.sim_pods,
         sim_host=socket.gethostname(),
@@ -355,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interval=args.poll_interval,
         timeout=args.poll_timeout,
         pod_labels=args.pod_labels,
+        procmap=ProcMap(procfs=args.procfs, pod_logs=args.pod_logs),
     )
     # A backend thread running pure-Python code (the sim, sysfs parsing) holds the
     # GIL; a shorter switch interval than the default 5 ms lets the event loop

@@ -47,6 +47,18 @@ class FaultEvent:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class ProcessUsage:
+    """One process that holds a device, as its vendor library lists it: what the
+    per-pod figures are summed from. ``utilization`` is the share of the device (0–1)
+    the process kept busy over the last sample period; None when the vendor gives no
+    per-process figure (NVML on a MIG instance, an older driver)."""
+
+    pid: int
+    utilization: float | None = None
+    memory_used_bytes: float | None = None
+
+
 @dataclass
 class Reading:
     """One poll of one device. Cumulative device counters (ECC, energy, link errors)
@@ -89,6 +101,12 @@ class Reading:
     link_bytes_per_second: dict[tuple[str, str], float] = field(default_factory=dict)
     # (link, type) -> errors; types are the vendor's counter names (crc_flit, replay, ...)
     link_errors: dict[tuple[str, str], float] = field(default_factory=dict)
+    # The processes that hold the device (compute processes, MPS clients), for the
+    # per-pod figures. Meaningful only when ``processes_listed``: an empty list then
+    # says "nobody", while a backend that cannot list processes leaves it False and
+    # the device gets no per-pod series at all.
+    processes: list[ProcessUsage] = field(default_factory=list)
+    processes_listed: bool = False
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ Why it is built this way:
   while it stays down (a lost GPU's first reading names the Xid, the next ones say
   "lost") is not a transition. A device down only because its backend is down is
   covered by the backend's line, and comes back silently with it.
+* The processes a reading lists are mapped to their containers (``exporter.procmap``,
+  which reads ``/proc``) in the backend's thread, right after the read, so that the
+  renderer on the event loop reads no file.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from exporter.model import (
     PodAssignment,
     Reading,
 )
+from exporter.procmap import Owner, ProcMap
 from exporter.render import BackendStatus, DeviceState, reading_lines, render
 
 log = logging.getLogger("accel_exporter.poller")
@@ -63,6 +67,8 @@ class PollResult:
     links: list[Link]
     pods: list[PodAssignment]
     duration: float
+    # device -> pid -> owner, for the readings that list processes
+    owners: dict[str, dict[int, Owner]] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,6 +85,8 @@ class _BackendState:
     backend: Backend
     executor: concurrent.futures.ThreadPoolExecutor
     discovered: bool = False
+    # Discovering again because the backend's partition layout changed.
+    relayout: bool = False
     next_discover: float = 0.0
     up: bool = False
     reason: str = ""
@@ -116,8 +124,12 @@ class Poller:
         timeout: float,
         clock: Callable[[], float] = time.time,
         pod_labels: bool = False,
+        procmap: ProcMap | None = None,
     ) -> None:
         self.interval = interval
+        # Maps the processes on a device to their containers; None: a ProcMap over
+        # /proc and /var/log, the host's own.
+        self.procmap = procmap if procmap is not None else ProcMap()
         # --pod-labels: the renderer adds namespace and pod to the devices' gauges.
         self.pod_labels = pod_labels
         self.timeout = timeout
@@ -146,6 +158,9 @@ class Poller:
         """Runs in the backend's own thread."""
         start = time.perf_counter()
         b = st.backend
+        # A partition layout changed (docs/agent.md): the new devices, this poll.
+        if st.discovered and b.layout_changed():
+            st.discovered, st.relayout = False, True
         if not st.discovered:
             devices = b.discover()
             links = b.topology()
@@ -160,7 +175,11 @@ class Poller:
             except Exception as e:  # one device's failure is that device's, not ours
                 readings[d.device] = Reading(up=False, down_reason=f"{type(e).__name__}: {e}")
         pods = b.pods()
-        return PollResult(devices, readings, links, pods, time.perf_counter() - start)
+        owners: dict[str, dict[int, Owner]] = {}
+        for name, r in readings.items():
+            if r.processes_listed and r.processes:
+                owners[name] = self.procmap.owners(p.pid for p in r.processes)
+        return PollResult(devices, readings, links, pods, time.perf_counter() - start, owners)
 
     async def poll_backend(self, st: _BackendState) -> None:
         name = st.backend.name
@@ -261,6 +280,16 @@ class Poller:
                 continue
             kept.append(d)
         if not st.discovered:
+            if st.relayout:
+                # Partitions that the new layout no longer has go; whole GPUs keep
+                # their identity whatever happens to them.
+                found = {d.device for d in kept}
+                for d in st.devices:
+                    if d.parent and d.device not in found:
+                        self._devices.pop(d.device, None)
+                        self._owner.pop(d.device, None)
+                        self._down.pop(d.device, None)
+                st.relayout = False
             st.discovered = True
             st.devices, st.links = kept, result.links
         for d in kept:
@@ -269,6 +298,7 @@ class Poller:
             if ds is None:
                 ds = self._devices[d.device] = DeviceState(d, reading)
             ds.info, ds.reading, ds.lines = d, reading, None
+            ds.owners = result.owners.get(d.device, {})
             self._transition(d.device, reading)
             for ev in reading.fault_events:
                 sev = faults.classify(d.vendor, ev.code)
@@ -288,7 +318,9 @@ class Poller:
     ) -> tuple[list[DeviceState], list[Link], list[BackendStatus], list[PodAssignment]]:
         """What the renderer reads, with the counters copied at this instant."""
         devices = [
-            DeviceState(ds.info, ds.reading, dict(ds.faults), dict(ds.fault_codes), ds.lines)
+            DeviceState(
+                ds.info, ds.reading, dict(ds.faults), dict(ds.fault_codes), ds.lines, ds.owners
+            )
             for ds in self._devices.values()
         ]
         links = [link for s in self._states for link in s.links]

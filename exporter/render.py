@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from accel_common import exposition
 from accel_common.exposition import Exposition
-from exporter import schema, topology
+from exporter import dra, schema, topology
 from exporter.model import DeviceInfo, Link, PodAssignment, Reading
+from exporter.procmap import NO_OWNER, Assigned, Owner, owner_on
 from exporter.schema import MetricSpec
 
 
@@ -34,6 +35,9 @@ class DeviceState:
     # The reading's sample lines by metric name, formatted in the backend's poll
     # thread by reading_lines(), so the event loop never formats a device.
     lines: dict[str, list[str]] | None = None
+    # The owner of each process in the reading, resolved by the poller in the
+    # backend's thread (it reads /proc), so that rendering reads no file.
+    owners: dict[int, Owner] = field(default_factory=dict)
 
 
 @dataclass
@@ -196,7 +200,9 @@ def match_pods(
     instance) or by PCI address (AMD and Intel device plugins), so that a MIG
     instance's pod lands on the instance and a whole GPU's on the GPU. IDs that match
     no device (another plugin's, a device this exporter does not see) are dropped;
-    a container listed twice for one device counts once. In the backends' order."""
+    a container listed twice for one device counts once. In the backends' order.
+    A DRA device's driver name is first turned into one of these (``exporter.dra``)."""
+    pods = dra.resolve([d.info for d in devices], pods)
     index: dict[str, DeviceInfo] = {}
     for d in devices:
         index[d.info.uuid] = d.info
@@ -217,14 +223,74 @@ def match_pods(
 
 def _pods(fam: Exposition, matched: Sequence[tuple[DeviceInfo, PodAssignment]]) -> None:
     """accel_device_pod_info. A device shared by several pods (time-slicing, MPS)
-    gets one series per pod and container."""
+    gets one series per pod and container; a device a ResourceClaim gave also has
+    ``claim`` (left out, not empty, for a device plugin's: docs/exporter/pods.md)."""
     for info, p in matched:
-        labels = (
-            device_labels(info)
-            + ","
-            + _labels((("namespace", p.namespace), ("pod", p.pod), ("container", p.container)))
-        )
+        pairs = (("namespace", p.namespace), ("pod", p.pod), ("container", p.container))
+        claim = (("claim", p.claim),) if p.claim else ()
+        labels = device_labels(info) + "," + _labels(pairs + claim)
         fam.add(schema.DEVICE_POD.name, labels, 1)
+
+
+def pod_usage(
+    d: DeviceState, assigned: Sequence[Assigned]
+) -> tuple[dict[tuple[str, str, str], float], dict[tuple[str, str, str], float]]:
+    """(utilization, memory) per (namespace, pod, container) of one device, from its
+    processes; both empty when its backend cannot list processes.
+
+    Processes in no pod are summed under ("", "", ""), so that the parts add up to
+    the device. A container that PodResources assigned the device to but that runs
+    nothing on it gets 0, so that it is measured idle rather than unknown. Where the
+    vendor gives no per-process utilization (NVML on a MIG instance), a device whose
+    processes all belong to one container gives that container the device's own
+    utilization, which is then exact; with several containers it gives none, and
+    chargeback falls back to head count for that device."""
+    r = d.reading
+    if not r.up or not r.processes_listed:
+        return {}, {}
+    util: dict[tuple[str, str, str], float] = {}
+    memory: dict[tuple[str, str, str], float] = {}
+    measured = any(p.utilization is not None for p in r.processes)
+    keys: set[tuple[str, str, str]] = set()
+    for p in r.processes:
+        key = owner_on(d.owners.get(p.pid, NO_OWNER), assigned)
+        keys.add(key)
+        if p.memory_used_bytes is not None:
+            memory[key] = memory.get(key, 0.0) + p.memory_used_bytes
+        if measured:
+            util[key] = util.get(key, 0.0) + (p.utilization or 0.0)
+    whole = not measured and len(keys) <= 1 and r.utilization is not None
+    if whole and keys:
+        util[next(iter(keys))] = r.utilization or 0.0
+    for a in assigned:
+        key = (a.namespace, a.pod, a.container)
+        if key not in keys:
+            memory.setdefault(key, 0.0)
+            if measured or whole:
+                util.setdefault(key, 0.0)
+    return {k: min(v, 1.0) for k, v in util.items()}, memory
+
+
+def _pod_usage(
+    fam: Exposition,
+    devices: Sequence[DeviceState],
+    matched: Sequence[tuple[DeviceInfo, PodAssignment]],
+) -> None:
+    """accel_pod_utilization_ratio and accel_pod_memory_used_bytes."""
+    assigned: dict[str, list[Assigned]] = defaultdict(list)
+    for info, p in matched:
+        assigned[info.device].append(Assigned(p.namespace, p.pod, p.container))
+    for d in devices:
+        util, memory = pod_usage(d, assigned.get(d.info.device, ()))
+        base = device_labels(d.info)
+        for spec, values in ((schema.POD_UTILIZATION, util), (schema.POD_MEMORY_USED, memory)):
+            for (ns, pod, container), v in sorted(values.items()):
+                labels = (
+                    base
+                    + ","
+                    + _labels((("namespace", ns), ("pod", pod), ("container", container)))
+                )
+                fam.add(spec.name, labels, round(v, 6))
 
 
 def pod_label_suffix(assignments: Sequence[PodAssignment]) -> str:
@@ -296,6 +362,7 @@ def render(
         labels = device_labels(by_name[name]) + "," + _labels((("peer_device", peer),))
         fam.add(schema.TOPOLOGY_DISTANCE.name, labels, distance)
     _pods(fam, matched)
+    _pod_usage(fam, devices, matched)
     for b in backends:
         lbl = _labels((("backend", b.name),))
         fam.add(schema.BACKEND_UP.name, lbl, 1 if b.up else 0)

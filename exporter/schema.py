@@ -157,6 +157,25 @@ DEVICE_POD = _g(
     "namespace",
     "pod",
     "container",
+    # The ResourceClaim that gave the device (DRA); absent for a device plugin's.
+    "claim",
+)
+POD_UTILIZATION = _g(
+    "accel_pod_utilization_ratio",
+    "Share of the device (0-1) a container's processes kept busy over the last sample "
+    "period; an empty pod label holds processes in no pod, so the parts add up to the device.",
+    "ratio",
+    "namespace",
+    "pod",
+    "container",
+)
+POD_MEMORY_USED = _g(
+    "accel_pod_memory_used_bytes",
+    "Device memory a container's processes hold; an empty pod label holds processes in no pod.",
+    "bytes",
+    "namespace",
+    "pod",
+    "container",
 )
 BACKEND_UP = _g(
     "accel_exporter_backend_up",
@@ -204,6 +223,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     TOPOLOGY_LINK,
     TOPOLOGY_DISTANCE,
     DEVICE_POD,
+    POD_UTILIZATION,
+    POD_MEMORY_USED,
     BACKEND_UP,
     POLL_DURATION,
     LAST_SUCCESS,
@@ -335,7 +356,17 @@ SOURCES: dict[str, dict[str, str]] = {
         "all": "computed from the links (exporter/topology.py), else by NUMA node",
     },
     "accel_device_pod_info": {
-        "kubelet": "PodResources API List, matched by GPU/MIG UUID or PCI address",
+        "kubelet": "PodResources API List (devices and DRA dynamic_resources), matched by "
+        "GPU/MIG UUID or PCI address, DRA devices through ResourceSlices or driver naming",
+    },
+    "accel_pod_utilization_ratio": {
+        "nvidia": "NVML process utilization samples (smUtil); a MIG instance's GPM figure "
+        "when one container holds it",
+        "amd": "amdsmi process list engine_usage.gfx (ns) over the poll",
+    },
+    "accel_pod_memory_used_bytes": {
+        "nvidia": "NVML running compute processes (usedGpuMemory), per MIG instance",
+        "amd": "amdsmi process list memory_usage.vram_mem",
     },
 }
 

@@ -37,6 +37,12 @@ class BackendOptions:
     sim_seed: int = 0
     # The kubelet's PodResources API socket, for pod attribution.
     kubelet_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    # --dra.resource-slices: the kubelet backend reads this node's ResourceSlices to
+    # match DRA devices by their attributes (exporter/dra.py); the node's name and an
+    # optional kubeconfig ("" = in-cluster, else $KUBECONFIG) say where.
+    dra_resource_slices: bool = False
+    dra_node_name: str = ""
+    dra_kubeconfig: str = ""
     # The last simulated NVIDIA GPU runs MIG and the last AMD GPU is split in two (DPX),
     # so demos and tests see partitions as child devices.
     sim_partitions: bool = False
@@ -85,6 +91,12 @@ class Backend(abc.ABC):
         """Which containers hold which devices, for a backend that knows (the kubelet
         backend, the sim); polled after the devices, every poll."""
         return []
+
+    def layout_changed(self) -> bool:
+        """Whether the devices found by ``discover`` are no longer the devices there
+        (MIG instances or AMD partitions made or removed, as the node agent does): the
+        poller then discovers again before the next read. Cheap, and never raises."""
+        return False
 
     def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release the vendor library (shutdown, close handles)."""

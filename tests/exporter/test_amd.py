@@ -55,7 +55,7 @@ from tests.support.amd_gpu_metrics import (
     offsets,
 )
 from tests.support.exposition import names, parse, value
-from tests.support.fakes.amdsmi import STATUS, FakeAmdGpu, FakeAmdSmi
+from tests.support.fakes.amdsmi import STATUS, FakeAmdGpu, FakeAmdProcess, FakeAmdSmi
 from tests.support.paths import FIXTURES, REPO
 
 pytestmark = pytest.mark.timeout(60)
@@ -855,7 +855,9 @@ def test_fake_matches_the_real_amdsmi_source() -> None:
             and isinstance(node.value.value, int)
         ):
             constants[node.targets[0].id] = node.value.value
-    fake = FakeAmdSmi([mi300x_smi()])
+    gpu = mi300x_smi()
+    gpu.processes.append(FakeAmdProcess(4242, 1 << 30, gfx_busy=0.5))
+    fake = FakeAmdSmi([gpu])
     fake.amdsmi_init()
     (handle,) = fake.amdsmi_get_processor_handles()
     implemented = FakeAmdSmi.implemented()
@@ -888,8 +890,13 @@ def test_fake_matches_the_real_amdsmi_source() -> None:
         if not real_keys:
             continue
         result = getattr(fake, name)(*args.get(name, (handle,)))
-        assert isinstance(result, dict), name
-        assert set(result) <= real_keys, (name, set(result) - real_keys)
+        # A dict, or a list of them (the process list), with dicts nested one deep.
+        rows = result if isinstance(result, list) else [result]
+        assert rows, name
+        for row in rows:
+            assert isinstance(row, dict), name
+            keys = set(row) | {k for v in row.values() if isinstance(v, dict) for k in v}
+            assert keys <= real_keys, (name, keys - real_keys)
     # Enum members and status numbers are the real ones.
     classes = {n.name: n for n in src["amdsmi_interface"].body if isinstance(n, ast.ClassDef)}
     for enum_name in (

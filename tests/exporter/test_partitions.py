@@ -17,6 +17,7 @@ from exporter.backends.nvidia.device import FIELDS
 from exporter.model import DeviceLostError
 from exporter.poller import Poller
 from exporter.topology import distances
+from tests.support import amd_gpu_metrics
 from tests.support.exposition import parse, stable, value
 from tests.support.fakes.nvml import GIB, MIB, FakeMig, FakeNVML, fake_uuid, h100
 from tests.support.paths import FIXTURES
@@ -219,10 +220,40 @@ def test_mi300x_in_cpx_has_eight_partitions_under_its_gpu(cpx_tree: Path) -> Non
     r = backend.read(parts[3])
     assert r.memory_total_bytes == 48 * 1024**3
     assert r.utilization is None and r.power_watts is None
-    assert backend.missing["amd0_p3"]["utilization"] == "amdgpu sysfs has no per-partition figure"
+    # This tree has no gpu_metrics table, so no per-XCP figure either.
+    assert backend.missing["amd0_p3"]["utilization"].startswith("no per-partition figure")
     assert backend.missing["amd0_p3"]["power_watts"] == "GPU-wide: reported on amd0"
     # Partitions share their GPU's place: only the GPU is in the distance matrix.
     assert [a for a, _, _ in distances(devices, backend.topology())] == ["amd0"]
+
+
+@pytest.mark.parametrize("revision", [(1, 6), (1, 7), (1, 8)])
+def test_cpx_partitions_take_their_utilization_from_xcp_stats(
+    cpx_tree: Path, revision: tuple[int, int]
+) -> None:
+    """gpu_metrics v1.6+ carries gfx_busy_inst per XCP: in CPX each partition has one
+    XCD, and its busy percent is the partition's utilization."""
+    gpu_dir = cpx_tree / "devices/pci0000:00/0000:00:01.1/0000:0c:00.0"
+    busy = [10, 20, 30, 40, 55, 60, 75, 90]
+    table = amd_gpu_metrics.build(
+        revision,
+        {
+            "average_gfx_activity": 47,
+            "num_partition": 8,
+            "xcp_stats": [{"gfx_busy_inst": [b]} for b in busy],
+        },
+    )
+    (gpu_dir / "gpu_metrics").write_bytes(table)
+    backend = amd_backend(cpx_tree)
+    devices = backend.discover()
+    for k, part in enumerate(devices[1:]):
+        r = backend.read(part)
+        assert r.utilization == pytest.approx(busy[k] / 100)
+        assert r.telemetry_source == "gpu_metrics xcp_stats"
+        assert "utilization" not in backend.missing[part.device]
+    # The parts are the whole: their mean is the GPU's figure (within rounding).
+    parts = [backend.read(p).utilization or 0.0 for p in devices[1:]]
+    assert sum(parts) / 8 == pytest.approx(backend.read(devices[0]).utilization, abs=0.01)
 
 
 def test_partition_is_lost_with_its_gpu(cpx_tree: Path) -> None:

@@ -7,14 +7,22 @@ running in dry-run with ``--source scrape``. Template variables take real values
 from their own ``label_values(...)`` queries, Grafana's interval variables are
 replaced, and each query must parse and return data: a panel that would show "No
 data" on a fleet that has what it charts fails, named by dashboard and panel.
+
+The sim exporters publish no per-pod use, so their devices are billed by head count;
+a third node, ``node-c``, is the real exporter code (NVIDIA backend on the fake NVML,
+processes mapped to pods through a ``/proc`` and kubelet log tree) with two pods
+time-slicing a GPU, so the chargeback's measured path has data too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import http.server
 import importlib.util
 import json
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -28,7 +36,14 @@ import pytest
 
 from accel_common.names import GANG_LABEL
 from autoscaler.actions.ownership import ANNOTATION, Entry, iso
+from exporter.backends.base import BackendOptions
+from exporter.backends.nvidia import NvidiaBackend
+from exporter.model import PodAssignment
+from exporter.poller import Poller
+from tests.exporter.test_pod_usage import UID_A, UID_B, Assignments, PodTree, cid
 from tests.support.fakes.apiserver import running_apiserver
+from tests.support.fakes.nvml import GIB, FakeNVML
+from tests.support.fakes.nvml_procs import FakeProcess
 from tests.support.paths import REPO
 from tests.support.procs import _run_prometheus, autoscaler, exporter, free_port, http_get
 
@@ -96,6 +111,74 @@ NODES = {
     ],
     "node-b": ["--sim-devices", "nvidia:4,amd:2,oneapi:1", "--sim-pods", "3", "--sim-seed", "2"],
 }
+
+
+# node-c: what its two time-slicing pods use of nvidia1 (the fake's figures).
+MEASURED_NODE = "node-c"
+MEASURED_SHARES = {"train-a": 0.5, "infer-b": 0.2}
+
+
+def measured_exposition(tmp: Path) -> bytes:
+    """node-c's exposition, rendered once by the real poller: an NVIDIA node whose
+    GPU 1 is time-sliced by two pods at different loads, with the pods' processes in
+    a /proc and kubelet log tree."""
+    tree = PodTree(tmp)
+    tree.pod("ml", "train-a", UID_A, {"trainer": cid(0xA)})
+    tree.pod("ml", "infer-b", UID_B, {"server": cid(0xB)})
+    tree.systemd(1001, UID_A, cid(0xA))
+    tree.systemd(2002, UID_B, cid(0xB))
+    fake = FakeNVML.pcie_node()
+    gpu = fake.gpus[1]
+    gpu.utilization_gpu = 70
+    fake.run_processes(
+        1,
+        FakeProcess(1001, 6 * GIB, sm_util=MEASURED_SHARES["train-a"] * 100),
+        FakeProcess(2002, 2 * GIB, sm_util=MEASURED_SHARES["infer-b"] * 100),
+    )
+    pods = [
+        PodAssignment("ml", "train-a", "trainer", "nvidia.com/gpu", f"{gpu.uuid}::0"),
+        PodAssignment("ml", "infer-b", "server", "nvidia.com/gpu", f"{gpu.uuid}::1"),
+    ]
+    poller = Poller(
+        [NvidiaBackend(BackendOptions(), nvml=fake), Assignments(pods)],
+        interval=10,
+        timeout=5,
+        procmap=tree.procmap(),
+    )
+
+    async def once() -> bytes:
+        try:
+            return (await poller.poll_once()).text
+        finally:
+            await poller.stop()
+
+    return asyncio.run(once())
+
+
+@contextlib.contextmanager
+def serving(body: bytes, port: int) -> Iterator[None]:
+    """Serves ``body`` as /metrics on 127.0.0.1:``port`` until the block ends."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # the test's output is for failures
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 def load_generator() -> ModuleType:
@@ -271,7 +354,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     the controller, then the exporters: Prometheus and the controller both see every
     fault counter at 0 before the scripted faults, so increase() sees them."""
     tmp = tmp_path_factory.mktemp("fleet")
-    ports = {node: free_port() for node in NODES}
+    ports = {node: free_port() for node in [*NODES, MEASURED_NODE]}
     api_port = free_port()
     config = tmp / "prometheus.yml"
     config.write_text(prometheus_config(ports, api_port))
@@ -292,6 +375,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             extra = ["--sim-script", str(script)] if node == "node-a" else []
             common = ["--backends", "sim", "--poll-interval", "500ms", "--log.level", "warn"]
             stack.enter_context(exporter([*common, *args, *extra], port=ports[node]))
+        measured = measured_exposition(tmp / MEASURED_NODE)
+        stack.enter_context(serving(measured, ports[MEASURED_NODE]))
         yield prom
 
 
@@ -439,3 +524,37 @@ def test_every_panel_query_returns_data(fleet: str) -> None:
     n_panels = sum(1 for b in boards for _ in panels(b))
     print(f"\n{n_panels} panels, {len(qs)} queries (two selections), every one with data")
     assert len(qs) >= 2 * n_panels
+
+
+def test_chargeback_bills_measured_and_head_count_devices(fleet: str) -> None:
+    """The chargeback's billed share: node-c's time-sliced GPU bills each pod what it
+    used (what the fake set), the sim nodes' devices 1/N by head count; both paths
+    return data through the same query the panels use."""
+    gen = load_generator()
+    values = dict(BUILTINS) | {"cluster": ".*", "node": ".*", "vendor": ".*", "namespace": ".*"}
+    expr = substitute(gen.BILLED, values)
+    deadline = time.monotonic() + 30
+    while True:
+        body = api(fleet, "/api/v1/query", query=expr)
+        assert body["status"] == "success", body
+        rows = [(r["metric"], float(r["value"][1])) for r in body["data"]["result"]]
+        measured = {m["pod"]: v for m, v in rows if m.get("node") == MEASURED_NODE}
+        head_count = [v for m, v in rows if m.get("node") in NODES]
+        if measured and head_count:
+            break
+        assert time.monotonic() < deadline, f"billed shares: {rows}"
+        time.sleep(1)
+    assert measured == pytest.approx(MEASURED_SHARES, abs=0.05)
+    # Head count: each share is 1/N of a device, and each device is billed once.
+    assert all(0 < v <= 1 for v in head_count)
+    by_device: dict[tuple[str, str], float] = {}
+    for m, v in rows:
+        if m.get("node") in NODES:
+            key = (m["node"], m["uuid"])
+            by_device[key] = by_device.get(key, 0.0) + v
+    assert by_device and all(v == pytest.approx(1.0) for v in by_device.values())
+    for name in ("MEASURED_DEVICES", "HEAD_COUNT_DEVICES"):
+        body = api(fleet, "/api/v1/query", query=substitute(getattr(gen, name), values))
+        assert body["status"] == "success" and body["data"]["result"], (name, body)
+        assert float(body["data"]["result"][0]["value"][1]) >= 1, name
+    print(f"\nbilled: measured {measured}, head count on {len(by_device)} devices")

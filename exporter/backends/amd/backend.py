@@ -20,6 +20,7 @@ Why it is built this way:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -52,11 +53,13 @@ class AmdBackend(Backend):
         amdsmi: Any | None = None,
         use_amdsmi: bool = True,
         loader: Callable[[], tuple[Any | None, str]] = load_amdsmi,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(options)
         self._given_smi = amdsmi
         self._use_amdsmi = use_amdsmi
         self._loader = loader
+        self._clock = clock
         self._smi: SmiReader | None = None
         self._gpus: dict[str, Gpu] = {}
         # "amdsmi" or "sysfs" once discovered; why AMD SMI is not used, if it is not.
@@ -65,6 +68,8 @@ class AmdBackend(Backend):
         # device -> field key -> why the last read of that device has no value for it.
         self.missing = MissingFields(log)
         self._sysfs = SysfsReader(options, self.missing)
+        # Each GPU's partition modes as discovered (``_layout``).
+        self._modes: dict[str, tuple[str, str]] = {}
 
     # -- discovery ---------------------------------------------------------------------
 
@@ -76,7 +81,7 @@ class AmdBackend(Backend):
         if self._use_amdsmi:
             smi, reason = (self._given_smi, "") if self._given_smi is not None else self._loader()
             if smi is not None:
-                reader = SmiReader(smi, self.options, self.missing)
+                reader = SmiReader(smi, self.options, self.missing, self._clock)
                 gpus, reason = reader.discover()
                 if gpus:
                     self._smi = reader
@@ -87,11 +92,13 @@ class AmdBackend(Backend):
         if self._gpus:
             self.source = "amdsmi"
             log.info("amd: %d GPUs through AMD SMI", len(self._gpus))
+            self._modes = self._layout()
             return [g.info for g in self._gpus.values()]
         self.source = "sysfs"
         gpus = self._sysfs.discover(self.amdsmi_reason)
         self._gpus = {g.name: g for g in gpus}
         devices = [g.info for g in gpus]
+        self._modes = self._layout()
         log.info(
             "amd: %d GPUs from amdgpu sysfs under %s (%s)",
             len(devices),
@@ -99,6 +106,26 @@ class AmdBackend(Backend):
             self.amdsmi_reason,
         )
         return devices
+
+    def _layout(self) -> dict[str, tuple[str, str]]:
+        """The compute and memory partition modes of each GPU, from sysfs."""
+        return {
+            g.name: (
+                partitions.read_mode(g.device_dir, "compute"),
+                partitions.read_mode(g.device_dir, "memory"),
+            )
+            for g in self._gpus.values()
+            if g.device_dir is not None and not g.info.parent
+        }
+
+    def layout_changed(self) -> bool:
+        """A GPU switched partition modes since discovery (the node agent's layouts)."""
+        try:
+            now = self._layout()
+        except Exception:  # never the reason a poll fails
+            return False
+        # A GPU whose mode cannot be read now (gone from sysfs) is lost, not relaid.
+        return any(mode[0] and mode != self._modes.get(name) for name, mode in now.items())
 
     # -- topology ----------------------------------------------------------------------
 

@@ -69,6 +69,12 @@ class Gpu:
     static: dict[str, str] = field(default_factory=dict)
     # A compute partition (``info.parent`` set): its memory partition's size, from KFD.
     partition_memory: float | None = None
+    # A compute partition's index in the driver's order: its xcp_stats entry.
+    partition_index: int | None = None
+    # AMD SMI's process list (``procs``): each PID's engine_usage.gfx total (ns) at
+    # the previous read, and when that read was (seconds, the backend's clock).
+    proc_gfx_previous: dict[int, int] = field(default_factory=dict)
+    proc_read_at: float | None = None
 
     @property
     def name(self) -> str:

@@ -177,7 +177,8 @@ NUM_XCP = 8
 # sizeof(struct amdgpu_xcp_metrics), _v1_1 and _v1_2 (all 8-byte aligned): u32[8]
 # gfx_busy_inst, u16[32 or 40] jpeg_busy, u16[4] vcn_busy, then 1, 2 or 5 u64[8]
 # accumulator arrays (v1_2: gfx_busy_acc, gfx_below_host_limit_ppt_acc, _thm_acc,
-# gfx_low_utilization_acc, gfx_below_host_limit_total_acc). Nothing in them is read.
+# gfx_low_utilization_acc, gfx_below_host_limit_total_acc). Only gfx_busy_inst, the
+# first member in every version, is read: a compute partition's utilization.
 XCP_METRICS_SIZE = 4 * MAX_XCC + 2 * NUM_JPEG_ENG + 2 * NUM_VCN + 8 * MAX_XCC
 XCP_METRICS_V1_1_SIZE = XCP_METRICS_SIZE + 8 * MAX_XCC
 XCP_METRICS_V1_2_SIZE = 4 * MAX_XCC + 2 * NUM_JPEG_ENG_V1 + 2 * NUM_VCN + 5 * 8 * MAX_XCC
@@ -360,6 +361,29 @@ LAYOUTS: dict[tuple[int, int], MetricsLayout] = {
 }
 
 
+# The size of one xcp_stats element per revision (see XCP_METRICS_SIZE).
+XCP_SIZES: dict[tuple[int, int], int] = {
+    (1, 6): XCP_METRICS_SIZE,
+    (1, 7): XCP_METRICS_V1_1_SIZE,
+    (1, 8): XCP_METRICS_V1_2_SIZE,
+}
+
+
+def _xcp_busy(
+    data: bytes, layout: MetricsLayout, partitions: int | None
+) -> tuple[tuple[float | None, ...], ...]:
+    """gfx_busy_inst of each of the ``partitions`` XCPs (num_partition), as ratios."""
+    size = XCP_SIZES.get(layout.revision)
+    start = layout.offsets.get("xcp_stats")
+    if size is None or start is None or not partitions or not 0 < partitions <= NUM_XCP:
+        return ()
+    out = []
+    for k in range(partitions):
+        raw = struct.unpack_from(f"<{MAX_XCC}I", data, start + k * size)
+        out.append(tuple(percent(_valid(v, 32)) for v in raw))
+    return tuple(out)
+
+
 class GpuMetricsError(ValueError):
     """A gpu_metrics table this backend cannot use; the message is the reason."""
 
@@ -384,6 +408,18 @@ class GpuMetrics:
     xgmi_read_kb: tuple[int | None, ...] = ()
     xgmi_write_kb: tuple[int | None, ...] = ()
     timestamp_ns: int | None = None
+    # Per compute partition (XCP) of the GPU, in the driver's order: each of its XCDs'
+    # gfx_busy_inst as a ratio, None where the table says "not reported". Empty for
+    # revisions before 1.6, which have no per-partition figures.
+    xcp_gfx_busy: tuple[tuple[float | None, ...], ...] = ()
+
+    def partition_utilization(self, index: int) -> float | None:
+        """The mean busy ratio of partition ``index``'s XCDs; None when the table has
+        no figure for it."""
+        if not 0 <= index < len(self.xcp_gfx_busy):
+            return None
+        valid = [v for v in self.xcp_gfx_busy[index] if v is not None]
+        return sum(valid) / len(valid) if valid else None
 
 
 def _valid(value: int | None, bits: int) -> int | None:
@@ -483,6 +519,7 @@ def parse_gpu_metrics(data: bytes) -> GpuMetrics:
         xgmi_read_kb=many("xgmi_read_data_acc"),
         xgmi_write_kb=many("xgmi_write_data_acc"),
         timestamp_ns=one("system_clock_counter"),
+        xcp_gfx_busy=_xcp_busy(data, layout, one("num_partition")),
     )
 
 

@@ -21,11 +21,15 @@ Why it is built this way:
   which keeps its name whatever the mode, so its series do not move when an operator
   switches from SPX to CPX. The ``profile`` label is the compute mode, with the
   memory mode after a slash when the driver reports one (``CPX/NPS4``).
-* sysfs has no per-partition utilization or used memory (those are in the binary
-  ``gpu_metrics`` table per XCP, or in AMD SMI); what the KFD node does say per
-  partition is the size of the memory it allocates from, its memory partition's,
-  which in CPX/NPS4 two compute partitions share. GPU-wide figures stay on the parent,
-  and each of a partition's other fields carries why it has none.
+* A partition's utilization comes from the physical GPU's binary ``gpu_metrics``
+  table, revision 1.6 and newer: ``xcp_stats[K].gfx_busy_inst`` holds the busy
+  percent of each XCD of partition K (the driver's order, the same as the KFD
+  nodes'), and the partition's figure is their mean. Older tables have no
+  per-partition figure, and the field then says so. No sysfs file gives a
+  partition's used memory; what the KFD node does say per partition is the size of
+  the memory it allocates from, its memory partition's, which in CPX/NPS4 two
+  compute partitions share. GPU-wide figures stay on the parent, and each of a
+  partition's other fields carries why it has none.
 * A mode file that is there but unusable (not UTF-8, over the bounded reader's cap)
   reads as "not partitioned", with one warning: the GPU stays one whole device rather
   than vanishing with the backend.
@@ -37,8 +41,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel_common.readfile import FieldError, read_text
+from accel_common.readfile import BLOB_LIMIT, FieldError, read_bytes, read_text
 from exporter.backends.amd.device import FIELDS, VENDOR, Gpu
+from exporter.backends.amd.gpu_metrics import GpuMetricsError, parse_gpu_metrics
 from exporter.backends.amd.kfd import node_pci_address, nodes_dir, properties
 from exporter.backends.base import MissingFields
 from exporter.model import DeviceInfo, DeviceLostError, Reading
@@ -141,10 +146,15 @@ def children(
         )
         child = Gpu(info, device_dir=device_dir, card=f"renderD{part.render_minor}")
         child.partition_memory = part.memory_bytes
+        child.partition_index = part.index
         for key in FIELDS:
             child.static[key] = f"GPU-wide: reported on {parent.device}"
-        for key in ("utilization", "memory_used_bytes", "memory_bandwidth_utilization"):
+        for key in ("memory_used_bytes", "memory_bandwidth_utilization"):
             child.static[key] = "amdgpu sysfs has no per-partition figure"
+        child.static["utilization"] = (
+            "no per-partition figure: gpu_metrics before v1.6 has no xcp_stats, or it "
+            "reports none for this partition"
+        )
         if part.memory_bytes is not None:
             del child.static["memory_total_bytes"]
         out.append(child)
@@ -154,8 +164,21 @@ def children(
 
 
 def read(gpu: Gpu) -> Reading:
-    """A partition has no telemetry of its own in sysfs: it is up while its GPU is,
-    and reports its memory partition's size."""
+    """A partition is up while its GPU is; it reports its memory partition's size and,
+    where the GPU's gpu_metrics table has per-XCP figures, its utilization."""
     if gpu.device_dir is None or not gpu.device_dir.is_dir():
         raise DeviceLostError(f"{gpu.info.parent} ({gpu.info.pci_bus_id}) left sysfs")
-    return Reading(memory_total_bytes=gpu.partition_memory, telemetry_source="none")
+    utilization = None
+    if gpu.partition_index is not None:
+        try:
+            metrics = parse_gpu_metrics(read_bytes(gpu.device_dir / "gpu_metrics", BLOB_LIMIT))
+            utilization = metrics.partition_utilization(gpu.partition_index)
+        except (FieldError, GpuMetricsError):
+            utilization = None  # the parent's read says why its table is unusable
+    if utilization is None:
+        return Reading(memory_total_bytes=gpu.partition_memory, telemetry_source="none")
+    return Reading(
+        utilization=utilization,
+        memory_total_bytes=gpu.partition_memory,
+        telemetry_source="gpu_metrics xcp_stats",
+    )

@@ -27,9 +27,11 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from exporter.backends.amd import procs
 from exporter.backends.amd.device import VENDOR, Gpu, hex_or_none, model_name, ras_events
 from exporter.backends.amd.gpu_metrics import (
     RESIDENCY_THROTTLE,
@@ -111,10 +113,19 @@ def _restore_fd1(saved: int | None) -> None:
 class SmiReader:
     """One initialised AMD SMI library: discovers its GPUs, reads them, shuts down."""
 
-    def __init__(self, smi: Any, options: BackendOptions, missing: MissingFields) -> None:
+    def __init__(
+        self,
+        smi: Any,
+        options: BackendOptions,
+        missing: MissingFields,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.smi = smi
         self.options = options
         self.missing = missing
+        # The wall time of each process-list read: engine time per process is a
+        # running total, and its increase is divided by the time between reads.
+        self.clock = clock
         self._initialized = False
 
     def discover(self) -> tuple[list[Gpu], str]:
@@ -271,6 +282,14 @@ class SmiReader:
             r.link_bytes_per_second, why = xgmi_rates(before, m)
             if why:
                 missing["link_bytes_per_second"] = why
+        if hasattr(smi, "amdsmi_get_gpu_process_list"):  # an older amdsmi may lack it
+            procs.read(
+                lambda: self._smi_call(gpu, "processes", "amdsmi_get_gpu_process_list", h),
+                gpu,
+                r,
+                self.clock(),
+            )
+            missing.pop("processes", None)  # not a catalogue field: no reason to report
         return r
 
     def _smi_call(self, gpu: Gpu, keys: str | tuple[str, ...], fn: str, *args: Any) -> Any:

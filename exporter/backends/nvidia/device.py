@@ -67,6 +67,8 @@ LINK_THROUGHPUT: tuple[tuple[str, str], ...] = (
     ("tx", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"),
 )
 
+PROCESS_FIELDS = ("processes", "process_utilization")
+
 # Every catalogue field this backend can report, by the key that ``fields()`` and
 # ``missing`` use: after a read, each key is either found or has a reason.
 FIELDS: tuple[str, ...] = (
@@ -88,6 +90,10 @@ FIELDS: tuple[str, ...] = (
     *(f"pcie_bytes_per_second.{k}" for k, _ in PCIE),
     *(f"link_bytes_per_second.{k}" for k, _ in LINK_THROUGHPUT),
     *(f"link_errors.{k}" for k, _ in LINK_ERRORS),
+    # Per-pod use (``procs``): how many processes NVML lists on the device, and the
+    # sum of their per-process utilization samples; not metrics of their own, but
+    # what bench/nvml_check.py shows of the per-pod figures' inputs on a real GPU.
+    *PROCESS_FIELDS,
 )
 LINK_KEYS = tuple(k for k in FIELDS if k.startswith("link_"))
 
@@ -144,6 +150,12 @@ class Gpu:
     links: list[int] = field(default_factory=list)
     link_previous: dict[tuple[int, str], tuple[float, float]] = field(default_factory=dict)
     events_registered: bool = False
+    # Processes (``procs``): whether the MPS process list answers, which of the
+    # process-utilization functions to use (an index; past the end: none), and the
+    # newest sample timestamp seen (µs), so that each read takes only newer samples.
+    mps_api: bool = True
+    proc_util_api: int = 0
+    proc_util_seen: int = 0
 
     @property
     def name(self) -> str:

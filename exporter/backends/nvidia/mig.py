@@ -25,7 +25,7 @@ from exporter.model import DeviceInfo
 log = logging.getLogger("accel_exporter.nvidia")
 
 # What a MIG instance reports itself; the rest is the parent GPU's.
-MIG_OWN = ("memory_used_bytes", "memory_total_bytes", "fault_events")
+MIG_OWN = ("memory_used_bytes", "memory_total_bytes", "fault_events", "processes")
 _MIG_NAME = re.compile(r"^(?P<model>.*?)\s+MIG\s+(?P<profile>\S+)\s*$")
 
 
@@ -81,5 +81,32 @@ def discover(nvml: Any, gpu: Gpu) -> list[Gpu]:
         # per-instance load figures are GPM's.
         reason = "no GPM on this GPU: NVML has no other per-MIG-instance load figure"
         child.static["utilization"] = child.static["memory_bandwidth_utilization"] = reason
+        # NVML: "On MIG-enabled GPUs, querying process utilization is not currently
+        # supported"; the renderer uses the instance's own figure instead.
+        child.static["process_utilization"] = (
+            "NVML has no per-process utilization on a MIG-enabled GPU"
+        )
         children.append(child)
     return children
+
+
+def layout(nvml: Any, gpus: list[Gpu]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What MIG instances the GPUs have now, by UUID, for telling that a layout
+    changed (the node agent made or destroyed instances). A GPU without MIG, or that
+    NVML cannot answer for now, has none: a lost GPU is not a layout change."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for gpu in gpus:
+        uuids: list[str] = []
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(gpu.handle)
+            if current == nvml.NVML_DEVICE_MIG_ENABLE:
+                for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(gpu.handle)):
+                    try:
+                        handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
+                    except nvml.NVMLError:
+                        continue  # an empty slot
+                    uuids.append(str(nvml.nvmlDeviceGetUUID(handle)))
+        except nvml.NVMLError:
+            uuids = [child.info.uuid for child in gpu.children]  # unknown: as discovered
+        out.append((gpu.name, tuple(sorted(uuids))))
+    return tuple(out)

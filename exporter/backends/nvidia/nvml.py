@@ -18,7 +18,8 @@ Why it is built this way:
   happens.
 * The parts with state of their own live beside this module: GPM samples (``gpm``),
   MIG instances (``mig``), NVLink counters (``nvlink``), the Xid event set
-  (``events``) and the host's GPU topology (``topology``).
+  (``events``), the processes on a device (``procs``) and the host's GPU topology
+  (``topology``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import logging
 from typing import Any, ClassVar
 
 from exporter.backends.base import Backend, BackendOptions, MissingFields
-from exporter.backends.nvidia import gpm, mig, nvlink, topology
+from exporter.backends.nvidia import gpm, mig, nvlink, procs, topology
 from exporter.backends.nvidia.calls import NvmlCalls, codes, init_failure, quietly
 from exporter.backends.nvidia.device import (
     CLOCKS,
@@ -62,6 +63,8 @@ class NvidiaBackend(Backend):
         self._given_nvml = nvml
         self._nvml: Any = None
         self._initialized = False
+        # The GPUs' MIG instances as discovered (``mig.layout``).
+        self._layout: tuple[tuple[str, tuple[str, ...]], ...] = ()
         self._gpus: list[Gpu] = []
         self._by_name: dict[str, Gpu] = {}
         self._events: XidEvents | None = None
@@ -120,7 +123,18 @@ class NvidiaBackend(Backend):
                 self._by_name[d.name] = d
                 devices.append(d.info)
             self._gpus.append(gpu)
+        self._layout = mig.layout(nvml, self._gpus)
         return devices
+
+    def layout_changed(self) -> bool:
+        """MIG instances made or destroyed since discovery (the node agent's layouts)."""
+        nvml = self._nvml
+        if nvml is None or not self._initialized:
+            return False
+        try:
+            return mig.layout(nvml, self._gpus) != self._layout
+        except Exception:  # never the reason a poll fails
+            return False
 
     def _discover_gpu(self, nvml: Any, index: int, driver: str) -> Gpu:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -181,6 +195,7 @@ class NvidiaBackend(Backend):
         r = Reading()
         self._memory(gpu, r)
         gpm.read_mig(self._calls, gpu, r)
+        procs.read(self._calls, gpu, r)
         return r
 
     def _read_gpu(self, gpu: Gpu) -> Reading:
@@ -234,6 +249,7 @@ class NvidiaBackend(Backend):
                 r.pcie_bytes_per_second[key] = kbs * KIB
         active = nvlink.read_errors(calls, gpu, r)
         nvlink.read_field_values(calls, gpu, r, active)
+        procs.read(calls, gpu, r)
         return r
 
     def _memory(self, gpu: Gpu, r: Reading) -> None:
@@ -368,6 +384,11 @@ class NvidiaBackend(Backend):
             out[key] = float(out.get(key, 0.0)) + v
         if reading.up and "fault_events" not in self.missing.get(device.device, {}):
             out["fault_events"] = float(len(reading.fault_events))
+        if reading.processes_listed:
+            out["processes"] = float(len(reading.processes))
+            shares = [p.utilization for p in reading.processes if p.utilization is not None]
+            if shares or "process_utilization" not in self.missing.get(device.device, {}):
+                out["process_utilization"] = sum(shares)
         return out
 
     def close(self) -> None:

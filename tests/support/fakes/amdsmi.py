@@ -172,6 +172,19 @@ NA = "N/A"
 
 
 @dataclass
+class FakeAmdProcess:
+    """One process with a context on the GPU: what amdsmi_get_gpu_process_list lists."""
+
+    pid: int
+    vram: int  # bytes of VRAM it holds
+    # Share of the GPU's graphics/compute engine it keeps busy (0-1): its
+    # engine_usage.gfx total grows by this many seconds per second of advance().
+    gfx_busy: float = 0.0
+    gfx_ns: int = 0  # engine_usage.gfx, a running total in ns
+    name: str = "python3"
+
+
+@dataclass
 class FakeAmdGpu:
     bdf: str  # as amdsmi_get_gpu_device_bdf formats it: "0000:0c:00.0"
     uuid: str  # as amdsmi_get_gpu_device_uuid returns it
@@ -211,6 +224,8 @@ class FakeAmdGpu:
     # Function name -> status name it answers (a transient or odd failure).
     errors: dict[str, str] = field(default_factory=dict)
     lost_status: str | None = None
+    # The processes on the GPU (amdsmi_get_gpu_process_list).
+    processes: list[FakeAmdProcess] = field(default_factory=list)
 
 
 class FakeAmdSmi:
@@ -266,6 +281,8 @@ class FakeAmdSmi:
                         values[i] = int(values[i]) + int(rate * seconds)
             for name, rate in g.residencies_per_s.items():
                 g.residencies[name] = (g.residencies[name] + int(rate * seconds)) % (1 << 32)
+            for p in g.processes:
+                p.gfx_ns += round(p.gfx_busy * seconds * 1e9)
 
     def lose(self, index: int, status: str = "NOT_FOUND") -> None:
         self.gpus[index].lost_status = status
@@ -439,3 +456,53 @@ class FakeAmdSmi:
         ):
             out[name] = g.residencies.get(name, NA)
         return out
+
+    def amdsmi_get_gpu_process_list(self, processor_handle: Any) -> list[dict[str, Any]]:
+        g = self._gpu("amdsmi_get_gpu_process_list", processor_handle)
+        return [
+            {
+                "name": p.name,
+                "pid": p.pid,
+                "mem": p.vram,
+                "engine_usage": {"gfx": p.gfx_ns, "enc": 0},
+                "memory_usage": {"gtt_mem": 0, "cpu_mem": 0, "vram_mem": p.vram},
+                "cu_occupancy": NA,
+            }
+            for p in g.processes
+        ]
+
+    # -- reset (the node agent's reset task; nodeagent/reset.py) ------------------------
+
+    @property
+    def hives(self) -> dict[int, int]:
+        """GPU index -> XGMI hive id (amdsmi_get_xgmi_info); a GPU not listed has none."""
+        table: dict[int, int] = self.__dict__.setdefault("_hives", {})
+        return table
+
+    @property
+    def resets(self) -> list[int]:
+        """The GPU indexes amdsmi_reset_gpu reset, in order."""
+        done: list[int] = self.__dict__.setdefault("_resets", [])
+        return done
+
+    def amdsmi_get_xgmi_info(self, processor_handle: Any) -> dict[str, Any]:
+        g = self._gpu("amdsmi_get_xgmi_info", processor_handle)
+        index = self.gpus.index(g)
+        hive = self.hives.get(index, 0)
+        return {"xgmi_lanes": 16 if hive else 0, "xgmi_hive_id": hive, "xgmi_node_id": index}
+
+    def amdsmi_reset_gpu(self, processor_handle: Any) -> None:
+        """The GPU answers again afterwards (a lost one included) and its odd answers
+        are gone, as after the driver re-initialised it."""
+        self.calls["amdsmi_reset_gpu"] += 1
+        if not isinstance(processor_handle, amdsmi_wrapper.amdsmi_processor_handle):
+            raise AmdSmiParameterException(processor_handle, amdsmi_wrapper.amdsmi_processor_handle)
+        if not self.initialized:
+            _raise("NOT_INIT")
+        index = [h.value for h in self._handles].index(processor_handle.value)
+        g = self.gpus[index]
+        if "amdsmi_reset_gpu" in g.unsupported:
+            _raise("NOT_SUPPORTED")
+        g.lost_status = None
+        g.errors.clear()
+        self.resets.append(index)
