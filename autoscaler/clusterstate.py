@@ -23,6 +23,13 @@ What the series mean, and the simplifications chosen:
   (``accel_common.names.is_device_resource``). Its request per resource is the
   larger of the sum over its containers and the largest init container, as the
   scheduler counts it.
+- A pod that uses a ResourceClaim (Dynamic Resource Allocation) is device-using
+  too (``is_device_pod``): its devices are its claims' ``status.allocation``
+  results, or what an unallocated claim (or its template) asks for, by the
+  driver's vendor (``accel_common/dra.py``). ``collect`` reads the claims,
+  DeviceClasses and ResourceSlices once per cycle (``autoscaler.kube.dra.read_dra``); a pod whose
+  claims are all known and hold no accelerator (a network card's) is not a device
+  pod, and one whose claims cannot be read is.
 - ``accel_job_age_seconds``: running device-using pods, from ``status.startTime``.
   ``accel_job_timeout_seconds``: the pod's ``accel-fleet.io/timeout`` annotation (a
   duration, ``2h``), else its owner Job's ``activeDeadlineSeconds``; no series when
@@ -43,19 +50,26 @@ What the series mean, and the simplifications chosen:
   it stalled at once when no checkpoint can be under way (docs/rules.md). A bad
   annotation is logged once per pod and value and counts as not declared.
 - A pool *can satisfy* a pending pod when one of the pool's registered nodes matches
-  the pod's ``nodeSelector`` and required node affinity and has at least the pod's
-  request of every device resource it asks for in ``allocatable``. Taints and free
-  capacity are not weighed (the pod is pending because the nodes are full), and a
-  pool with no registered node cannot be matched (its MachineDeployment's template
-  does not say what its nodes will offer): such a pool is scaled from zero by a
-  rule of its own, not by this metric. Pending means ``phase: Pending`` with no
-  ``spec.nodeName``, not being deleted and without scheduling gates.
+  the pod's ``nodeSelector`` and required node affinity and offers at least the
+  pod's request of every device resource it asks for (``allocatable``, plus the
+  devices of its ResourceSlices when the controller reads DRA: a pod's claims and a
+  node's slices count under the DRA driver's name, ``autoscaler/pools/capacity.py``),
+  or when
+  the pool's declared shape (its capacity annotations) would: that is how a pool at
+  0 nodes is scaled from zero. Taints and free capacity of registered nodes are
+  not weighed (the pod is pending because the nodes are full); a declared shape's
+  taints are, against the pod's tolerations. Pending means ``phase: Pending`` with
+  no ``spec.nodeName``, not being deleted and without scheduling gates.
 - ``accel_pool_pending_device_requests`` has a series, 0 or more, for every device
-  resource that a pool's nodes offer, so ``== 0`` means "nothing waits".
-- ``accel_pool_nodes{state}``: ``ready`` and ``notready`` for the pool's registered
-  nodes (by the node's Ready condition; a node object that is missing is notready),
-  ``provisioning`` for capacity asked for and not registered (see
-  ``autoscaler/pools/clusterapi.py``). All three are always there.
+  resource that a pool's nodes or its declared shape offer, so ``== 0`` means
+  "nothing waits".
+- ``accel_pool_nodes{state}``: ``ready`` for the pool's registered nodes that are
+  Ready *and* whose devices are allocatable, ``notready`` for the others (not
+  Ready, missing, or past 15 minutes without the devices they should have),
+  ``provisioning`` for capacity asked for and not usable yet: Machines not
+  registered (see ``autoscaler/pools/clusterapi.py``) and nodes still waiting for
+  their devices (``autoscaler/pools/capacity.py``). All three are always there,
+  and they sum to the pool's size.
 - ``accel_pool_devices_allocated_ratio``: device requests of the non-terminal pods
   on the pool's nodes over the device resources those nodes offer; no series for a
   pool that offers none.
@@ -65,11 +79,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from accel_common.dra import DraState, driver_counts, has_claims
 from accel_common.durations import parse_duration
 from accel_common.exposition import Exposition
 from accel_common.gangs import gang_of
@@ -81,9 +97,12 @@ from accel_common.names import (
     TIMEOUT_ANNOTATION,
     is_device_resource,
 )
+from autoscaler.kube.dra import read_dra
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Kube, Obj
 from autoscaler.pools.base import NodePoolProvider, Pool
+from autoscaler.pools.capacity import DraView, dra_requests, readiness
+from autoscaler.pools.fit import NodeOffer, node_offer, pending, shape_offer
 from autoscaler.promql.store import SeriesStore
 
 log = logging.getLogger(__name__)
@@ -233,6 +252,36 @@ def device_requests(pod: Obj) -> dict[str, int]:
         for name, n in _container_devices(c).items():
             total[name] = max(total.get(name, 0), n)
     return {name: n for name, n in total.items() if n > 0}
+
+
+def is_device_pod(pod: Obj, dra: DraState | None = None) -> bool:
+    """Whether a pod uses accelerators: it requests a device resource, or it uses a
+    ResourceClaim. With ``dra`` (the claims read this cycle) a pod whose claims are
+    all known and hold or ask for no accelerator (only a network card, say) is not
+    one; a claim not seen (not generated yet, deleted, not read) counts as one, as
+    does every claim when DRA could not be read (``dra`` None)."""
+    if device_requests(pod):
+        return True
+    if not has_claims(pod):
+        return False
+    return dra is None or bool(dra.requests(pod)) or bool(dra.unknown_claims(pod))
+
+
+def all_device_requests(pod: Obj, dra: DraState | None) -> dict[str, int]:
+    """``device_requests`` plus the devices the pod holds or asks for through its
+    claims, each under its vendor's DRA driver name (``gpu.nvidia.com``:
+    ``accel_common.dra.VENDOR_DRIVER``), so that they add up with
+    ``dra_node_devices`` and never with a device plugin's resource."""
+    total = device_requests(pod)
+    if dra is not None:
+        for resource, n in driver_counts(dra.requests(pod)).items():
+            total[resource] = total.get(resource, 0) + n
+    return total
+
+
+def dra_node_devices(node: str, dra: DraState | None) -> dict[str, int]:
+    """The devices a node's ResourceSlices offer, by DRA driver name."""
+    return driver_counts(dra.offers.get(node) or {}) if dra is not None else {}
 
 
 def _timestamp(value: Any) -> float | None:
@@ -419,15 +468,18 @@ async def _job_deadlines(
     return {k: v for k, v in zip(keys, found, strict=True) if v is not None}
 
 
-async def job_rows(kube: Kube, pods: Sequence[Obj], now: float) -> list[Row]:
+async def job_rows(
+    kube: Kube, pods: Sequence[Obj], now: float, dra: DraState | None = None
+) -> list[Row]:
     """``accel_job_age_seconds`` and ``accel_job_timeout_seconds`` for running
-    device-using pods, and the gang and checkpoint-pause series of the same pods."""
+    device-using pods (``is_device_pod``, claims judged by ``dra``), and the gang
+    and checkpoint-pause series of the same pods."""
     running: list[tuple[dict[str, str], float, float | None, str]] = []
     gang_rows: list[Row] = []
     folded: dict[tuple[int, str, str], float] = {}
     for pod in pods:
         status = pod.get("status") or {}
-        if status.get("phase") != "Running" or not device_requests(pod):
+        if status.get("phase") != "Running" or not is_device_pod(pod, dra):
             continue
         started = _timestamp(status.get("startTime"))
         if started is None:
@@ -478,99 +530,40 @@ def gang_rows(pods: Sequence[Obj]) -> list[Row]:
     return rows
 
 
-def _expression_holds(expr: Obj, labels: Mapping[str, str]) -> bool:
-    key, op = str(expr.get("key", "")), expr.get("operator")
-    values = [str(v) for v in expr.get("values") or ()]
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
+def _wants(pod: Obj, dra: DraView | None) -> dict[str, int]:
+    """Device requests of a pod: extended resources, plus its claims' devices (by DRA
+    driver name) when the controller reads DRA."""
+    wants = device_requests(pod)
+    for resource, n in dra_requests(pod, dra).items():
+        wants[resource] = wants.get(resource, 0) + n
+    return wants
 
 
-def _affinity_holds(pod_spec: Obj, node_name: str, labels: Mapping[str, str]) -> bool:
-    """The pod's required node affinity: terms ORed, expressions within one ANDed
-    (``matchFields`` only knows ``metadata.name``, as in Kubernetes)."""
-    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = required.get("nodeSelectorTerms") or []
-    if not terms:
-        return True
-    fields = {"metadata.name": node_name}
-    return any(
-        all(_expression_holds(e, labels) for e in term.get("matchExpressions") or ())
-        and all(_expression_holds(e, fields) for e in term.get("matchFields") or ())
-        and (term.get("matchExpressions") or term.get("matchFields"))
-        for term in terms
-    )
-
-
-@dataclass(frozen=True)
-class _NodeOffer:
-    """What one node offers a pending pod: its labels and device allocatable."""
-
-    name: str
-    labels: Mapping[str, str]
-    devices: Mapping[str, int]
-
-    def fits(self, pod_spec: Obj, wants: Mapping[str, int]) -> bool:
-        selector = pod_spec.get("nodeSelector") or {}
-        if any(self.labels.get(k) != v for k, v in selector.items()):
-            return False
-        if any(self.devices.get(r, 0) < n for r, n in wants.items()):
-            return False
-        return _affinity_holds(pod_spec, self.name, self.labels)
-
-
-def _offer(node: Obj) -> _NodeOffer:
-    meta = node.get("metadata") or {}
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    devices = {r: _count(v) for r, v in allocatable.items() if is_device_resource(r)}
-    return _NodeOffer(str(meta.get("name", "")), meta.get("labels") or {}, devices)
-
-
-def node_ready(node: Obj | None) -> bool:
-    """Whether the node's Ready condition is True (a missing node is not ready)."""
-    if node is None:
-        return False
-    for cond in (node.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
-
-
-def _pending(pod: Obj) -> bool:
-    spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
-    return (
-        (pod.get("status") or {}).get("phase") == "Pending"
-        and not spec.get("nodeName")
-        and not meta.get("deletionTimestamp")
-        and not spec.get("schedulingGates")
-    )
-
-
-def pool_rows(pools: Sequence[Pool], nodes: Sequence[Obj], pods: Sequence[Obj]) -> list[Row]:
-    """The ``accel_pool_*`` series and ``accel_node_pool_info`` (module docstring)."""
+def pool_rows(
+    pools: Sequence[Pool],
+    nodes: Sequence[Obj],
+    pods: Sequence[Obj],
+    now: float | None = None,
+    dra: DraView | None = None,
+) -> list[Row]:
+    """The ``accel_pool_*`` series and ``accel_node_pool_info`` (module docstring).
+    ``now`` (unix seconds, default the wall clock) dates the nodes still waiting for
+    their devices; ``dra`` adds claims and ResourceSlices to requests and offers."""
+    at = time.time() if now is None else now
     by_name = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
-    offers = {p.name: [_offer(by_name[n]) for n in p.nodes if n in by_name] for p in pools}
+    sorted_nodes = {p.name: readiness(p, by_name, at, dra=dra) for p in pools}
+    offers: dict[str, list[NodeOffer]] = {}
+    for p in pools:
+        registered = [node_offer(by_name[n], dra) for n in p.nodes if n in by_name]
+        offers[p.name] = [o for o in registered if o.devices]
+        if p.shape is not None:
+            offers[p.name].append(shape_offer(p.shape))
     pool_of = {n: p.name for p in pools for n in p.nodes}
     room = {p.name: p.max_size - len(p.nodes) - p.provisioning for p in pools}
     allocated: dict[str, int] = {p.name: 0 for p in pools}
     waiting: dict[str, dict[str, int]] = {p.name: {} for p in pools}
     for pod in pods:
-        wants = device_requests(pod)
+        wants = _wants(pod, dra)
         if not wants:
             continue
         spec = pod.get("spec") or {}
@@ -580,7 +573,7 @@ def pool_rows(pools: Sequence[Pool], nodes: Sequence[Obj], pods: Sequence[Obj]) 
             if pool is not None and (pod.get("status") or {}).get("phase") not in _TERMINAL:
                 allocated[pool] += sum(wants.values())
             continue
-        if not _pending(pod):
+        if not pending(pod):
             continue
         fitting = [
             name for name, offered in offers.items() if any(o.fits(spec, wants) for o in offered)
@@ -593,20 +586,24 @@ def pool_rows(pools: Sequence[Pool], nodes: Sequence[Obj], pods: Sequence[Obj]) 
 
     rows: list[Row] = []
     for p in pools:
-        ready = sum(1 for n in p.nodes if node_ready(by_name.get(n)))
-        for state, count in (
-            ("ready", ready),
-            ("notready", len(p.nodes) - ready),
-            ("provisioning", p.provisioning),
+        state = sorted_nodes[p.name]
+        for name, count in (
+            ("ready", len(state.ready)),
+            ("notready", len(state.notready)),
+            ("provisioning", p.provisioning + len(state.warming)),
         ):
-            rows.append((POOL_NODES, {"pool": p.name, "state": state}, float(count)))
+            rows.append((POOL_NODES, {"pool": p.name, "state": name}, float(count)))
         rows.append((POOL_NODES_MIN, {"pool": p.name}, float(p.min_size)))
         rows.append((POOL_NODES_MAX, {"pool": p.name}, float(p.max_size)))
         capacity: dict[str, int] = {}
+        offered = set(waiting[p.name])
         for o in offers[p.name]:
+            offered |= set(o.devices)
+            if not o.name:
+                continue  # the declared shape: no node offers it yet
             for resource, n in o.devices.items():
                 capacity[resource] = capacity.get(resource, 0) + n
-        for resource in sorted(set(capacity) | set(waiting[p.name])):
+        for resource in sorted(offered):
             labels = {"pool": p.name, "resource": resource}
             rows.append((POOL_PENDING, labels, float(waiting[p.name].get(resource, 0))))
         total = sum(capacity.values())
@@ -631,8 +628,11 @@ async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> lis
         kube.list_pods(),
         pools.pools() if pools is not None else no_pools(),
     )
-    rows = await job_rows(kube, pods, now)
-    rows.extend(pool_rows(pool_list, nodes, pods))
+    # DRA: claims say which pods hold devices; slices what nodes offer (read_dra).
+    dra = await read_dra(kube, pods)
+    rows = await job_rows(kube, pods, now, dra)
+    pool_dra = None if dra is None else DraView(dra.offers, dra.requests)
+    rows.extend(pool_rows(pool_list, nodes, pods, now, dra=pool_dra))
     return rows
 
 

@@ -35,6 +35,16 @@ while a bare pod's replacement waits for its original to terminate). Events:
 ``MigrationStarted`` and ``Migrated``/``MigrationIncomplete`` on the node,
 ``Evicted`` on each pod, ``Recreated`` on each bare pod's replacement.
 
+Dynamic Resource Allocation: a pod that got its devices through ResourceClaims is
+a device pod like one that requests ``nvidia.com/gpu``: the node-wide migration
+reads the claims of the node's pods (one list per namespace) and moves every pod
+whose claims hold an accelerator, or whose claims cannot be read (their devices
+are unknown, and the issue's rule is that a pod with claims uses devices); a pod
+whose claims all hold something else (a network card) stays. With ``deviceOnly``
+the exporter names the pods of a claim-allocated device as for any other
+(``accel_device_pod_info{claim=...}``); a claim shared by several pods
+(``status.reservedFor``) moves all of them, as all of them hold the device.
+
 Gangs: a pod that belongs to a gang (a JobSet, TrainJob, PyTorchJob, MPIJob or
 Volcano Job, or pods sharing ``accel-fleet.io/gang``) is never evicted alone. Once
 the taint is on, each gang with a chosen member on the node restarts once, the way
@@ -63,6 +73,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.dra import DraState
 from accel_common.gangs import gang_of
 from accel_common.names import BARE_PODS_ANNOTATION as BARE_PODS
 from accel_common.names import DEFAULT_TAINT
@@ -82,6 +93,7 @@ from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT
 from autoscaler.actions.nodeops import claim, node_of, undo
 from autoscaler.actions.ownership import event, iso, parse_iso
 from autoscaler.actions.pods import (
+    claims_of,
     controller_owner,
     evict_until,
     finish,
@@ -144,7 +156,26 @@ async def _device_pods(ctx: ActionContext, node: str, device: str) -> tuple[set[
         return None, "accel_device_pod_info is not a vector"
     if not result.samples:
         return None, f"no accel_device_pod_info series for {device} on {node}"
-    return {f"{s.get('namespace')}/{s.get('pod')}" for s in result.samples}, ""
+    holders = {f"{s.get('namespace')}/{s.get('pod')}" for s in result.samples}
+    return holders | await _sharing(ctx, result), ""
+
+
+async def _sharing(ctx: ActionContext, result: Vector) -> set[str]:
+    """The other pods of the claims the exporter named (``claim`` label): a claim
+    reserved for several pods gives all of them the device. A claim that cannot be
+    read adds no one (the pods the exporter named still go)."""
+    out: set[str] = set()
+    named = {(str(s.get("namespace") or ""), str(s.get("claim") or "")) for s in result.samples}
+    for namespace, claim_name in sorted(c for c in named if all(c)):
+        try:
+            obj = await ctx.kube.get_resource_claim(namespace, claim_name)
+        except KubeError as e:
+            log.info("claim %s/%s: cannot read who shares it: %s", namespace, claim_name, e)
+            continue
+        for ref in (obj.get("status") or {}).get("reservedFor") or ():
+            if isinstance(ref, dict) and ref.get("resource") == "pods" and ref.get("name"):
+                out.add(f"{namespace}/{ref['name']}")
+    return out
 
 
 async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
@@ -179,10 +210,12 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     # Whether the node may hold bare-pod records: skip the final read when not.
     saved = [bool((meta(claimed.node).get("annotations") or {}).get(BARE_PODS))]
 
+    dra: DraState | None = None
+
     def chosen(pod: Obj) -> bool:
         if holders is not None:
             return pod_key(pod) in holders
-        return uses_devices(pod)
+        return uses_devices(pod, dra)
 
     def select(pod: Obj) -> bool:
         # A gang member is never evicted alone: its gang restarts as one, below.
@@ -215,6 +248,9 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             recreated.append(f"{meta(pod).get('namespace', 'default')}/{record.replacement}")
 
     try:
+        if holders is None:
+            # Which of the node's pods hold accelerators through ResourceClaims.
+            dra = await claims_of(ctx, await ctx.kube.list_pods(node=name))
         # First what an earlier run left: replacements of pods it evicted.
         earlier = await barepods.settle(ctx, name, final=False, read=claimed.node)
         recreated.extend(earlier.recreated)

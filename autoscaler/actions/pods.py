@@ -10,6 +10,10 @@ is the one recorded in the node annotation, so a resumed drain does not start
 its clock again. Two hooks let an action do its own part around each eviction
 without a loop of its own: ``migrate_jobs`` keeps a bare pod's spec before it and
 creates the replacement after it (``autoscaler/actions/barepods.py``).
+
+A device pod requests an accelerator resource or uses ResourceClaims (Dynamic
+Resource Allocation): ``uses_devices`` with the claims ``claims_of`` read judges
+the latter by what the claims hold (``autoscaler.clusterstate.is_device_pod``).
 """
 
 from __future__ import annotations
@@ -18,10 +22,17 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from accel_common.dra import EMPTY_STATE, DraState, claim_devices, has_claims, pod_claim_names
 from accel_common.names import MIRROR_POD_ANNOTATION, is_device_resource
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.ownership import event, set_phase
-from autoscaler.clusterstate import device_requests
+from autoscaler.clusterstate import (
+    all_device_requests,
+    device_requests,
+    dra_node_devices,
+    is_device_pod,
+)
+from autoscaler.kube.dra import read_dra
 from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
 from autoscaler.kube.protocol import Obj
 
@@ -39,8 +50,40 @@ def pod_key(pod: Obj) -> str:
     return f"{meta(pod).get('namespace', 'default')}/{meta(pod).get('name', '')}"
 
 
-def uses_devices(pod: Obj) -> bool:
-    return bool(device_requests(pod))
+def uses_devices(pod: Obj, dra: DraState | None = None) -> bool:
+    """Whether the pod uses accelerators: device resources, or ResourceClaims
+    (judged by ``dra`` when given: ``autoscaler.clusterstate.is_device_pod``)."""
+    return is_device_pod(pod, dra)
+
+
+async def claims_of(ctx: ActionContext, pods: Sequence[Obj]) -> DraState | None:
+    """The ResourceClaims of the namespaces of those ``pods`` that use claims (one
+    list per namespace, no read at all when none does), for ``uses_devices`` and
+    ``all_device_requests``. None when they cannot be read (logged): those pods
+    then count as device pods whose devices are unknown."""
+    namespaces = {str(meta(p).get("namespace") or "default") for p in pods if has_claims(p)}
+    if not namespaces:
+        return EMPTY_STATE
+    try:
+        return await read_dra(ctx.kube, pods, namespaces=namespaces, slices=False, classes=False)
+    except KubeError as e:
+        log.warning("cannot read the ResourceClaims of %s: %s", ", ".join(sorted(namespaces)), e)
+        return None
+
+
+async def claimed_devices(ctx: ActionContext, pod: Obj) -> list[str]:
+    """``driver/pool/device`` of every device the pod's claims were allocated, for
+    the record of what an action freed; claims that cannot be read are left out."""
+    out: list[str] = []
+    namespace = str(meta(pod).get("namespace") or "default")
+    for name in pod_claim_names(pod):
+        try:
+            claim = await ctx.kube.get_resource_claim(namespace, name)
+        except KubeError as e:
+            log.info("claim %s/%s of pod %s: %s", namespace, name, pod_key(pod), e)
+            continue
+        out += [f"{d.driver}/{d.pool}/{d.device}" for d in claim_devices(claim)]
+    return out
 
 
 def controller_owner(pod: Obj) -> Obj | None:
@@ -292,8 +335,12 @@ def summary(result: EvictionResult, kept: Sequence[str] = ()) -> str:
 __all__ = [
     "RECREATING_OWNERS",
     "EvictionResult",
+    "all_device_requests",
+    "claimed_devices",
+    "claims_of",
     "controller_owner",
     "device_requests",
+    "dra_node_devices",
     "evict_until",
     "evictable",
     "finish",

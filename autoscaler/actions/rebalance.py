@@ -41,6 +41,15 @@ hysteresis: alternating load cannot make pods ping-pong (descheduler #707). A
 PodDisruptionBudget refusal skips the pod this cycle. Events: ``Rebalanced`` on
 the pod and the node.
 
+Dynamic Resource Allocation: a pod whose devices come from ResourceClaims is
+movable too. Its devices are its claims' allocation results; a node's free DRA
+devices are those its ResourceSlices publish less what the claims of its pods
+hold, counted under the driver's name (``gpu.nvidia.com``), so a claim's pod is
+only moved where a DRA driver offers a device of its vendor, never onto a device
+plugin's ``nvidia.com/gpu``. Claims and slices are read only when a pod weighed
+uses claims; when they cannot be read, claim pods are not moved (their devices
+are unknown).
+
 Cost: a move restarts the pod from its last checkpoint. The progress at risk is
 (now - ``accel-fleet.io/last-checkpoint``) x the pod's devices; without that
 annotation, (pod age mod ``accel-fleet.io/checkpoint-interval``) x devices
@@ -60,6 +69,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.dra import EMPTY_STATE, DraState, has_claims
 from accel_common.gangs import gang_of
 from accel_common.names import (
     CHECKPOINT_INTERVAL_ANNOTATION,
@@ -79,8 +89,9 @@ from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import node_of
 from autoscaler.actions.ownership import NO_REBALANCE, event, iso, parse_iso
 from autoscaler.actions.pods import (
+    all_device_requests,
     controller_owner,
-    device_requests,
+    dra_node_devices,
     evictable,
     is_device_resource,
     is_finished,
@@ -90,6 +101,7 @@ from autoscaler.actions.pods import (
 )
 from autoscaler.clusterstate import checkpoint_declaration, start_time
 from autoscaler.decision import Decision
+from autoscaler.kube.dra import read_dra
 from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
 from autoscaler.kube.protocol import Obj
 from autoscaler.types import Unknown, Vector
@@ -174,11 +186,11 @@ def _cooling(node: Obj, now: float, cooldown: float) -> bool:
         return False
 
 
-def movable(pod: Obj) -> bool:
+def movable(pod: Obj, dra: DraState | None = None) -> bool:
     owner = controller_owner(pod)
     flag = str(((pod.get("metadata") or {}).get("annotations") or {}).get(NO_REBALANCE, ""))
     return (
-        uses_devices(pod)
+        uses_devices(pod, dra)
         and owner is not None
         and owner.get("kind") != "DaemonSet"
         and evictable(pod) is None
@@ -187,12 +199,12 @@ def movable(pod: Obj) -> bool:
     )
 
 
-def progress_at_risk(pod: Obj, now: float) -> float | None:
+def progress_at_risk(pod: Obj, now: float, dra: DraState | None = None) -> float | None:
     """Device-seconds of work a restart of ``pod`` would redo: (now - last
     checkpoint) x devices; else (age mod checkpoint interval) x devices; None when
     the pod declares neither (it is then weighed as before: youngest first). The
     annotations are read as the stall rules' series read them."""
-    devices = sum(device_requests(pod).values())
+    devices = sum(all_device_requests(pod, dra).values())
     last = checkpoint_declaration(pod, LAST_CHECKPOINT_ANNOTATION)
     if last is not None:
         return max(0.0, now - last) * devices
@@ -226,43 +238,50 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     now = ctx.clock()
     gap = params.min_utilization_gap
 
-    async def weigh(name: str) -> tuple[_Node, list[Obj]]:
-        obj = await ctx.kube.get_node(name)
-        pods = await ctx.kube.list_pods(node=name)
+    read: dict[str, tuple[Obj, list[Obj]]] = {}
+
+    async def fetch(name: str) -> None:
+        read[name] = (await ctx.kube.get_node(name), await ctx.kube.list_pods(node=name))
+
+    def weigh(name: str, dra: DraState | None) -> _Node:
+        obj, pods = read[name]
         used: dict[str, int] = {}
         for p in pods:
             if not is_finished(p) and not is_terminating(p):
-                for r, k in device_requests(p).items():
+                for r, k in all_device_requests(p, dra).items():
                     used[r] = used.get(r, 0) + k
+        capacity = {**_capacity(obj), **dra_node_devices(name, dra)}
         cooling = _cooling(obj, now, params.node_cooldown)
-        return _Node(name, load[name], _capacity(obj), used, _schedulable(obj), cooling, obj), pods
+        return _Node(name, load[name], capacity, used, _schedulable(obj), cooling, obj)
 
     try:
-        hot, on_hot = await weigh(hot_name)
+        await fetch(hot_name)
     except NotFound:
         return Outcome("skipped", f"node {hot_name} is gone")
     except KubeError as e:
         return Outcome("failed", str(e))
-    if hot.cooling:
+    if _cooling(read[hot_name][0], now, params.node_cooldown):
         return Outcome(
             "skipped", f"node {hot_name} gave or received a pod within nodeCooldown; waiting"
         )
     # The coolest nodes that are cool enough, a bounded number of them: a few small
     # reads instead of every node and pod of a large cluster.
     cool = sorted(
-        (n for n, v in load.items() if n != hot_name and v <= hot.load - gap),
+        (n for n, v in load.items() if n != hot_name and v <= load[hot_name] - gap),
         key=lambda n: (load[n], n),
     )[:MAX_DESTINATIONS]
-    nodes: dict[str, _Node] = {hot_name: hot}
     for name in cool:
         try:
-            nodes[name], _ = await weigh(name)
+            await fetch(name)
         except NotFound:
             continue
         except KubeError as e:
             return Outcome("failed", str(e))
+    dra = await _claims(ctx, [p for _, pods in read.values() for p in pods])
+    nodes = {name: weigh(name, dra) for name in read}
+    hot, on_hot = nodes[hot_name], read[hot_name][1]
     candidates = sorted(
-        (p for p in on_hot if movable(p)),
+        (p for p in on_hot if movable(p, dra)),
         key=lambda p: str((p.get("status") or {}).get("startTime") or ""),
         reverse=True,
     )
@@ -274,13 +293,16 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     for pod in candidates:
         if len(moved) >= params.max_moves_per_cycle:
             break
-        wants = device_requests(pod)
+        wants = all_device_requests(pod, dra)
         k = sum(wants.values())
+        if not k:
+            reasons.append(f"{pod_key(pod)}: its devices are unknown (its claims were not read)")
+            continue
         dest = _destination(nodes, hot, wants, k, hot_load, gap)
         if dest is None:
             reasons.append(f"{pod_key(pod)}: no node fits it with a load {gap:g} lower")
             continue
-        risk = progress_at_risk(pod, now)
+        risk = progress_at_risk(pod, now, dra)
         gain = (hot_load - dest.load) * k * params.gain_horizon
         if risk is not None and risk > gain:
             reasons.append(
@@ -322,6 +344,18 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     if not moved:
         return Outcome("skipped", "; ".join(reasons[:5]) or "nothing to move")
     return Outcome("done", f"moved {len(moved)} pod(s) off {hot_name}", {"moved": moved})
+
+
+async def _claims(ctx: ActionContext, pods: list[Obj]) -> DraState | None:
+    """Claims, classes and slices when a weighed pod uses claims; else none needed."""
+    namespaces = {str((p.get("metadata") or {}).get("namespace") or "default") for p in pods}
+    if not any(has_claims(p) for p in pods):
+        return EMPTY_STATE
+    try:
+        return await read_dra(ctx.kube, pods, namespaces=namespaces, classes=False)
+    except KubeError as e:
+        log.warning("rebalance: cannot read ResourceClaims or ResourceSlices: %s", e)
+        return None
 
 
 def _destination(

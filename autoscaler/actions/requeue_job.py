@@ -9,7 +9,11 @@ the requeues of one job are spaced exponentially, in Kueue's shape
 (``waitForPodsReady.requeuingStrategy``): after the n-th requeue the next waits
 ``backoff`` × 2^(n-1), at most ``maxBackoff``. A job that hangs every time costs its
 devices less and less often, while one that hung once is retried soon. There is
-nothing to undo, so a rule with this action has no ``recover``.
+nothing to undo, so a rule with this action has no ``recover``. A pod whose
+devices come from ResourceClaims (Dynamic Resource Allocation) is requeued the same
+way; the Event and the outcome name the claimed devices it frees
+(``driver/pool/device``). A claim generated from a template is deleted with the
+pod and the new pod gets a new one; a named claim is shared and stays.
 
 Targets: ``pod``.
 
@@ -55,6 +59,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.dra import has_claims
 from accel_common.gangs import gang_of
 from autoscaler.actions import gangs
 from autoscaler.actions.base import (
@@ -68,7 +73,7 @@ from autoscaler.actions.base import (
 )
 from autoscaler.actions.context import ActionContext, Outcome, Status
 from autoscaler.actions.ownership import REQUEUES, event, iso, parse_iso
-from autoscaler.actions.pods import controller_owner
+from autoscaler.actions.pods import claimed_devices, controller_owner
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -227,6 +232,9 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         if limit:
             await event(ctx, job, "RequeueLimitReached", message, warning=True, action=NAME)
         return Outcome("skipped", message, {"limit": limit})
+    # A pod that holds devices through ResourceClaims: say which ones the requeue
+    # frees (read before the delete: a template's claim goes with its pod).
+    freed = await claimed_devices(ctx, pod) if has_claims(pod) else []
     try:
         if params.via == "suspend":
             await _suspend_cycle(ctx, namespace, job_name)
@@ -243,10 +251,14 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     message = (
         f"requeued job {namespace}/{job_name} ({how}; attempt {count} of "
         f"{params.max_requeues}) for rule {decision.rule}"
+        + (f"; freed claimed device(s) {', '.join(freed)}" if freed else "")
         + (f": {decision.reason}" if decision.reason else "")
     )
     await event(ctx, job, "Requeued", message, action=NAME)
-    return Outcome("done", message, {"attempt": count, "resumed": resumed})
+    details: dict[str, object] = {"attempt": count, "resumed": resumed}
+    if freed:
+        details["devices"] = freed
+    return Outcome("done", message, details)
 
 
 async def _requeue_gang(

@@ -55,6 +55,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from accel_common.names import DRA_GROUP
 from autoscaler.kube import names
 from autoscaler.kube.errors import KubeError, TooManyRequests, Transient, from_status
 from autoscaler.kube.protocol import Obj
@@ -64,6 +65,11 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 JSON_CONTENT = "application/json"
 LEASES = "coordination.k8s.io/leases"
+DRA_PREFIX = f"/apis/{DRA_GROUP}/v1"
+CLAIMS = "resourceclaims"
+CLAIM_TEMPLATES = "resourceclaimtemplates"
+SLICES = "resourceslices"
+DEVICE_CLASSES = "deviceclasses"
 
 
 class KubeConfigError(Exception):
@@ -423,6 +429,26 @@ class ClientKube:
         path = _ns_path(f"/apis/{group}/{version}", namespace, plural)
         return await self._create(f"{group}/{plural}", path, body)
 
+    async def delete_custom(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        *,
+        uid: str | None = None,
+    ) -> None:
+        options = _delete_options(None, uid, dry_run=False)
+        await self._send(
+            "delete",
+            f"{group}/{plural}",
+            "DELETE",
+            _ns_path(f"/apis/{group}/{version}", namespace, plural, name),
+            body={"apiVersion": "v1", "kind": "DeleteOptions", **options},
+            write=True,
+        )
+
     async def get_scale(
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> Obj:
@@ -434,6 +460,33 @@ class ClientKube:
     ) -> Obj:
         path = _ns_path(f"/apis/{group}/{version}", namespace, plural, name) + "/scale"
         return await self._patch(f"{group}/{plural}/scale", path, {"spec": {"replicas": replicas}})
+
+    # -- Dynamic Resource Allocation (resource.k8s.io/v1), read only
+
+    async def list_resource_claims(self, namespace: str | None = None) -> list[Obj]:
+        return await self._list(f"{DRA_GROUP}/{CLAIMS}", _dra_path(namespace, CLAIMS), [])
+
+    async def get_resource_claim(self, namespace: str, name: str) -> Obj:
+        path = _ns_path(DRA_PREFIX, namespace, CLAIMS, name)
+        return await self._get(f"{DRA_GROUP}/{CLAIMS}", path)
+
+    async def list_resource_claim_templates(self, namespace: str | None = None) -> list[Obj]:
+        path = _dra_path(namespace, CLAIM_TEMPLATES)
+        return await self._list(f"{DRA_GROUP}/{CLAIM_TEMPLATES}", path, [])
+
+    async def list_resource_slices(self, node: str | None = None) -> list[Obj]:
+        query: list[tuple[str, str]] = []
+        if node is not None:
+            query.append(("fieldSelector", f"spec.nodeName={names.check('node', node)}"))
+        return await self._list(f"{DRA_GROUP}/{SLICES}", f"{DRA_PREFIX}/{SLICES}", query)
+
+    async def list_device_classes(self) -> list[Obj]:
+        path = f"{DRA_PREFIX}/{DEVICE_CLASSES}"
+        return await self._list(f"{DRA_GROUP}/{DEVICE_CLASSES}", path, [])
+
+
+def _dra_path(namespace: str | None, plural: str) -> str:
+    return _ns_path(DRA_PREFIX, namespace, plural) if namespace else f"{DRA_PREFIX}/{plural}"
 
 
 def _lease_path(namespace: str, name: str | None) -> str:

@@ -115,6 +115,21 @@ class DryRunKube:
     ) -> Obj:
         return await self.inner.get_scale(group, version, namespace, plural, name)
 
+    async def list_resource_claims(self, namespace: str | None = None) -> list[Obj]:
+        return await self.inner.list_resource_claims(namespace)
+
+    async def get_resource_claim(self, namespace: str, name: str) -> Obj:
+        return await self.inner.get_resource_claim(namespace, name)
+
+    async def list_resource_claim_templates(self, namespace: str | None = None) -> list[Obj]:
+        return await self.inner.list_resource_claim_templates(namespace)
+
+    async def list_resource_slices(self, node: str | None = None) -> list[Obj]:
+        return await self.inner.list_resource_slices(node)
+
+    async def list_device_classes(self) -> list[Obj]:
+        return await self.inner.list_device_classes()
+
     # -- writes
 
     async def patch_node(self, name: str, patch: Obj) -> Obj:
@@ -221,6 +236,30 @@ class DryRunKube:
         if self._server_side:
             return await self.inner.create_custom(group, version, namespace, plural, body)
         return _as_created(namespace, body)
+
+    async def delete_custom(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        *,
+        uid: str | None = None,
+    ) -> None:
+        _named(namespace, plural.removesuffix("s"), name)
+        self._record(
+            "delete_custom",
+            f"delete {plural}.{group} {namespace}/{name}",
+            group=group,
+            version=version,
+            namespace=namespace,
+            plural=plural,
+            name=name,
+            uid=uid,
+        )
+        if self._server_side:
+            await self.inner.delete_custom(group, version, namespace, plural, name, uid=uid)
 
     async def create_event(self, namespace: str, body: Obj) -> Obj:
         names.check("namespace", namespace)

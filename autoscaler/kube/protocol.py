@@ -32,11 +32,13 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from accel_common.names import (
+    DRA_GROUP,
     GANG_RESTARTS_ANNOTATION,
     JOBSET_GROUP,
     KUBEFLOW_GROUP,
     LEADER_LABEL,
     REMEDIATION_ANNOTATION,
+    SNR_GROUP,
     SPARE_NODES_ANNOTATION,
     VOLCANO_BATCH_GROUP,
     VOLCANO_BUS_GROUP,
@@ -49,6 +51,8 @@ CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = "v1beta1"
 MACHINE_DEPLOYMENTS = "machinedeployments"
 MACHINES = "machines"
+MACHINE_SETS = "machinesets"
+MACHINE_HEALTH_CHECKS = "machinehealthchecks"
 
 
 @runtime_checkable
@@ -149,11 +153,40 @@ class Kube(Protocol):
         ``already_exists`` when its name is taken."""
         ...
 
+    async def delete_custom(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        *,
+        uid: str | None = None,
+    ) -> None:
+        """DELETE a custom object (replace_machine's ``mode: delete`` of a Machine).
+        ``uid`` is a precondition, as for ``delete_pod``: ``Conflict`` when the name
+        now belongs to another object; ``NotFound`` when it is gone."""
+        ...
+
     async def get_scale(
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> Obj:
         """The ``scale`` subresource (autoscaling/v1 Scale)."""
         ...
+
+    # Dynamic Resource Allocation (resource.k8s.io/v1), read only: which devices a
+    # pod's ResourceClaims hold, what pending pods ask for, what nodes offer.
+    async def list_resource_claims(self, namespace: str | None = None) -> list[Obj]:
+        """All namespaces when ``namespace`` is None."""
+        ...
+
+    async def get_resource_claim(self, namespace: str, name: str) -> Obj: ...
+    async def list_resource_claim_templates(self, namespace: str | None = None) -> list[Obj]: ...
+    async def list_resource_slices(self, node: str | None = None) -> list[Obj]:
+        """Cluster-scoped; ``node`` is the field selector ``spec.nodeName=<node>``."""
+        ...
+
+    async def list_device_classes(self) -> list[Obj]: ...
 
     async def patch_scale(
         self, group: str, version: str, namespace: str, plural: str, name: str, replicas: int
@@ -206,8 +239,18 @@ VERBS: dict[str, dict[str, str]] = {
         "patch": "scale_node_pool sets replicas",
     },
     f"{CAPI_GROUP}/{MACHINES}": {
+        "get": "replace_machine reads the Machine that the node's annotation names",
         "list": "scale_node_pool maps nodes to pools and counts provisioning machines",
-        "patch": "scale-down marks the drained node's Machine with delete-machine",
+        "patch": "scale-down marks the drained node's Machine with delete-machine; "
+        "replace_machine marks it with remediate-machine",
+        "delete": "replace_machine with mode: delete deletes the node's Machine",
+    },
+    f"{CAPI_GROUP}/{MACHINE_HEALTH_CHECKS}": {
+        "list": "replace_machine (mode remediate) checks that a MachineHealthCheck selects "
+        "the Machine",
+    },
+    f"{CAPI_GROUP}/{MACHINE_SETS}": {
+        "list": "scale from zero reads the capacity annotations of a pool's MachineSets",
     },
     # Gang owners (autoscaler/actions/gangs.py): read to find the restart path and
     # its limits, patched only for the restart record on the owner.
@@ -230,6 +273,26 @@ VERBS: dict[str, dict[str, str]] = {
     f"{VOLCANO_BUS_GROUP}/commands": {
         "create": "a Volcano Job is restarted through a RestartJob Command",
     },
+    # Dynamic Resource Allocation: read only.
+    f"{DRA_GROUP}/resourceclaims": {
+        "get": "migrate_jobs, rebalance and requeue_job read a pod's claims for its devices",
+        "list": "cluster-state metrics count the devices pods hold or wait for through claims",
+    },
+    f"{DRA_GROUP}/resourceclaimtemplates": {
+        "list": "pool pressure counts a pending pod whose claim is not generated yet",
+    },
+    f"{DRA_GROUP}/resourceslices": {
+        "list": "pool metrics count the devices a node offers through DRA drivers",
+    },
+    f"{DRA_GROUP}/deviceclasses": {
+        "list": "pool pressure maps a claim's DeviceClass to the vendor of its devices",
+    },
+    f"{SNR_GROUP}/selfnoderemediations": {
+        "get": "reboot_node finds the SelfNodeRemediation it created, after a restart",
+        "list": "reboot_node (method auto) learns whether Self Node Remediation is served",
+        "create": "reboot_node asks Self Node Remediation to reboot a node",
+        "delete": "reboot_node removes its SelfNodeRemediation once the node is back",
+    },
 }
 
 __all__ = [
@@ -237,6 +300,8 @@ __all__ = [
     "CAPI_VERSION",
     "MACHINES",
     "MACHINE_DEPLOYMENTS",
+    "MACHINE_HEALTH_CHECKS",
+    "MACHINE_SETS",
     "VERBS",
     "Kube",
     "Obj",

@@ -25,9 +25,10 @@ Usage::
 ``add`` is also how a test moves the world on: add a pod again with
 ``status.phase: Running`` and the PDB accounting counts it healthy.
 ``FakeApiServer(validate=True)`` checks every object written against the strict
-Kubernetes 1.33 schemas (CRDs excepted) and answers 422 on an invalid one; ``add``
-raises ``ValueError`` then. Sync callers of the real client must not call it from
-the loop that serves: use ``running_apiserver`` or ``asyncio.to_thread``.
+Kubernetes 1.33 schemas (1.34 for ``resource.k8s.io/v1``; CRDs excepted) and
+answers 422 on an invalid one; ``add`` raises ``ValueError`` then. Sync callers of
+the real client must not call it from the loop that serves: use
+``running_apiserver`` or ``asyncio.to_thread``.
 
 Why a fake and why this shape: no API server can be installed here, and a mock of
 the client library would test nothing the controller depends on. This one is an
@@ -48,6 +49,15 @@ What it serves (everything else answers a 404 ``Status``):
   Leases;
 - Cluster API ``machinedeployments`` (with the ``scale`` subresource) and
   ``machines`` under ``cluster.x-k8s.io/v1beta1``;
+- Dynamic Resource Allocation, ``resource.k8s.io/v1``: ResourceClaims (namespaced,
+  with a real ``status`` subresource: a create or a write to the claim itself keeps
+  no status of its own, ``spec`` is immutable and an allocation may be cleared but
+  never changed), ResourceClaimTemplates (namespaced), ResourceSlices (cluster-scoped;
+  field selectors ``spec.nodeName``, ``spec.driver``, ``spec.pool.name``) and
+  DeviceClasses (cluster-scoped), validated against the 1.34 schemas (the first with
+  ``resource.k8s.io/v1``) plus the request and node-selection rules the schema cannot
+  say. Nothing allocates: a test writes a claim's ``status.allocation`` as the
+  scheduler would (``add``, or PATCH ``.../resourceclaims/<name>/status``);
 - the gang owners as custom kinds: ``jobset.x-k8s.io/v1alpha2`` JobSets,
   ``kubeflow.org`` PyTorchJobs (v1) and MPIJobs (v2beta1),
   ``trainer.kubeflow.org/v1alpha1`` TrainJobs, Volcano's ``batch.volcano.sh/v1alpha1``
@@ -94,6 +104,8 @@ _RAW_BODY = web.RequestKey("raw_body", bytes)
 
 # The Kubernetes version whose strict schemas the served objects must satisfy.
 SCHEMA_VERSION = "1.33"
+# resource.k8s.io/v1 (ResourceClaim, ResourceSlice...) first appears in 1.34's schemas.
+DRA_SCHEMA_VERSION = "1.34"
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,12 @@ class _Kind:
     # The name tests use for it (``objects``, ``get``...) when its plural is taken:
     # Volcano's ``jobs`` beside batch/v1's.
     alias: str = ""
+    # The Kubernetes version whose schema validates it, when SCHEMA_VERSION has none
+    # (resource.k8s.io/v1 went GA in 1.34).
+    schema: str = ""
+    # A status subresource as the real server keeps it: writes to the object itself
+    # leave its status alone, and a create starts with none.
+    status_subresource: bool = False
 
     @property
     def store(self) -> str:
@@ -150,6 +168,15 @@ _KINDS = [
         custom=True,
     ),
     _Kind("cluster.x-k8s.io", "v1beta1", "machines", "Machine", namespaced=True, custom=True),
+    _Kind("cluster.x-k8s.io", "v1beta1", "machinesets", "MachineSet", namespaced=True, custom=True),
+    _Kind(
+        "cluster.x-k8s.io",
+        "v1beta1",
+        "machinehealthchecks",
+        "MachineHealthCheck",
+        namespaced=True,
+        custom=True,
+    ),
     # Gang owners (autoscaler/actions/gangs.py); tests/support/fakes/gangops.py
     # plays their operators.
     _Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", namespaced=True, custom=True),
@@ -168,6 +195,49 @@ _KINDS = [
         alias="jobs.batch.volcano.sh",
     ),
     _Kind("bus.volcano.sh", "v1alpha1", "commands", "Command", namespaced=True, custom=True),
+    # medik8s Self Node Remediation (autoscaler/actions/reboot_node.py).
+    _Kind(
+        "self-node-remediation.medik8s.io",
+        "v1alpha1",
+        "selfnoderemediations",
+        "SelfNodeRemediation",
+        namespaced=True,
+        custom=True,
+    ),
+    # Dynamic Resource Allocation (resource.k8s.io/v1).
+    _Kind(
+        "resource.k8s.io",
+        "v1",
+        "resourceclaims",
+        "ResourceClaim",
+        namespaced=True,
+        schema=DRA_SCHEMA_VERSION,
+        status_subresource=True,
+    ),
+    _Kind(
+        "resource.k8s.io",
+        "v1",
+        "resourceclaimtemplates",
+        "ResourceClaimTemplate",
+        namespaced=True,
+        schema=DRA_SCHEMA_VERSION,
+    ),
+    _Kind(
+        "resource.k8s.io",
+        "v1",
+        "resourceslices",
+        "ResourceSlice",
+        namespaced=False,
+        schema=DRA_SCHEMA_VERSION,
+    ),
+    _Kind(
+        "resource.k8s.io",
+        "v1",
+        "deviceclasses",
+        "DeviceClass",
+        namespaced=False,
+        schema=DRA_SCHEMA_VERSION,
+    ),
 ]
 _BY_PLURAL = {k.store: k for k in _KINDS}
 _BY_PATH = {(k.group, k.version, k.plural): k for k in _KINDS}
@@ -185,6 +255,7 @@ _FIELDS = {
         "status.nominatedNodeName",
     },
     "nodes": {"spec.unschedulable"},
+    "resourceslices": {"spec.nodeName", "spec.driver", "spec.pool.name"},
     "events": {
         "involvedObject.kind",
         "involvedObject.name",
@@ -602,6 +673,60 @@ def _remove(doc: Any, parts: list[str]) -> Any:
 # --- PodDisruptionBudget accounting ----------------------------------------------
 
 
+def _keep_status(stored: JSON, updated: JSON) -> None:
+    """A write to the object itself leaves the stored status as it is."""
+    if "status" in stored:
+        updated["status"] = copy.deepcopy(stored["status"])
+    else:
+        updated.pop("status", None)
+
+
+def _check_dra(kind: _Kind, obj: JSON) -> None:
+    """The resource.k8s.io/v1 rules the JSON schema cannot say (the API server's
+    validation.go): a request asks ``exactly`` or ``firstAvailable``, not both or
+    neither, ``count`` only under ``ExactCount`` and above zero; a ResourceSlice
+    names its nodes in exactly one way."""
+    name = obj.get("metadata", {}).get("name", "")
+    if kind.plural in ("resourceclaims", "resourceclaimtemplates"):
+        spec = obj.get("spec", {})
+        if kind.plural == "resourceclaimtemplates":
+            spec = spec.get("spec", {})
+        for i, req in enumerate(spec.get("devices", {}).get("requests", [])):
+            where = f"spec.devices.requests[{i}]"
+            if ("exactly" in req) == ("firstAvailable" in req):
+                raise ApiError(
+                    422,
+                    f'{kind.kind} "{name}" is invalid: {where}: exactly one of '
+                    f"`exactly` or `firstAvailable` is required",
+                )
+            for sub in [req.get("exactly") or {}, *req.get("firstAvailable", [])]:
+                mode = sub.get("allocationMode", "ExactCount")
+                if mode not in ("ExactCount", "All"):
+                    raise ApiError(
+                        422, f'{kind.kind} "{name}" is invalid: {where}.allocationMode: {mode!r}'
+                    )
+                count = sub.get("count")
+                if count is not None and (mode == "All" or count <= 0):
+                    raise ApiError(
+                        422,
+                        f'{kind.kind} "{name}" is invalid: {where}.count: must be greater '
+                        f"than zero, and only with allocationMode ExactCount",
+                    )
+    elif kind.plural == "resourceslices":
+        spec = obj.get("spec", {})
+        ways = [
+            k
+            for k in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+            if spec.get(k)
+        ]
+        if len(ways) != 1:
+            raise ApiError(
+                422,
+                f'ResourceSlice "{name}" is invalid: spec: exactly one of `nodeName`, '
+                f"`nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required",
+            )
+
+
 def _healthy(pod: JSON) -> bool:
     """Counted as healthy by the disruption controller: running, ready, not going."""
     if pod.get("metadata", {}).get("deletionTimestamp"):
@@ -858,7 +983,8 @@ class FakeApiServer:
     @staticmethod
     def _check(kind: _Kind, obj: JSON) -> None:
         try:
-            kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
+            kubernetes_validate.validate(obj, kind.schema or SCHEMA_VERSION, strict=True)
+            _check_dra(kind, obj)
         except kubernetes_validate.ValidationError as e:
             where = ".".join(str(p) for p in e.path) or "<root>"
             name = obj.get("metadata", {}).get("name", "")
@@ -1123,6 +1249,8 @@ class FakeApiServer:
             meta.pop(server_owned, None)
         if kind.plural == "pods":
             body["status"] = {"phase": "Pending"}  # the server resets a new pod's status
+        elif kind.status_subresource:
+            body.pop("status", None)  # only the status subresource writes it
         with self._lock:
             if self._key(kind, meta.get("namespace"), meta["name"]) in self._store[kind.store]:
                 raise ApiError(
@@ -1144,6 +1272,8 @@ class FakeApiServer:
                 version = updated["metadata"].get("resourceVersion")
                 updated = {**copy.deepcopy(stored), "status": updated.get("status")}
                 updated["metadata"]["resourceVersion"] = version
+            elif kind.status_subresource:
+                _keep_status(stored, updated)
             self._check_immutable(kind, stored, updated)
             if updated["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
                 raise _conflict(kind, stored["metadata"]["name"])
@@ -1178,6 +1308,17 @@ class FakeApiServer:
         for key in ("name", "namespace", "uid"):
             if updated.get("metadata", {}).get(key) != stored["metadata"].get(key):
                 raise ApiError(422, f"{kind.kind} is invalid: metadata.{key}: field is immutable")
+        if kind.plural == "resourceclaims":
+            # A claim's spec never changes; its allocation is set once, and may only be
+            # cleared (deallocated), never changed to another.
+            if updated.get("spec") != stored.get("spec"):
+                raise ApiError(422, "ResourceClaim is invalid: spec: field is immutable")
+            old = (stored.get("status") or {}).get("allocation")
+            new = (updated.get("status") or {}).get("allocation")
+            if old is not None and new is not None and old != new:
+                raise ApiError(
+                    422, "ResourceClaim is invalid: status.allocation: field is immutable"
+                )
         updated["metadata"]["creationTimestamp"] = stored["metadata"]["creationTimestamp"]
 
     def _replace(self, route: _Route, request: web.Request) -> JSON:
@@ -1196,6 +1337,8 @@ class FakeApiServer:
             meta["resourceVersion"] = stored["metadata"]["resourceVersion"]
             meta.setdefault("namespace", stored["metadata"].get("namespace"))
             meta["uid"] = meta.get("uid") or stored["metadata"]["uid"]
+            if kind.status_subresource:
+                _keep_status(stored, body)
             self._check_immutable(kind, stored, body)
             return self._write(kind, body, "MODIFIED", dry_run=self._dry_run(request))
 
