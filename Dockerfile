@@ -28,13 +28,15 @@ COPY pyproject.toml README.md ./
 COPY accel_common/ accel_common/
 COPY exporter/ exporter/
 COPY autoscaler/ autoscaler/
+COPY nodeagent/ nodeagent/
 RUN case "$EXTRAS" in \
       none|"") spec="." ;; \
       *) spec=".[$EXTRAS]" ;; \
     esac \
  && /opt/accel-fleet/bin/pip install "$spec" \
  && /opt/accel-fleet/bin/accel-exporter --version \
- && /opt/accel-fleet/bin/accel-autoscaler --help >/dev/null
+ && /opt/accel-fleet/bin/accel-autoscaler --help >/dev/null \
+ && /opt/accel-fleet/bin/accel-node-agent --help >/dev/null
 
 FROM python:3.11.13-slim-bookworm
 ARG EXTRAS=all

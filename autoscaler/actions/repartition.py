@@ -1,0 +1,316 @@
+"""``repartition``: reshape a node's devices (MIG layout, AMD partition mode) by asking
+its node agent, after moving the pods that use them.
+
+The controller never touches devices itself: the node agent (``accel-node-agent``,
+docs/agent.md) does, when the node's ``accel-fleet.io/partition-layout`` label names
+a layout of its layouts file and no pod holds a device. This action makes that
+moment happen and waits for the answer.
+
+Targets: ``node``, ``device`` (acts on the device's node).
+
+Parameters:
+
+==================  ===============================================  =========
+``layout``          the layout to apply: a name in the node agent's  required
+                    layouts file (``h100-all-1g``, ``mi300x-cpx``);
+                    the controller checks that it is a label value,
+                    the agent that it knows it
+``drainTimeout``    how long to keep evicting the node's device      ``10m``
+                    pods (duration, > 0)
+``wait``            how long to wait for the agent's answer once     ``10m``
+                    the label is set (duration, > 0)
+==================  ===============================================  =========
+
+Execution, each step recorded in the node's ``accel-fleet.io/remediation`` entry:
+
+1. A node whose agent already reports the layout applied is left alone (``done``,
+   no cordon, no eviction).
+2. The node is cordoned (phase ``draining``) and the pods that request devices are
+   evicted, as ``drain`` does (gangs restart as one); other pods stay.
+3. In one write, the label is set and the phase becomes ``repartitioning``.
+4. The action waits for the agent's ``accel-fleet.io/partition-state`` to say
+   ``applied`` for that layout (``refused`` is waited through: the agent retries
+   every round). Then the cordon is lifted and the entry removed: the node is
+   healthy capacity again, not a node under remediation (``done``).
+5. A ``failed`` answer written after the action started, or no answer within
+   ``wait``, ends it ``failed`` (phase ``repartition-failed``): the node stays
+   cordoned, since its devices may be half-way, until a person or the rule's
+   ``recover`` lifts it; until then the same rule's next decisions for the node are
+   ``skipped``.
+
+After a restart (``kill -9``) the controller resumes from the recorded phase: a
+``draining`` entry finishes its drain (pods already evicted are not evicted again,
+and the deadline is the recorded one); a ``repartitioning`` entry only waits, with
+no second drain. Events: ``RepartitionStarted``, ``Repartitioned`` or
+``RepartitionFailed`` on the node, ``Evicted`` on each pod.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from accel_common.gangs import gang_of
+from accel_common.names import (
+    PARTITION_APPLIED_LABEL,
+    PARTITION_LAYOUT_LABEL,
+    PARTITION_STATE_ANNOTATION,
+)
+from autoscaler.actions import gangs
+from autoscaler.actions.base import (
+    ActionSpec,
+    ParamProblem,
+    ParamReader,
+    from_params,
+    label_value_problem,
+    param,
+    param_keys,
+    to_params,
+)
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.nodeops import claim, node_of, release, undo
+from autoscaler.actions.ownership import (
+    entries,
+    entries_patch,
+    event,
+    iso,
+    node_ref,
+    ours,
+    parse_iso,
+    update_node,
+)
+from autoscaler.actions.pods import evict_until, summary, uses_devices
+from autoscaler.decision import Decision
+from autoscaler.kube.errors import KubeError, NotFound
+from autoscaler.kube.protocol import Obj
+
+log = logging.getLogger("accel_autoscaler.actions")
+
+NAME = "repartition"
+TARGETS = ("node", "device")
+DEFAULT_DRAIN_TIMEOUT = 600.0
+DEFAULT_WAIT = 600.0
+# How often the node is read while waiting for the agent (the agent's own interval
+# is 30s by default; reading more often only finds the answer sooner).
+POLL_SECONDS = 5.0
+DRAINING, REPARTITIONING, FAILED = "draining", "repartitioning", "repartition-failed"
+
+
+@dataclass(frozen=True)
+class RepartitionParams:
+    layout: str = param("layout", "")
+    drain_timeout: float = param("drainTimeout", DEFAULT_DRAIN_TIMEOUT)
+    wait: float = param("wait", DEFAULT_WAIT)
+
+
+DEFAULTS = RepartitionParams()
+
+
+def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]]:
+    r = ParamReader(NAME, raw, param_keys(RepartitionParams))
+    layout = r.string("layout", None)
+    if layout is None:
+        r.problem(
+            "layout",
+            "required: the name of a layout in the node agent's layouts file (e.g. h100-all-1g)",
+        )
+        layout = ""
+    elif not layout or (problem := label_value_problem(layout)) is not None:
+        r.problem("layout", problem or "must not be empty: it becomes the node's label value")
+        layout = ""
+    params = RepartitionParams(
+        layout=layout,
+        drain_timeout=r.duration("drainTimeout", DEFAULTS.drain_timeout, positive=True),
+        wait=r.duration("wait", DEFAULTS.wait, positive=True),
+    )
+    return to_params(params), r.problems
+
+
+def agent_state(node: Obj) -> dict[str, Any]:
+    """The agent's PARTITION_STATE_ANNOTATION; {} when absent or unreadable."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(PARTITION_STATE_ANNOTATION)
+    try:
+        state = json.loads(raw or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def applied(node: Obj, layout: str) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    state = agent_state(node)
+    return (
+        labels.get(PARTITION_APPLIED_LABEL) == layout
+        and state.get("layout") == layout
+        and state.get("state") == "applied"
+    )
+
+
+def failed_since(node: Obj, layout: str, since: float) -> str | None:
+    """The agent's failure message for ``layout`` when written at or after ``since``."""
+    state = agent_state(node)
+    if state.get("layout") != layout or state.get("state") != "failed":
+        return None
+    try:
+        at = parse_iso(str(state.get("at", "")))
+    except ValueError:
+        return None
+    return str(state.get("message") or "no message") if at >= since else None
+
+
+async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
+    if decision.kind == "recover":
+        return await undo(ctx, decision)
+    params = from_params(RepartitionParams, decision.params)
+    name = node_of(decision)
+    try:
+        node = await ctx.kube.get_node(name)
+        entry = entries(node).get(decision.rule)
+        resuming = entry is not None and ours(entry, ctx) and entry.action == NAME
+        if not resuming and applied(node, params.layout):
+            return Outcome("done", f"node {name} already has layout {params.layout}", {})
+        if resuming and entry is not None and entry.phase == FAILED:
+            return Outcome(
+                "skipped",
+                f"node {name}: an earlier repartition failed ({entry.message}); it stays "
+                "cordoned until the rule's recover or a person clears it",
+            )
+        if resuming and entry is not None and entry.phase == REPARTITIONING:
+            started = parse_iso(entry.started)
+        else:
+            outcome = await _drain(ctx, decision, params, name)
+            if isinstance(outcome, Outcome):
+                return outcome
+            started = outcome
+        return await _wait(ctx, decision, params, name, started)
+    except NotFound:
+        return Outcome("skipped", f"node {name} no longer exists")
+    except KubeError as e:
+        return Outcome("failed", f"node {name}: {e}")
+
+
+async def _drain(
+    ctx: ActionContext, decision: Decision, params: RepartitionParams, name: str
+) -> Outcome | float:
+    """Steps 2 and 3: cordon, evict the device pods, then label and move to
+    ``repartitioning`` in one write. Returns the recorded start, or the Outcome that
+    ends the action here."""
+    claimed = await claim(ctx, decision, phase=DRAINING, cordon=True)
+    started = parse_iso(claimed.entry.started)
+    deadline = started + params.drain_timeout
+    if claimed.changed:
+        await event(
+            ctx,
+            claimed.node,
+            "RepartitionStarted",
+            f"repartitioning to layout {params.layout} for rule {decision.rule}: draining "
+            f"device pods until {iso(deadline)}"
+            + (f": {decision.reason}" if decision.reason else ""),
+            action=NAME,
+        )
+    why = f"node {name} is repartitioned to {params.layout} ({decision.rule})"
+    ganged = await gangs.restart_on_node(ctx, name, uses_devices, rule=decision.rule, why=why)
+    result = await evict_until(
+        ctx,
+        name,
+        lambda p: uses_devices(p) and gang_of(p) is None,
+        deadline=deadline,
+        rule=decision.rule,
+        why=why,
+    )
+    ganged.held_back(result)
+    if result.stopped:
+        return Outcome("partial", f"node {name}: {summary(result)}", {"evicted": result.evicted})
+    if not result.complete:
+        return await _fail(
+            ctx,
+            decision,
+            name,
+            f"device pods stayed: {summary(result)}",
+            {"evicted": result.evicted},
+        )
+
+    def label(n: Obj) -> Obj | None:
+        es = entries(n)
+        e = es.get(decision.rule)
+        if e is None or not ours(e, ctx):
+            return None
+        e.phase = REPARTITIONING
+        patch = entries_patch(es)
+        patch["metadata"]["labels"] = {PARTITION_LAYOUT_LABEL: params.layout}
+        return patch
+
+    if not ctx.dry_run:
+        await update_node(ctx.kube, name, label)
+    return started
+
+
+async def _wait(
+    ctx: ActionContext, decision: Decision, params: RepartitionParams, name: str, started: float
+) -> Outcome:
+    """Steps 4 and 5: wait for the agent's answer, then uncordon and drop the entry."""
+    if ctx.dry_run:
+        return Outcome("done", f"node {name}: would label {params.layout} and wait for the agent")
+    deadline = started + params.drain_timeout + params.wait
+    last = ""
+    while True:
+        if not ctx.leading():
+            return Outcome("partial", "this replica lost the leader lease; the new leader resumes")
+        node = await ctx.kube.get_node(name)
+        if applied(node, params.layout):
+            break
+        failure = failed_since(node, params.layout, started)
+        if failure is not None:
+            return await _fail(ctx, decision, name, f"the node agent failed: {failure}")
+        state = agent_state(node)
+        if state.get("layout") == params.layout:
+            last = f"{state.get('state')}: {state.get('message')}"
+        if ctx.clock() >= deadline:
+            said = (
+                f" (last answer: {last})" if last else " (no answer: is accel-node-agent running?)"
+            )
+            return await _fail(
+                ctx, decision, name, f"no 'applied' from the node agent by {iso(deadline)}{said}"
+            )
+        await ctx.sleep(min(POLL_SECONDS, max(0.001, deadline - ctx.clock())))
+    released = await release(ctx, name, decision.rule)
+    devices = agent_state(node).get("devices") or {}
+    message = f"node {name} repartitioned to {params.layout}" + (
+        "; uncordoned" if released.uncordoned else ""
+    )
+    await event(ctx, node_ref(name), "Repartitioned", message, action=NAME)
+    return Outcome("done", message, {"layout": params.layout, "devices": devices})
+
+
+async def _fail(
+    ctx: ActionContext,
+    decision: Decision,
+    name: str,
+    message: str,
+    details: Mapping[str, Any] | None = None,
+) -> Outcome:
+    def mutate(n: Obj) -> Obj | None:
+        es = entries(n)
+        e = es.get(decision.rule)
+        if e is None or not ours(e, ctx):
+            return None
+        e.phase, e.message = FAILED, message[:500]
+        return entries_patch(es)
+
+    await update_node(ctx.kube, name, mutate)
+    text = f"node {name}: repartition failed, node stays cordoned: {message}"
+    await event(ctx, node_ref(name), "RepartitionFailed", text, warning=True, action=NAME)
+    return Outcome("failed", text, dict(details or {}))
+
+
+SPEC = ActionSpec(
+    NAME,
+    TARGETS,
+    reversible=True,
+    params_type=RepartitionParams,
+    validate=validate,
+    execute=execute,
+)

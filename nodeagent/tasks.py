@@ -1,0 +1,61 @@
+"""The interface between the agent loop and the work it does (tasks).
+
+Each kind of node-side work (partition layouts, GPU resets, reboots) is a Task: the
+loop reads the Node, hands it to every task, and merges the NodePatch each returns
+into one merge-patch of the Node's metadata. Tasks never talk to the API server
+themselves, so a test can drive them with a plain dict and fakes in the context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from exporter.model import PodAssignment
+
+
+@dataclass
+class NodePatch:
+    """A merge-patch of the Node's metadata; a value of None deletes the key."""
+
+    labels: dict[str, str | None] = field(default_factory=dict)
+    annotations: dict[str, str | None] = field(default_factory=dict)
+
+    def update(self, other: NodePatch) -> None:
+        """Merges ``other`` into this patch (later tasks win on the same key)."""
+        self.labels.update(other.labels)
+        self.annotations.update(other.annotations)
+
+    def empty(self) -> bool:
+        return not self.labels and not self.annotations
+
+
+@dataclass
+class AgentContext:
+    """What a task may touch on the node; tests fill it with fakes."""
+
+    node_name: str
+    nvml: Any | None  # pynvml module or tests' FakeNVML; None: no NVIDIA
+    amdsmi: Any | None  # amdsmi module or fake; None: no AMD
+    sysfs_root: Path  # "/sys" on a host, a fixture tree in tests
+    holders: Callable[[], list[PodAssignment]]  # containers holding devices now
+    clock: Callable[[], float]
+    boot_id: Callable[[], str]
+    reboot: Callable[[], None]  # a host reboot in production, a fake in tests
+    nvidia_reset: Callable[[list[str]], None] | None  # RESET provides the real one
+
+
+class Task(Protocol):
+    """One kind of node-side work, driven by the agent loop."""
+
+    name: str
+
+    def start(self, ctx: AgentContext) -> NodePatch:
+        """Called once when the agent starts."""
+        ...
+
+    def reconcile(self, node: Mapping[str, Any], ctx: AgentContext) -> NodePatch:
+        """Called every interval with the freshly read Node (a plain dict)."""
+        ...
