@@ -83,7 +83,12 @@ async def claim(
         es = entries(n)
         e = es.get(decision.rule)
         if e is None or not ours(e, ctx) or e.action != decision.action:
+            prior = e if e is not None and ours(e, ctx) else None
             e = new_entry(ctx, decision, phase)
+            if prior is not None:
+                # An escalation ladder's next step under the same rule: what the
+                # earlier step cordoned or tainted stays ours to undo.
+                e.cordoned, e.taint = prior.cordoned, prior.taint
         else:
             e.phase = phase
         spec: Obj = {}

@@ -61,10 +61,16 @@ log = logging.getLogger("accel_autoscaler.actions")
 COMPONENT = "accel-autoscaler"
 
 # Phases whose work is not finished: resumed after a restart or a new leader.
-IN_FLIGHT = ("draining", "migrating")
+IN_FLIGHT = ("draining", "migrating", "repartitioning", "resetting", "rebooting")
 # The finished phase that an in-flight one ends in when it stops short of its end
 # (its pods left, or its rule left the rule set before a restart resumed it).
-INCOMPLETE = {"draining": "drain-incomplete", "migrating": "migrate-incomplete"}
+INCOMPLETE = {
+    "draining": "drain-incomplete",
+    "migrating": "migrate-incomplete",
+    "repartitioning": "repartition-incomplete",
+    "resetting": "reset-failed",
+    "rebooting": "reboot-failed",
+}
 
 
 def iso(t: float) -> str:

@@ -44,6 +44,10 @@ from typing import Any, NoReturn
 
 import pynvml
 
+from tests.support.fakes.nvml_mig import MigManagementMixin
+from tests.support.fakes.nvml_procs import ProcessesMixin
+from tests.support.fakes.nvml_reset import ResetMixin
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -178,7 +182,7 @@ class _Sample:
     gpu_instance: int | None = None
 
 
-class FakeNVML:
+class FakeNVML(MigManagementMixin, ProcessesMixin, ResetMixin):
     """Stands in for the ``pynvml`` module; see the module docstring."""
 
     def __init__(
@@ -811,7 +815,15 @@ class FakeNVML:
     @classmethod
     def implemented(cls) -> list[str]:
         """The pynvml functions this fake implements."""
-        return sorted(n for n in vars(cls) if n.startswith("nvml") and callable(vars(cls)[n]))
+        # The mixins' functions too (nvml_mig.py and the others on the bases line).
+        return sorted(
+            {
+                n
+                for k in cls.__mro__
+                for n, v in vars(k).items()
+                if n.startswith("nvml") and callable(v)
+            }
+        )
 
 
 _LINK_COUNTERS = (

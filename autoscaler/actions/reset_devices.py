@@ -1,0 +1,432 @@
+"""``reset_devices``: reset a failed GPU (or all of a node's) through the node agent,
+after moving the pods that hold the devices to be reset.
+
+Most fatal faults (Xid 79, uncontained ECC, AMD uncorrectable RAS) do not heal on
+their own, and a reset costs seconds where a reboot costs minutes. The controller
+never resets anything itself: it asks the node agent (``accel-node-agent``,
+docs/agent.md) through the node's ``accel-fleet.io/reset-request`` annotation and
+reads the answer in ``accel-fleet.io/reset-status``. The agent refuses while a pod
+holds a device of the reset group, so this action moves those pods first.
+
+How wide the move is comes from the agent's ``accel-fleet.io/reset-scope``: on
+``node`` (an NVSwitch board, whose GPUs reset together; NVLink or XGMI peers) every
+device pod of the node moves; on ``device``, or when the agent has not said, only
+the pods holding the target device (from ``accel_device_pod_info``; when that is
+unknown, none are evicted and the agent's own check decides). A ``node`` target
+asks for every device of the node and moves every device pod.
+
+Execution, recorded in the node's ``accel-fleet.io/remediation`` entry:
+
+1. The taint goes on and the pods move as ``migrate_jobs`` moves them (Eviction API,
+   PodDisruptionBudgets honoured until ``drainTimeout``, bare pods recreated, gangs
+   restarted as one). Pods a budget still protects at the deadline end it ``failed``
+   without asking for the reset.
+2. In one write, the request (``{"id", "devices", "requestedAt", "by"}``) goes on the
+   node and the phase becomes ``resetting``. The id is built from the rule, the target
+   and the incident (the ladder's start, else the entry's), so a controller that
+   restarts (``kill -9``) finds its own request and only waits: no second request,
+   no second move.
+3. It waits up to ``wait`` from the request for the agent's answer with that id:
+   ``done`` ends ``done`` (phase ``reset``); ``failed``, or a ``refused`` or missing
+   answer at the deadline, ends ``failed`` (phase ``reset-failed``), which an
+   escalation ladder takes as the signal to go on at once. A request given up on is
+   closed with a ``failed`` status written by the controller, so the agent never
+   carries it out later.
+
+The taint stays until the rule's ``recover`` removes it. Events: those of the move,
+then ``ResetRequested``, and ``DevicesReset`` or ``DeviceResetFailed`` on the node.
+
+Targets: ``node``, ``device`` (acts on the device's node).
+
+Parameters:
+
+================  ===========================================  ===========================
+``taint``         taint to set first (``key=value:Effect``)    ``accel-fleet.io/faulty=``
+                                                               ``true:NoSchedule``
+``drainTimeout``  how long to keep evicting the pods that      ``10m``
+                  hold the devices (duration, > 0)
+``wait``          how long to wait for the agent's answer      ``10m``
+                  once the request is written (duration, > 0)
+================  ===========================================  ===========================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from accel_common.names import (
+    DEFAULT_TAINT,
+    RESET_REQUEST_ANNOTATION,
+    RESET_SCOPE_ANNOTATION,
+    RESET_STATUS_ANNOTATION,
+)
+from autoscaler.actions import migrate_jobs
+from autoscaler.actions.base import (
+    ActionSpec,
+    ParamProblem,
+    ParamReader,
+    from_params,
+    param,
+    param_keys,
+    read_taint,
+    to_params,
+)
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT
+from autoscaler.actions.nodeops import claim, node_of, undo
+from autoscaler.actions.ownership import (
+    Entry,
+    entries,
+    entries_patch,
+    event,
+    iso,
+    ours,
+    parse_iso,
+    set_phase,
+    update_node,
+)
+from autoscaler.decision import Decision
+from autoscaler.kube.errors import KubeError, NotFound
+from autoscaler.kube.protocol import Obj
+from autoscaler.promql.matchers import quote
+from autoscaler.types import Vector
+
+log = logging.getLogger("accel_autoscaler.actions")
+
+NAME = "reset_devices"
+TARGETS = ("node", "device")
+DEFAULT_WAIT = 600.0
+# How often the answer is read while waiting: the agent answers once a round.
+POLL_SECONDS = 5.0
+FINAL = ("done", "failed")
+
+
+@dataclass(frozen=True)
+class ResetDevicesParams:
+    taint: str = param("taint", DEFAULT_TAINT)
+    drain_timeout: float = param("drainTimeout", DEFAULT_DRAIN_TIMEOUT)
+    wait: float = param("wait", DEFAULT_WAIT)
+
+
+DEFAULTS = ResetDevicesParams()
+
+
+def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]]:
+    r = ParamReader(NAME, raw, param_keys(ResetDevicesParams))
+    params = ResetDevicesParams(
+        taint=read_taint(r, "taint", DEFAULTS.taint),
+        drain_timeout=r.duration("drainTimeout", DEFAULTS.drain_timeout, positive=True),
+        wait=r.duration("wait", DEFAULTS.wait, positive=True),
+    )
+    return to_params(params), r.problems
+
+
+# -- what reset_devices and reboot_node share ----------------------------------------------
+
+
+def request_id(decision: Decision, entry_started: str) -> str:
+    """The id of this decision's request to the agent: the same for every run of the
+    same decision (a restart, a ladder step resumed), new for a new incident."""
+    since = decision.extra.get("since", decision.extra.get("incident"))
+    if isinstance(since, (int, float)) and not isinstance(since, bool):
+        incident = iso(float(since))
+    else:
+        incident = str(since) if since else entry_started
+    target = ",".join(f"{k}={v}" for k, v in sorted(decision.target.items()))
+    digest = hashlib.sha256(f"{decision.rule}|{target}|{incident}".encode()).hexdigest()
+    return f"{decision.rule}-{digest[:12]}"
+
+
+def annotation_json(node: Obj, key: str) -> dict[str, Any] | None:
+    """A JSON annotation of the node; None when absent or unreadable (someone else's
+    format is not ours to read)."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(key)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def own_entry(ctx: ActionContext, node: Obj, decision: Decision) -> Entry | None:
+    e = entries(node).get(decision.rule)
+    return e if e is not None and ours(e, ctx) and e.action == decision.action else None
+
+
+async def move_pods(
+    ctx: ActionContext, decision: Decision, *, device_only: bool
+) -> tuple[Outcome | None, str]:
+    """Taint the node and move its device pods (all, or the target device's) the way
+    ``migrate_jobs`` does, recorded under this decision's own entry. Returns a final
+    outcome when the action must stop here, else None and a summary of the move."""
+    params = {**decision.params, "deviceOnly": device_only}
+    moved = await migrate_jobs.execute(ctx, replace(decision, params=params))
+    details = moved.details
+    if moved.status == "skipped" and details.get("unknown") == "holders":
+        # Who holds the device is unknown here; the agent asks the kubelet itself and
+        # refuses while a pod holds it, so asking costs nothing unsafe.
+        return None, moved.message
+    if moved.status in ("skipped", "failed"):
+        return moved, moved.message
+    if moved.status == "partial" and "lost the leader" in moved.message:
+        return Outcome("partial", moved.message, details), ""
+    if moved.status == "partial" and details.get("refused"):
+        return Outcome("failed", f"pods could not all be moved: {moved.message}", details), ""
+    return None, moved.message
+
+
+def node_ready(node: Obj) -> bool:
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return bool(c.get("status") == "True")
+    return False
+
+
+def boot_id(node: Obj) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+
+
+# -- reset_devices --------------------------------------------------------------------------
+
+
+async def _device_uuid(ctx: ActionContext, decision: Decision, node: str) -> str | None:
+    """The target device's UUID: from the decision's labels, else the exporter's
+    ``accel_device_info``."""
+    labels = dict(decision.sample_labels)
+    for source in (decision.target, labels):
+        if source.get("uuid"):
+            return str(source["uuid"])
+    device = decision.target.get("device", "")
+    if not device or ctx.query is None:
+        return None
+    expr = f"accel_device_info{{node={quote(node)},device={quote(device)}}}"
+    result = await ctx.query(expr, ctx.clock())
+    if isinstance(result, Vector):
+        for s in result.samples:
+            uuid = dict(s.labels).get("uuid")
+            if uuid:
+                return uuid
+    return None
+
+
+async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
+    if decision.kind == "recover":
+        return await undo(ctx, decision)
+    params = from_params(ResetDevicesParams, decision.params)
+    name = node_of(decision)
+    try:
+        return await _execute(ctx, decision, params, name)
+    except NotFound:
+        return Outcome("skipped", f"node {name} no longer exists")
+    except KubeError as e:
+        return Outcome("failed", f"node {name}: {e}")
+
+
+async def _execute(
+    ctx: ActionContext, decision: Decision, params: ResetDevicesParams, name: str
+) -> Outcome:
+    node = await ctx.kube.get_node(name)
+    entry = own_entry(ctx, node, decision)
+    if entry is None:
+        entry = (await claim(ctx, decision, phase="migrating", taint=params.taint)).entry
+    rid = request_id(decision, entry.started)
+    request = annotation_json(node, RESET_REQUEST_ANNOTATION)
+    if entry.phase == "resetting" and request is not None and request.get("by") == ctx.controller:
+        # Resumed from the entry alone (the executor after a restart rebuilds the
+        # decision without the ladder's incident): the request written in the same
+        # write as this phase is this entry's.
+        rid = str(request.get("id") or rid)
+    if request is None or request.get("id") != rid:
+        asked = await _ask(ctx, decision, params, name, rid)
+        if isinstance(asked, Outcome):
+            return asked
+        request = asked
+    if ctx.dry_run:
+        return Outcome("done", f"dry run: would wait up to {params.wait:g}s for the reset {rid}")
+    return await _wait(ctx, decision, name, rid, request, params.wait)
+
+
+async def _ask(
+    ctx: ActionContext, decision: Decision, params: ResetDevicesParams, name: str, rid: str
+) -> dict[str, Any] | Outcome:
+    """Move the pods, then write the request: the first run of this decision."""
+    node = await ctx.kube.get_node(name)
+    pending = annotation_json(node, RESET_REQUEST_ANNOTATION)
+    answered = annotation_json(node, RESET_STATUS_ANNOTATION)
+    if (
+        pending is not None
+        and pending.get("id") != rid
+        and not (
+            answered and answered.get("id") == pending.get("id") and answered.get("state") in FINAL
+        )
+    ):
+        return Outcome(
+            "failed",
+            f"node {name}: another reset request ({pending.get('id')}, by {pending.get('by')}) "
+            "is still open; not asking over it",
+        )
+    scope = ((node.get("metadata") or {}).get("annotations") or {}).get(RESET_SCOPE_ANNOTATION)
+    devices: list[str] = []
+    whole = "device" not in decision.target
+    if not whole:
+        uuid = await _device_uuid(ctx, decision, name)
+        if uuid is not None:
+            devices = [uuid]
+        elif scope == "node":
+            whole = True  # the agent resets the whole board anyway
+        else:
+            return Outcome(
+                "failed",
+                f"node {name}: the UUID of {decision.target.get('device')} is unknown (no uuid "
+                "label and no accel_device_info series), so the agent cannot be told which "
+                "device to reset",
+            )
+    stop, moved = await move_pods(ctx, decision, device_only=not whole and scope != "node")
+    if stop is not None:
+        return stop
+    request = {
+        "id": rid,
+        "devices": devices,
+        "requestedAt": iso(ctx.clock()),
+        "by": ctx.controller,
+    }
+
+    def mutate(n: Obj) -> Obj | None:
+        current = annotation_json(n, RESET_REQUEST_ANNOTATION)
+        if current is not None and current.get("id") == rid:
+            return None
+        es = entries(n)
+        e = es.get(decision.rule)
+        if e is not None and ours(e, ctx):
+            e.phase, e.message = "resetting", ""
+        patch = entries_patch(es)
+        patch["metadata"]["annotations"][RESET_REQUEST_ANNOTATION] = json.dumps(request)
+        return patch
+
+    await update_node(ctx.kube, name, mutate)
+    what = ", ".join(devices) if devices else f"every device of node {name}"
+    await event(
+        ctx,
+        node,
+        "ResetRequested",
+        f"asked the node agent to reset {what} (request {rid}, scope {scope or 'unknown'}) "
+        f"for rule {decision.rule}; {moved}",
+        action=NAME,
+    )
+    return request
+
+
+async def _wait(
+    ctx: ActionContext,
+    decision: Decision,
+    name: str,
+    rid: str,
+    request: Mapping[str, Any],
+    wait: float,
+) -> Outcome:
+    try:
+        asked_at = parse_iso(str(request.get("requestedAt")))
+    except ValueError:
+        asked_at = ctx.clock()
+    deadline = asked_at + wait
+    last: dict[str, Any] | None = None
+    while True:
+        if not ctx.leading():
+            return Outcome(
+                "partial", f"node {name}: lost the leader lease waiting for reset {rid}; resumed"
+            )
+        node = await ctx.kube.get_node(name)
+        status = annotation_json(node, RESET_STATUS_ANNOTATION)
+        if status is not None and status.get("id") == rid:
+            last = status
+            if status.get("state") in FINAL:
+                return await _end(ctx, decision, name, rid, status)
+        now = ctx.clock()
+        if now >= deadline:
+            return await _give_up(ctx, decision, name, rid, last, wait)
+        await ctx.sleep(max(0.001, min(POLL_SECONDS, deadline - now)))
+
+
+async def _end(
+    ctx: ActionContext, decision: Decision, name: str, rid: str, status: Mapping[str, Any]
+) -> Outcome:
+    done = status.get("state") == "done"
+    message = (
+        f"node {name}: the agent answered {status.get('state')} to reset {rid}: "
+        f"{status.get('message', '')}"
+    )
+    await set_phase(
+        ctx, name, decision.rule, "reset" if done else "reset-failed", "" if done else message
+    )
+    await event(
+        ctx,
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}},
+        "DevicesReset" if done else "DeviceResetFailed",
+        message,
+        warning=not done,
+        action=NAME,
+    )
+    details = {"request": rid, "devices": list(status.get("devices") or [])}
+    return Outcome("done" if done else "failed", message, details)
+
+
+async def _give_up(
+    ctx: ActionContext,
+    decision: Decision,
+    name: str,
+    rid: str,
+    last: Mapping[str, Any] | None,
+    wait: float,
+) -> Outcome:
+    """Past ``wait``: close the request with a failed status of our own, so the agent
+    never carries it out later, unless the agent is resetting right now."""
+    if last is None:
+        why = (
+            f"no answer from the node agent within {wait:g}s (is accel-node-agent running "
+            f"on {name}?)"
+        )
+    else:
+        why = f"the agent still said {last.get('state')} after {wait:g}s: {last.get('message', '')}"
+    closed = {
+        "id": rid,
+        "state": "failed",
+        "devices": list((last or {}).get("devices") or []),
+        "message": f"closed by {ctx.controller}: {why}",
+        "at": iso(ctx.clock()),
+    }
+
+    def mutate(n: Obj) -> Obj | None:
+        status = annotation_json(n, RESET_STATUS_ANNOTATION)
+        if (
+            status is not None
+            and status.get("id") == rid
+            and status.get("state") in (*FINAL, "resetting")
+        ):
+            return None
+        return {"metadata": {"annotations": {RESET_STATUS_ANNOTATION: json.dumps(closed)}}}
+
+    after = await update_node(ctx.kube, name, mutate)
+    status = annotation_json(after, RESET_STATUS_ANNOTATION)
+    if status is not None and status.get("id") == rid and status.get("state") == "resetting":
+        # Not closed: the reset runs now and may still answer; this step ends anyway.
+        return await _end(ctx, decision, name, rid, {**status, "state": "failed", "message": why})
+    if status is not None and status.get("id") == rid and status.get("state") in FINAL:
+        return await _end(ctx, decision, name, rid, status)  # the agent's, or ours
+    return await _end(ctx, decision, name, rid, closed)
+
+
+SPEC = ActionSpec(
+    NAME,
+    TARGETS,
+    reversible=True,
+    params_type=ResetDevicesParams,
+    validate=validate,
+    execute=execute,
+)

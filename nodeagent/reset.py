@@ -1,0 +1,637 @@
+"""The reset task: resets the node's GPUs when the controller asks (``reset_devices``),
+only once no pod holds a GPU of the reset group, and answers on the Node.
+
+The channel (docs/agent.md): the controller writes RESET_REQUEST_ANNOTATION
+``{"id", "devices": [uuid, ...], "requestedAt", "by"}`` (``devices`` empty: every
+device of the node); this task answers in RESET_STATUS_ANNOTATION ``{"id", "state",
+"devices", "message", "at"}`` and publishes RESET_SCOPE_ANNOTATION at start.
+
+Why it is built this way:
+
+* **The reset group, not the request, decides what must be free.** nvidia-smi's
+  manual: GPUs joined by NVLink to a GPU being reset must be reset in the same command
+  where one GPU cannot be reset alone (before Ampere, or on NVSwitch boards without
+  Fabric Manager). The task takes that rule always: on an NVSwitch board the group is
+  every GPU of the node (and nvidia-smi runs without ``-i``, which resets them all);
+  on a direct-NVLink board it is the GPU and its NVLink peers. AMD's reset guide says a
+  reset inside an XGMI hive can disturb the hive's other GPUs, so a hive must be free
+  too (only the GPUs asked for are reset). The scope published at start is "node"
+  when any group is wider than one GPU, so the controller moves every device pod of
+  the node first; "device" otherwise.
+* **Refuse while anything holds the group.** A pod the kubelet says holds a device of
+  the group (a GPU, a MIG device of it, or, for a device the agent cannot place, any
+  device of the vendor being reset), or a process NVML lists on it, answers
+  "refused" with the pods, processes and devices named, re-checked every round while
+  the request stands. Holders that cannot be read (the kubelet does not answer) also
+  refuse: unknown is never "free".
+* **Once per id, in two rounds.** The first free round answers "resetting"; the reset
+  runs in a later round, only when the Node shows that "resetting" (the loop wrote it)
+  and this process wrote it. An agent that restarts and finds "resetting" it did not
+  write cannot know whether the reset ran, so it answers "failed" rather than reset
+  again; "done" and "failed" are final for their id.
+* **After the reset, look again.** A GPU that still does not answer NVML (or amdsmi)
+  makes the answer "failed" (a reboot is the next step), as nvidia-smi's manual
+  advises verifying every reset GPU.
+* NVIDIA has no public NVML reset: production runs ``nvidia-smi --gpu-reset``
+  (``NvidiaSmi``, bounded in time and output); AMD uses ``amdsmi_reset_gpu``. Intel
+  devices (Level Zero ``zesDeviceReset``, xe) are not supported: a request naming one
+  fails and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from accel_common.names import (
+    RESET_REQUEST_ANNOTATION,
+    RESET_SCOPE_ANNOTATION,
+    RESET_STATUS_ANNOTATION,
+)
+from exporter.backends.nvidia.device import normalize_bus_id
+from exporter.model import PodAssignment
+from nodeagent.tasks import AgentContext, NodePatch
+
+log = logging.getLogger("accel_node_agent.reset")
+
+# nvidia-smi's documented exit codes, for the message of a failed reset.
+NVIDIA_SMI_EXIT = {
+    2: "an argument or flag is invalid",
+    3: "the operation is not available on the target device",
+    4: "no permission",
+    6: "no such device",
+    9: "the NVIDIA driver is not loaded",
+    15: "the GPU has fallen off the bus or is otherwise inaccessible",
+    255: "other error or internal driver error",
+}
+# A reset takes seconds; one that takes minutes is stuck, and the reboot step is next.
+NVIDIA_SMI_TIMEOUT = 300.0
+# How much of nvidia-smi's output a message carries.
+OUTPUT_LIMIT = 1500
+UNSUPPORTED = (
+    "this agent resets NVIDIA GPUs (nvidia-smi --gpu-reset) and AMD GPUs "
+    "(amdsmi_reset_gpu); Intel devices (Level Zero zesDeviceReset, xe) are not supported"
+)
+
+
+class ResetError(RuntimeError):
+    """A reset that could not be carried out; the message says why."""
+
+
+class NvidiaSmi:
+    """The production ``ctx.nvidia_reset``: ``nvidia-smi --gpu-reset [-i ids]``.
+
+    ``command`` is how nvidia-smi is reached: on PATH when the NVIDIA container
+    toolkit mounts it into the agent's container, or through the host (for example
+    ``("nsenter", "-t", "1", "-m", "--", "nvidia-smi")`` with hostPID). An empty
+    ``bus_ids`` resets every GPU (no ``-i``), which NVSwitch boards need."""
+
+    def __init__(
+        self, command: Sequence[str] = ("nvidia-smi",), timeout: float = NVIDIA_SMI_TIMEOUT
+    ) -> None:
+        self.command = tuple(command)
+        self.timeout = timeout
+
+    def __call__(self, bus_ids: list[str]) -> None:
+        args = [*self.command, "--gpu-reset"]
+        if bus_ids:
+            args += ["-i", ",".join(bus_ids)]
+        shown = " ".join(args)
+        try:
+            done = subprocess.run(
+                args,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except FileNotFoundError as e:
+            raise ResetError(
+                f"{self.command[0]} not found ({e}): mount nvidia-smi into the agent's "
+                "container or reach the host's through nsenter"
+            ) from e
+        except subprocess.TimeoutExpired as e:
+            raise ResetError(
+                f"{shown} did not finish within {self.timeout:g}s and was killed"
+            ) from e
+        except OSError as e:
+            raise ResetError(f"{shown} could not run: {e}") from e
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr).decode("utf-8", "replace").strip()
+            meaning = NVIDIA_SMI_EXIT.get(done.returncode, "unknown exit status")
+            raise ResetError(
+                f"{shown} exited {done.returncode} ({meaning}): {tail(output) or 'no output'}"
+            )
+
+
+def tail(text: str) -> str:
+    return text if len(text) <= OUTPUT_LIMIT else "..." + text[-OUTPUT_LIMIT:]
+
+
+# -- what the node has ----------------------------------------------------------------
+
+
+@dataclass
+class Device:
+    vendor: str  # "nvidia" or "amd"
+    index: int
+    uuid: str
+    bus_id: str  # as the kernel writes it: 0000:18:00.0
+    handle: Any
+    children: set[str] = field(default_factory=set)  # MIG device UUIDs
+    peer_buses: set[str] = field(default_factory=set)  # direct NVLink peers
+    switched: bool = False  # NVLink to an NVSwitch
+    hive: int = 0  # AMD XGMI hive id; 0: none
+    answering: bool = True  # False: it stopped answering since it was first seen
+
+    def names(self) -> set[str]:
+        return {self.uuid.lower(), self.bus_id, *(c.lower() for c in self.children)}
+
+
+class Inventory:
+    """The node's resettable devices, rebuilt on every look. A device that stops
+    answering (a GPU fallen off the bus is exactly what gets reset) keeps the identity
+    it had when it last answered."""
+
+    def __init__(self) -> None:
+        self.devices: list[Device] = []
+        self.known = False  # at least one look succeeded
+
+    def scan(self, ctx: AgentContext) -> None:
+        before = {(d.vendor, d.index): d for d in self.devices}
+        devices: list[Device] = []
+        ok = True
+        if ctx.nvml is not None:
+            found, fine = _scan_nvidia(ctx.nvml, before)
+            devices += found
+            ok = ok and fine
+        if ctx.amdsmi is not None:
+            found, fine = _scan_amd(ctx.amdsmi, before)
+            devices += found
+            ok = ok and fine
+        self.devices = devices
+        self.known = self.known or ok
+
+    def find(self, ident: str) -> Device | None:
+        key = ident.strip().lower()
+        bus = normalize_bus_id(key) if ":" in key else key
+        for d in self.devices:
+            if key in d.names() or bus == d.bus_id:
+                return d
+        return None
+
+    def group(self, wanted: Iterable[Device]) -> list[Device]:
+        """``wanted`` and every device that must be free (and, for NVIDIA, reset)
+        with it."""
+        group = {id(d): d for d in wanted}
+        by_bus = {d.bus_id: d for d in self.devices}
+        todo = list(group.values())
+        while todo:
+            d = todo.pop()
+            peers: list[Device] = []
+            if d.switched:
+                peers += [o for o in self.devices if o.vendor == d.vendor and o.switched]
+            peers += [by_bus[b] for b in d.peer_buses if b in by_bus]
+            if d.hive:
+                peers += [o for o in self.devices if o.vendor == d.vendor and o.hive == d.hive]
+            for o in peers:
+                if id(o) not in group:
+                    group[id(o)] = o
+                    todo.append(o)
+        return sorted(group.values(), key=lambda d: (d.vendor, d.index))
+
+    def scope(self) -> str:
+        return "node" if any(len(self.group([d])) > 1 for d in self.devices) else "device"
+
+
+def _scan_nvidia(nvml: Any, before: Mapping[tuple[str, int], Device]) -> tuple[list[Device], bool]:
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+    except Exception as e:  # NVML not initialised, driver gone: nothing known this round
+        log.warning("NVML cannot count the GPUs: %s", e)
+        return [d for (v, _), d in before.items() if v == "nvidia"], False
+    out: list[Device] = []
+    for i in range(count):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = str(nvml.nvmlDeviceGetUUID(handle))
+            bus = normalize_bus_id(nvml.nvmlDeviceGetPciInfo(handle).busId)
+        except nvml.NVMLError as e:
+            old = before.get(("nvidia", i))
+            if old is not None:
+                old.answering = False
+                out.append(old)
+            else:
+                log.warning("GPU %d does not answer NVML (%s) and was never seen to", i, e)
+            continue
+        d = Device("nvidia", i, uuid, bus, handle, children=_migs(nvml, handle))
+        _links(nvml, d)
+        out.append(d)
+    buses = {d.bus_id for d in out}
+    for d in out:
+        # A link whose far end is no GPU of this node, of a kind NVML would not name,
+        # is taken for a switch: the wider group is the safe guess.
+        strangers = d.peer_buses - buses
+        if strangers:
+            d.switched = True
+            d.peer_buses -= strangers
+    return out, True
+
+
+def _migs(nvml: Any, handle: Any) -> set[str]:
+    try:
+        current = nvml.nvmlDeviceGetMigMode(handle)[0]
+        slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)) if current else 0
+    except (nvml.NVMLError, AttributeError):
+        return set()
+    out: set[str] = set()
+    for slot in range(slots):
+        try:
+            out.add(
+                str(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)))
+            )
+        except nvml.NVMLError:
+            continue  # an empty slot
+    return out
+
+
+def _links(nvml: Any, d: Device) -> None:
+    switch = getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2)
+    for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+        try:
+            if not nvml.nvmlDeviceGetNvLinkState(d.handle, link):
+                continue
+        except nvml.NVMLError as e:
+            if e.value == nvml.NVML_ERROR_INVALID_ARGUMENT:
+                continue  # no such link on this GPU
+            return  # no NVLink at all (NotSupported), or the GPU went away
+        try:
+            kind = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(d.handle, link)
+        except (nvml.NVMLError, AttributeError):
+            kind = None
+        if kind == switch:
+            d.switched = True
+            continue
+        try:
+            d.peer_buses.add(
+                normalize_bus_id(nvml.nvmlDeviceGetNvLinkRemotePciInfo(d.handle, link).busId)
+            )
+        except nvml.NVMLError:
+            continue
+
+
+def _scan_amd(smi: Any, before: Mapping[tuple[str, int], Device]) -> tuple[list[Device], bool]:
+    try:
+        handles = list(smi.amdsmi_get_processor_handles())
+    except Exception as e:  # amdsmi raises its own exception types, not one base
+        log.warning("amdsmi cannot list the GPUs: %s", e)
+        return [d for (v, _), d in before.items() if v == "amd"], False
+    out: list[Device] = []
+    for i, handle in enumerate(handles):
+        try:
+            uuid = str(smi.amdsmi_get_gpu_device_uuid(handle))
+            bus = normalize_bus_id(str(smi.amdsmi_get_gpu_device_bdf(handle)))
+        except Exception as e:
+            old = before.get(("amd", i))
+            if old is not None:
+                old.answering = False
+                out.append(old)
+            else:
+                log.warning("AMD GPU %d does not answer amdsmi (%s) and was never seen to", i, e)
+            continue
+        try:
+            hive = int(smi.amdsmi_get_xgmi_info(handle).get("xgmi_hive_id") or 0)
+        except Exception:
+            hive = 0  # no XGMI (or an amdsmi without it): the GPU resets alone
+        out.append(Device("amd", i, uuid or bus, bus, handle, hive=hive))
+    return out, True
+
+
+# -- the channel ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    id: str
+    devices: tuple[str, ...]
+
+
+def parse_request(raw: str) -> Request:
+    """The controller's request; ValueError says what is wrong with it."""
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"not JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    rid = data.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise ValueError('no "id" (a non-empty string)')
+    devices = data.get("devices", [])
+    if not isinstance(devices, list) or not all(isinstance(x, str) for x in devices):
+        raise ValueError('"devices" must be a list of device UUIDs')
+    return Request(rid, tuple(devices))
+
+
+def loose_id(raw: str) -> str:
+    """The id of a request that is otherwise unreadable, so the answer names it."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return ""
+    rid = data.get("id") if isinstance(data, dict) else None
+    return rid if isinstance(rid, str) else ""
+
+
+def json_annotation(node: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(key)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+FINAL = ("done", "failed")
+
+
+class ResetTask:
+    """See the module docstring."""
+
+    name = "reset"
+
+    def __init__(self) -> None:
+        self.inventory = Inventory()
+        # The id whose "resetting" this process wrote (the next round resets).
+        self._armed: str | None = None
+        # Final answers this process gave, by id: never carried out twice.
+        self._final: dict[str, dict[str, Any]] = {}
+
+    def start(self, ctx: AgentContext) -> NodePatch:
+        self.inventory.scan(ctx)
+        if not self.inventory.known:
+            return NodePatch()  # published once the devices can be seen (reconcile)
+        return NodePatch(annotations={RESET_SCOPE_ANNOTATION: self.inventory.scope()})
+
+    def reconcile(self, node: Mapping[str, Any], ctx: AgentContext) -> NodePatch:
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        patch = NodePatch()
+        raw = annotations.get(RESET_REQUEST_ANNOTATION)
+        if not self.inventory.known:
+            self.inventory.scan(ctx)
+        if self.inventory.known and annotations.get(RESET_SCOPE_ANNOTATION) != (
+            scope := self.inventory.scope()
+        ):
+            patch.annotations[RESET_SCOPE_ANNOTATION] = scope
+        if not raw:
+            self._armed = None
+            return patch
+        status = json_annotation(node, RESET_STATUS_ANNOTATION)
+        answer = self._answer(str(raw), status, ctx)
+        if answer is not None and not _same(answer, status):
+            patch.annotations[RESET_STATUS_ANNOTATION] = json.dumps(answer, sort_keys=True)
+        return patch
+
+    # -- one round of one request ---------------------------------------------------------
+
+    def _answer(
+        self, raw: str, status: dict[str, Any] | None, ctx: AgentContext
+    ) -> dict[str, Any] | None:
+        try:
+            req = parse_request(raw)
+        except ValueError as e:
+            return _status(
+                loose_id(raw),
+                "failed",
+                [],
+                f"unreadable {RESET_REQUEST_ANNOTATION}: {e}; nothing was reset",
+                ctx,
+            )
+        if req.id in self._final:
+            return self._final[req.id]
+        if status is not None and status.get("id") == req.id:
+            if status.get("state") in FINAL:
+                return None
+            if status.get("state") == "resetting":
+                if self._armed != req.id:
+                    return self._finish(
+                        req,
+                        _status(
+                            req.id,
+                            "failed",
+                            list(status.get("devices") or []),
+                            "the agent restarted while this reset was in progress; whether it "
+                            "ran is unknown, and it is not carried out twice (ask again with a "
+                            "new id, or reboot)",
+                            ctx,
+                        ),
+                    )
+                return self._carry_out(req, ctx)
+        planned = self._plan(req, ctx)
+        if isinstance(planned, dict):
+            return self._finish(req, planned)
+        group, scope_note = planned
+        blocked = self._blockers(group, ctx)
+        uuids = [d.uuid for d in group]
+        if blocked:
+            self._armed = None
+            return _status(
+                req.id,
+                "refused",
+                uuids,
+                f"not reset while anything holds a device of the reset group: {blocked}; "
+                f"reset group: {', '.join(uuids)}{scope_note}",
+                ctx,
+            )
+        self._armed = req.id
+        return _status(req.id, "resetting", uuids, f"resetting {', '.join(uuids)}{scope_note}", ctx)
+
+    def _plan(self, req: Request, ctx: AgentContext) -> tuple[list[Device], str] | dict[str, Any]:
+        """The reset group and a note on why it is that wide, or a failed answer."""
+        inv = self.inventory
+        inv.scan(ctx)  # the devices as they are now, not as they were at start
+        if not inv.known:
+            return _status(
+                req.id,
+                "failed",
+                [],
+                "the agent cannot see this node's devices (NVML and "
+                "amdsmi did not answer); nothing was reset",
+                ctx,
+            )
+        if req.devices:
+            wanted: list[Device] = []
+            for ident in req.devices:
+                d = inv.find(ident)
+                if d is None:
+                    return _status(
+                        req.id,
+                        "failed",
+                        list(req.devices),
+                        f"device {ident} is not one this agent can reset on node "
+                        f"{ctx.node_name} ({UNSUPPORTED}); nothing was reset",
+                        ctx,
+                    )
+                wanted.append(d)
+        else:
+            wanted = list(inv.devices)
+            if not wanted:
+                return _status(req.id, "failed", [], f"no device to reset: {UNSUPPORTED}", ctx)
+        group = inv.group(wanted)
+        extra = [d for d in group if d not in wanted]
+        note = ""
+        if any(d.switched for d in group) and extra:
+            note = " (NVSwitch board: all its GPUs reset together)"
+        elif any(d.vendor == "nvidia" for d in extra):
+            note = " (GPUs joined by NVLink reset together)"
+        elif extra:
+            note = " (its XGMI hive must be free too)"
+        return group, note
+
+    def _blockers(self, group: list[Device], ctx: AgentContext) -> str:
+        """What holds a device of the group, in words; empty when nothing does."""
+        try:
+            holders = ctx.holders()
+        except Exception as e:
+            return f"which pods hold devices is unknown (the kubelet did not answer: {e})"
+        vendors = {d.vendor for d in group}
+        ids = {id(d) for d in group}
+        held: list[str] = []
+        for h in holders:
+            d = self.inventory.find(h.device_id)
+            if (d is not None and id(d) in ids) or (d is None and _vendor(h) in vendors):
+                held.append(
+                    f"pod {h.namespace}/{h.pod} (container {h.container}) holds {h.device_id}"
+                )
+        held += _processes(ctx, group)
+        return "; ".join(held)
+
+    def _carry_out(self, req: Request, ctx: AgentContext) -> dict[str, Any]:
+        planned = self._plan(req, ctx)
+        if isinstance(planned, dict):
+            return self._finish(req, planned)
+        group, note = planned
+        uuids = [d.uuid for d in group]
+        blocked = self._blockers(group, ctx)
+        if blocked:
+            # Something arrived between the two rounds: back to refused, not reset.
+            self._armed = None
+            return _status(req.id, "refused", uuids, f"not reset: {blocked}", ctx)
+        errors = self._reset(group, req, ctx)
+        self.inventory.scan(ctx)
+        for d in group:
+            now = self.inventory.find(d.uuid)
+            if now is None or not now.answering:
+                errors.append(f"{d.uuid} still does not answer after the reset (reboot the node)")
+        if errors:
+            answer = _status(req.id, "failed", uuids, "; ".join(errors), ctx)
+        else:
+            answer = _status(req.id, "done", uuids, f"reset {', '.join(uuids)}{note}", ctx)
+        log.info("reset %s: %s: %s", req.id, answer["state"], answer["message"])
+        return self._finish(req, answer)
+
+    def _reset(self, group: list[Device], req: Request, ctx: AgentContext) -> list[str]:
+        errors: list[str] = []
+        nvidia = [d for d in group if d.vendor == "nvidia"]
+        if nvidia:
+            every = [d for d in self.inventory.devices if d.vendor == "nvidia"]
+            # nvidia-smi without -i resets every GPU: what an NVSwitch board needs.
+            whole = any(d.switched for d in nvidia) and len(nvidia) == len(every)
+            bus_ids = [] if whole else [d.bus_id for d in nvidia]
+            if ctx.nvidia_reset is None:
+                errors.append("no NVIDIA reset is configured in this agent")
+            else:
+                try:
+                    ctx.nvidia_reset(bus_ids)
+                except Exception as e:
+                    errors.append(f"NVIDIA reset of {', '.join(d.uuid for d in nvidia)}: {e}")
+        wanted = {d.uuid for d in (self.inventory.find(x) for x in req.devices) if d is not None}
+        for d in group:
+            # In an XGMI hive only the GPUs asked for are reset; the rest only had to
+            # be free.
+            if d.vendor != "amd" or (req.devices and d.uuid not in wanted):
+                continue
+            if ctx.amdsmi is None:
+                errors.append(f"{d.uuid}: amdsmi is not available in this agent")
+                continue
+            try:
+                ctx.amdsmi.amdsmi_reset_gpu(d.handle)
+            except Exception as e:
+                errors.append(f"amdsmi_reset_gpu of {d.uuid}: {type(e).__name__}: {e}")
+        return errors
+
+    def _finish(self, req: Request, answer: dict[str, Any]) -> dict[str, Any]:
+        self._armed = None
+        if answer.get("state") in FINAL:
+            self._final[req.id] = answer
+        return answer
+
+
+def _vendor(h: PodAssignment) -> str:
+    resource = h.resource.lower()
+    return "nvidia" if "nvidia" in resource else "amd" if "amd" in resource else ""
+
+
+def _processes(ctx: AgentContext, group: list[Device]) -> list[str]:
+    """Processes the vendor library sees on the group's GPUs (a host process that the
+    kubelet does not know holds a GPU too). A GPU that does not answer lists none: the
+    reset itself has the last word."""
+    out: list[str] = []
+    for d in group:
+        try:
+            if d.vendor == "nvidia" and ctx.nvml is not None:
+                pids = [p.pid for p in ctx.nvml.nvmlDeviceGetComputeRunningProcesses(d.handle)]
+            elif d.vendor == "amd" and ctx.amdsmi is not None:
+                pids = [p["pid"] for p in ctx.amdsmi.amdsmi_get_gpu_process_list(d.handle)]
+            else:
+                pids = []
+        except Exception:
+            continue
+        out += [f"process {pid} runs on {d.uuid}" for pid in pids]
+    return out
+
+
+def _status(
+    rid: str, state: str, devices: list[str], message: str, ctx: AgentContext
+) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "state": state,
+        "devices": list(devices),
+        "message": message,
+        "at": iso(ctx.clock()),
+    }
+
+
+def _same(answer: Mapping[str, Any], status: Mapping[str, Any] | None) -> bool:
+    """Whether the Node already says this (the time aside): no write every round."""
+    if status is None:
+        return False
+    keys = ("id", "state", "devices", "message")
+    return all(answer.get(k) == status.get(k) for k in keys)
+
+
+TASK = ResetTask()
+
+__all__ = [
+    "NVIDIA_SMI_EXIT",
+    "TASK",
+    "Device",
+    "Inventory",
+    "NvidiaSmi",
+    "Request",
+    "ResetError",
+    "ResetTask",
+    "parse_request",
+]
