@@ -35,17 +35,20 @@ docs/actions.md): with a fault rate above 0, every decision sizes the pool's spa
 buffer as the smallest s with P(Poisson(μ) ≤ s) ≥ ``spareQuantile``, where
 μ = λ · nodes · (``provisioningTime`` + ``restartOverhead``) in hours, writes it
 on the MachineDeployment as ``accel-fleet.io/spare-nodes``, and keeps it: a
-scale-up also adds the spares that are missing (idle nodes: Ready, schedulable,
-no device-using pod), and a scale-down never removes an idle node that the
-buffer needs.
+scale-up also adds the spares that are missing (idle nodes: Ready with their
+devices allocatable, schedulable, no device-using pod), and a scale-down never
+removes an idle node that the buffer needs.
 
 Execution (``execute``), through ``ctx.pools`` (a ``NodePoolProvider``):
 
 - **Up** counts capacity that is on its way. A node that was asked for and has not
   registered yet (``Pool.provisioning``: a Machine without a nodeRef, or a replica
-  no Machine backs yet) already answers the demand that asked for it, and the
-  pending pods that triggered the rule keep pending until it joins. So a
-  decision adds ``step`` nodes *minus those already provisioning*:
+  no Machine backs yet), or has registered but whose devices are not allocatable
+  yet (Ready before its device plugin or DRA driver advertised them, for at most
+  15 minutes from its creation: ``autoscaler/pools/capacity.py``), already answers
+  the demand that asked for it, and the pending pods that triggered the rule keep
+  pending until it is usable. So a decision adds ``step`` nodes *minus those
+  already provisioning*:
   ``replicas := min(max, replicas + max(0, step - provisioning))``. With ``step: 1``
   and one node still booting, the decision adds nothing and says so; a slow node
   boot never turns into a second, third, fourth node for the same pods. At the
@@ -84,6 +87,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
+from accel_common.dra import node_offers
 from accel_common.names import SPARE_NODES_ANNOTATION
 from autoscaler.actions import spares
 from autoscaler.actions.base import (
@@ -99,11 +103,11 @@ from autoscaler.actions.context import ActionContext, Outcome, Status
 from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT, drain_node
 from autoscaler.actions.ownership import event
 from autoscaler.actions.pods import is_finished, uses_devices
-from autoscaler.clusterstate import node_ready
 from autoscaler.decision import Decision
-from autoscaler.kube.errors import KubeError
+from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import MACHINE_DEPLOYMENTS, Obj
 from autoscaler.pools.base import NodePoolProvider, Pool
+from autoscaler.pools.capacity import DraView, readiness
 from autoscaler.promql.guard import parse
 
 log = logging.getLogger("accel_autoscaler.actions")
@@ -256,7 +260,7 @@ async def _buffer(
         max_spares=params.max_spares,
         source=source,
     )
-    idle = await _idle_nodes(ctx, pool.nodes)
+    idle = await _idle_nodes(ctx, pool)
     obj = provider.event_object(pool.name) if isinstance(provider, DescribedPools) else None
     if obj is not None:
         meta = obj.get("metadata") or {}
@@ -271,27 +275,59 @@ async def _buffer(
     return _Buffer(sized, tuple(idle))
 
 
-async def _idle_nodes(ctx: ActionContext, nodes: Sequence[str]) -> list[str]:
-    """The spares among ``nodes``: Ready, schedulable, untainted, no device-using
-    pod. Two list calls whatever the pool's size (the controller's watch cache
-    answers them), not two calls per node."""
-    wanted = set(nodes)
+async def _idle_nodes(ctx: ActionContext, pool: Pool) -> list[str]:
+    """The spares among the pool's nodes: Ready with their devices allocatable (a
+    node still waiting for its devices is no spare yet: ``autoscaler/pools/
+    capacity.py``), schedulable, untainted, no device-using pod. Two list calls
+    whatever the pool's size (the controller's watch cache answers them), not two
+    calls per node."""
     busy = {
         str((p.get("spec") or {}).get("nodeName") or "")
         for p in await ctx.kube.list_pods()
         if uses_devices(p) and not is_finished(p)
     }
+    listed = await ctx.kube.list_nodes()
+    by_name = {str((n.get("metadata") or {}).get("name") or ""): n for n in listed}
+    usable = set(readiness(pool, by_name, ctx.clock()).ready)
     idle: list[str] = []
-    for obj in await ctx.kube.list_nodes():
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        spec = obj.get("spec") or {}
-        if name not in wanted or name in busy or spec.get("unschedulable"):
+    for name in pool.nodes:
+        spec = (by_name.get(name) or {}).get("spec") or {}
+        if name not in usable or name in busy or spec.get("unschedulable"):
             continue
         if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
             continue
-        if node_ready(obj):
-            idle.append(name)
+        idle.append(name)
     return sorted(idle)
+
+
+async def _warming(ctx: ActionContext, pool: Pool) -> tuple[str, ...]:
+    """The pool's registered nodes that wait for their devices and still count as
+    capacity on its way (``autoscaler/pools/capacity.py``): one list of nodes and
+    one of ResourceSlices, so that a DRA node is judged by its slices as the pool
+    series judge it."""
+    if not pool.nodes:
+        return ()
+    listed = await ctx.kube.list_nodes()
+    by_name = {str((n.get("metadata") or {}).get("name", "")): n for n in listed}
+    return readiness(pool, by_name, ctx.clock(), dra=await _slices(ctx)).warming
+
+
+def _no_claims(pod: Obj) -> dict[str, int]:
+    return {}
+
+
+async def _slices(ctx: ActionContext) -> DraView | None:
+    """What the nodes' ResourceSlices offer; a cluster that does not serve DRA offers
+    nothing through it, and one whose slices the controller may not read leaves DRA
+    pools unjudged (None), as the pool series do."""
+    try:
+        slices = await ctx.kube.list_resource_slices()
+    except NotFound:
+        return DraView({}, _no_claims)
+    except KubeError as e:
+        log.info("cannot list ResourceSlices (%s): DRA nodes are not judged by them", e)
+        return None
+    return DraView(node_offers(slices), _no_claims)
 
 
 async def _device_pods(ctx: ActionContext, node: str) -> int:
@@ -308,10 +344,13 @@ async def _scale_up(
     report: _Report,
     buffer: _Buffer,
 ) -> Outcome:
+    warming = await _warming(ctx, pool)
+    coming = pool.provisioning + len(warming)
     details = {
         "pool": pool.name,
         "replicas": pool.replicas,
         "provisioning": pool.provisioning,
+        "warming": list(warming),
         **buffer.details(),
     }
     if pool.replicas >= pool.max_size:
@@ -319,13 +358,15 @@ async def _scale_up(
         await report("ScaleRefused", f"{message} ({_why(decision)})")
         return Outcome("skipped", message, details)
     # The demand's step, plus the spares the buffer lacks; both are answered by
-    # what is already provisioning.
-    add = max(0, step + buffer.missing - pool.provisioning)
+    # what is already provisioning, and by registered nodes still waiting for their
+    # devices (autoscaler/pools/capacity.py).
+    add = max(0, step + buffer.missing - coming)
     if add == 0:
         message = (
-            f"pool {pool.name}: {pool.provisioning} node(s) already provisioning cover "
+            f"pool {pool.name}: {coming} node(s) already provisioning cover "
             f"step {step}"
             + (f" and {buffer.missing} missing spare(s)" if buffer.missing else "")
+            + (f" ({', '.join(warming)} registered, waiting for their devices)" if warming else "")
             + "; not adding more until they register"
         )
         await report("ScaleRefused", f"{message} ({_why(decision)})")
@@ -334,7 +375,7 @@ async def _scale_up(
     await provider.set_replicas(pool.name, target)
     message = (
         f"scaled pool {pool.name} up from {pool.replicas} to {target} replicas"
-        + (f" ({pool.provisioning} already provisioning)" if pool.provisioning else "")
+        + (f" ({coming} already provisioning)" if coming else "")
         + (f", capped at its maximum {pool.max_size}" if target < pool.replicas + add else "")
         + (
             f", {buffer.missing} of them spares ({buffer.size.explain()})"

@@ -25,12 +25,18 @@ How a pool's Machines are counted (``Pool`` fields):
 - ``provisioning``: Machines without a nodeRef (a Machine in phase ``Failed`` or
   with a ``failureReason`` excepted: it will not come up by waiting), plus the
   replicas that no Machine backs yet. This is capacity on its way, which a
-  scale-up must not ask for a second time.
+  scale-up must not ask for a second time. (A registered node still waiting for
+  its devices is on its way too: ``autoscaler/pools/capacity.py``.)
+- ``shape``: what a node of the pool offers, from the capacity annotations
+  (``capacity.cluster-autoscaler.kubernetes.io/gpu-count``, ...) of the
+  MachineDeployment, or, for a pool at 0 nodes that has none there, of its newest
+  MachineSet that has them (``capacity.py`` reads them): scale from zero.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,13 +51,16 @@ from autoscaler.kube.protocol import (
     CAPI_GROUP,
     CAPI_VERSION,
     MACHINE_DEPLOYMENTS,
+    MACHINE_SETS,
     MACHINES,
     Kube,
     Obj,
 )
-from autoscaler.pools.base import Pool
+from autoscaler.pools.base import NodeShape, Pool
+from autoscaler.pools.capacity import read_shape
 
 API_VERSION = f"{CAPI_GROUP}/{CAPI_VERSION}"
+log = logging.getLogger(__name__)
 
 
 class PoolRefused(ValueError):
@@ -139,6 +148,7 @@ class ClusterAPIProvider:
         self.clock = clock
         self._refusals: dict[str, str] = {}
         self._uids: dict[str, str] = {}
+        self._bad_shapes: set[str] = set()
 
     async def pools(self) -> list[Pool]:
         """The autoscalable pools, by name. MachineDeployments without valid bounds
@@ -161,12 +171,58 @@ class ClusterAPIProvider:
             else:
                 scalable.append((name, bounds))
         self._refusals = refusals
+        shapes = {str((md.get("metadata") or {}).get("name", "")): self._shape(md) for md in mds}
         scales = await asyncio.gather(*(self._replicas(name) for name, _ in scalable))
+        counted = {
+            name: count_machines(replicas, by_deployment.get(name, []))
+            for (name, _), replicas in zip(scalable, scales, strict=True)
+        }
+        # A pool at 0 nodes whose MachineDeployment declares no shape may declare it
+        # on its MachineSet (the cluster-autoscaler reads either): one more list,
+        # only then.
+        if any(not counted[name][0] and shapes.get(name) is None for name, _ in scalable):
+            shapes.update(await self._set_shapes(shapes))
         out: list[Pool] = []
         for (name, bounds), replicas in zip(scalable, scales, strict=True):
-            nodes, provisioning = count_machines(replicas, by_deployment.get(name, []))
-            out.append(Pool(name, bounds.min_size, bounds.max_size, replicas, nodes, provisioning))
+            nodes, provisioning = counted[name]
+            out.append(
+                Pool(
+                    name,
+                    bounds.min_size,
+                    bounds.max_size,
+                    replicas,
+                    nodes,
+                    provisioning,
+                    shapes.get(name),
+                )
+            )
         return sorted(out, key=lambda p: p.name)
+
+    def _shape(self, obj: Obj) -> NodeShape | None:
+        """The object's declared node shape; an unreadable one is logged (once per
+        object and problem) and counts as undeclared."""
+        try:
+            return read_shape(obj)
+        except ValueError as e:
+            if str(e) not in self._bad_shapes:
+                self._bad_shapes.add(str(e))
+                log.warning("%s; the pool cannot be scaled from zero until it is fixed", e)
+            return None
+
+    async def _set_shapes(self, known: Mapping[str, NodeShape | None]) -> dict[str, NodeShape]:
+        """Shapes from the MachineSets of the pools that declare none themselves: the
+        newest MachineSet of a pool that declares one."""
+        found: dict[str, tuple[str, NodeShape]] = {}
+        for ms in await self._list(MACHINE_SETS):
+            meta = ms.get("metadata") or {}
+            pool = str((meta.get("labels") or {}).get(DEPLOYMENT_LABEL) or "")
+            if not pool or known.get(pool) is not None:
+                continue
+            shape = self._shape(ms)
+            stamp = str(meta.get("creationTimestamp") or "")
+            if shape is not None and (pool not in found or stamp > found[pool][0]):
+                found[pool] = (stamp, shape)
+        return {pool: shape for pool, (_, shape) in found.items()}
 
     def refusal(self, pool: str) -> str | None:
         """Why the last ``pools()`` left ``pool`` out (None if it did not see it)."""
