@@ -23,6 +23,17 @@ evaluate: an API server that cannot be read is no reason to act from memory. Aft
 each cycle the leader writes the state record when it changed (``StateRecord``),
 never in ``--dry-run``.
 
+Escalation ladders: the executor reports every action's outcome back
+(``Executor.on_outcome``); a ladder step's goes into the engine state
+(``EngineState.report``), where a ``failed`` step escalates at the next cycle, and
+from there into the state record, with the step and since when. After a restart
+the ladders come back from the record (``engine/restore.py``), the in-flight
+entries on the nodes are resumed with their step, and a step whose outcome was
+never reported and that no node entry resumes is run again (each step action is
+idempotent per request, its request id built from the rule, the target and the
+ladder's start), so the ladder goes on at the step it was at and no earlier step
+runs again.
+
 Rules are hot-reloaded (``ruleset/watch.py``), and nothing in a rule file may put
 the controller to sleep or stop it answering: the files are looked at every
 second (``watch_rules``) and on SIGHUP (``request_reload``), the load runs in a
@@ -43,11 +54,12 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from accel_common.names import LEADER_LABEL, STATE_DATA_KEY
+from autoscaler.actions.context import Outcome
 from autoscaler.actions.ownership import entries, parse_iso
 from autoscaler.clusterstate import ingest
 from autoscaler.decision import Decision
@@ -61,6 +73,7 @@ from autoscaler.ruleset.model import RuleSet
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.base import Source
+from autoscaler.types import labels_of
 
 log = logging.getLogger("accel_autoscaler")
 
@@ -209,6 +222,9 @@ class Controller:
         self.remediations: list[tuple[str, str, str, str]] = []
         self.kube: Any = executor.ctx.kube if executor is not None else None
         self.state = EngineState()
+        if executor is not None:
+            executor.on_outcome = self._outcome
+            executor.ladder_step = self._ladder_step
         self.stats = CycleStats()
         self.source_up = False
         self.lock = asyncio.Lock()
@@ -349,6 +365,61 @@ class Controller:
         if self.executor is not None:
             self.executor.submit(d)
 
+    def _outcome(self, d: Decision, outcome: Outcome) -> None:
+        """An action's outcome, from the executor: a ladder step's goes into the
+        engine state (a late one of an earlier step is ignored there)."""
+        step = d.extra.get("step")
+        if d.kind == "act" and isinstance(step, int):
+            self.state.report(d.rule, d.target, step, outcome.status)
+
+    def _ladder_step(
+        self, rule: str, target: Mapping[str, str], action: str
+    ) -> dict[str, Any] | None:
+        """The ladder extra for an in-flight entry the executor resumes, when the
+        target's ladder is at a step of that action."""
+        ladder = self.state.ladders.get((rule, labels_of(target)))
+        if ladder is None:
+            return None
+        try:
+            if self.ruleset.rule(rule).step(ladder.step).action.type != action:
+                return None
+        except (KeyError, IndexError):
+            return None
+        return {"step": ladder.step, "incident": ladder.started}
+
+    def _resume_ladders(self) -> int:
+        """Run again each ladder step whose outcome was never reported and that the
+        executor's resume did not pick up from a node entry."""
+        assert self.executor is not None
+        n = 0
+        rules = {r.name: r for r in self.ruleset.rules}
+        for (name, target), ladder in sorted(self.state.ladders.items()):
+            rule = rules.get(name)
+            if rule is None or ladder.outcome is not None:
+                continue
+            if (name, target) in self.executor.resumed:
+                continue
+            action = rule.step(ladder.step).action
+            self.executor.submit(
+                Decision(
+                    rule=name,
+                    kind="act",
+                    action=action.type,
+                    params=dict(action.params),
+                    target=dict(target),
+                    sample_labels=target,
+                    sample_value=0.0,
+                    at=self.clock(),
+                    dry_run=self.dry_run,
+                    reason=f"resuming ladder step {ladder.step} after a restart",
+                    extra={"step": ladder.step, "incident": ladder.started, "resumed": True},
+                )
+            )
+            n += 1
+        if n:
+            log.info("resuming %d escalation ladder step(s) with no outcome yet", n)
+        return n
+
     async def restore(self) -> bool:
         """Rebuild the engine state from the cluster and resume the in-flight work,
         once per start or leadership gain (a no-op when done already). False when
@@ -370,6 +441,7 @@ class Controller:
             return False
         self.restored = True
         await self.executor.resume({r.name for r in self.ruleset.rules})
+        self._resume_ladders()
         return True
 
     async def _rebuild(self) -> bool:

@@ -32,6 +32,9 @@ class Decision:
     at: float
     dry_run: bool = False
     reason: str = ""
+    # What a kind of decision adds: a ladder step's ``{"step": i, "incident": t}`` (i
+    # 1-based; t when the ladder's first step acted, the identity its actions
+    # build request ids from).
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def key(self) -> tuple[str, str, str, tuple[tuple[str, str], ...]]:
@@ -49,4 +52,5 @@ class Decision:
             "at": self.at,
             "dryRun": self.dry_run,
             "reason": self.reason,
+            **({"extra": dict(self.extra)} if self.extra else {}),
         }

@@ -16,7 +16,16 @@ it did stays done, and it starts no new step.
 
 Every outcome is counted (``accel_autoscaler_actions_total``), timed from the
 decision to the task's first API call and to its end, and kept (the last 500)
-for ``GET /api/v1/actions``.
+for ``GET /api/v1/actions``, and handed to ``on_outcome`` (the controller puts a
+ladder step's outcome in the engine state there: a ``failed`` step escalates at
+once, ``engine/ladder.py``).
+
+Escalation ladders: a decision that is a step of a ladder (``extra["step"]``)
+writes a ``RemediationStep`` Event on its node before its action runs (the
+action's own Events follow), so ``kubectl describe node`` shows each rung. A
+resumed in-flight entry of a ladder's rule gets its step back from ``ladder_step``
+(the controller's engine state), so its outcome still reaches the ladder; its
+Event is not written twice.
 """
 
 from __future__ import annotations
@@ -25,14 +34,14 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.actions import ACTIONS
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.drain import abandon
-from autoscaler.actions.ownership import IN_FLIGHT, Entry, entries, ours
+from autoscaler.actions.ownership import IN_FLIGHT, Entry, entries, event, node_ref, ours
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError
 from autoscaler.kube.names import target_problems
@@ -41,6 +50,11 @@ log = logging.getLogger("accel_autoscaler.executor")
 
 HISTORY = 500
 STATUSES = ("done", "partial", "skipped", "failed")
+
+# Where an outcome goes besides the history (the controller's engine state).
+OnOutcome = Callable[[Decision, Outcome], None]
+# (rule, target, action) -> the ladder extra of a resumed entry, or None.
+LadderStep = Callable[[str, Mapping[str, str], str], Mapping[str, Any] | None]
 
 
 def serial_key(d: Decision) -> tuple[str, ...]:
@@ -102,6 +116,10 @@ class Executor:
         self.history: deque[Record] = deque(maxlen=HISTORY)
         self.first_call_seconds: deque[float] = deque(maxlen=HISTORY)
         self.duration_seconds: dict[str, deque[float]] = {}
+        self.on_outcome: OnOutcome | None = None
+        self.ladder_step: LadderStep | None = None
+        # (rule, target) of the decisions the last ``resume`` submitted.
+        self.resumed: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
     @property
     def in_flight(self) -> int:
@@ -157,6 +175,7 @@ class Executor:
             outcome = Outcome("failed", "refused before any API call: " + "; ".join(bad_names))
         else:
             try:
+                await self._step_event(ctx, d)
                 outcome = await spec.execute(ctx, d)
             except asyncio.CancelledError:
                 log.info("%s on %s stopped (leadership lost or shutting down)", d.action, d.target)
@@ -172,6 +191,11 @@ class Executor:
             self.first_call_seconds.append(first[0])
         self.duration_seconds.setdefault(d.action, deque(maxlen=HISTORY)).append(duration)
         self.history.append(Record(d, outcome, started, first[0] if first else None, duration))
+        if self.on_outcome is not None:
+            try:
+                self.on_outcome(d, outcome)
+            except Exception:  # the outcome is kept above; the ladder times out instead
+                log.exception("reporting the outcome of %s for rule %s failed", d.action, d.rule)
         level = logging.WARNING if outcome.status == "failed" else logging.INFO
         log.log(
             level,
@@ -184,6 +208,21 @@ class Executor:
             outcome.message,
         )
 
+    async def _step_event(self, ctx: ActionContext, d: Decision) -> None:
+        """The Event of a ladder step (``RemediationStep``) on the target's node."""
+        step = d.extra.get("step")
+        node = d.target.get("node")
+        if d.kind != "act" or not isinstance(step, int) or not node or d.extra.get("resumed"):
+            return
+        await event(
+            ctx,
+            node_ref(node),
+            "RemediationStep",
+            f"rule {d.rule} step {step}: {d.action}" + (f": {d.reason}" if d.reason else ""),
+            warning=step > 1,
+            action=d.action,
+        )
+
     async def resume(self, rules: Collection[str] | None = None) -> int:
         """Submit this controller's in-flight work recorded on the nodes. With
         ``rules`` (the rule names now loaded), work whose rule is not among them is
@@ -194,6 +233,7 @@ class Executor:
             log.warning("cannot list nodes to resume in-flight work: %s", err)
             return 0
         n = 0
+        self.resumed = set()
         for node in nodes:
             for rule, e in entries(node).items():
                 if not ours(e, self.ctx) or e.phase not in IN_FLIGHT:
@@ -203,6 +243,8 @@ class Executor:
                     continue
                 target = dict(e.target) or {"node": node["metadata"]["name"]}
                 target.setdefault("node", node["metadata"]["name"])
+                extra = self.ladder_step(rule, target, e.action) if self.ladder_step else None
+                self.resumed.add((rule, tuple(sorted(target.items()))))
                 self.submit(
                     Decision(
                         rule=rule,
@@ -215,6 +257,7 @@ class Executor:
                         at=self.ctx.clock(),
                         dry_run=self.ctx.dry_run,
                         reason=f"resuming {e.phase} started {e.started} by {e.replica or '?'}",
+                        extra={**extra, "resumed": True} if extra else {},
                     )
                 )
                 n += 1

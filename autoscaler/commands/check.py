@@ -16,6 +16,13 @@ may act again. A destructive action (one that a ``recover`` could undo: cordon,
 taint, drain, migrate_jobs) without ``recover`` stays until a person undoes it;
 that is worth a warning on stderr whether or not ``--verbose`` is given, but it is
 not an error (exit 0): some teams want a person in that loop.
+
+Escalation ladders (``escalate:``) are validated by the loader like any rule: each
+step's action by its own spec (parameters, and whether it acts on the rule's
+target), a ``timeout`` on every step but the last, each ``recover`` as a rule's
+(PromQL, target labels, known metrics), an unknown action with a did-you-mean.
+``--verbose`` adds the ladder to the rule's sentence: each step, what ends it,
+and when the next one starts.
 """
 
 from __future__ import annotations
@@ -114,13 +121,36 @@ def incident_boundary(rule: Rule) -> str:
         if rule.repeat
         else ""
     )
-    return f"{starts}; {ends}, {gap}{repeat}"
+    return f"{starts}; {ends}, {gap}{repeat}{ladder(rule)}"
+
+
+def ladder(rule: Rule) -> str:
+    """The ladder in words, or nothing for a rule without one."""
+    if not rule.escalate:
+        return ""
+    steps = []
+    for i, step in enumerate(rule.escalate, 1):
+        success = rule.success(i)
+        words = f"{i}. {step.action.type}"
+        if success is not None:
+            words += f" (done when its recover holds for {format_duration(success.for_)})"
+        if step.timeout is not None:
+            last = i == len(rule.escalate)
+            words += (
+                f", released after {format_duration(step.timeout)}"
+                if last
+                else f", next after {format_duration(step.timeout)} or when it fails"
+            )
+        steps.append(words)
+    return "; it escalates: " + "; ".join(steps)
 
 
 def destructive_without_recover(rule: Rule) -> str | None:
     """Why a rule deserves a warning, or None."""
     spec = ACTIONS.get(rule.action.type)
     if spec is None or not spec.reversible or rule.recover is not None:
+        return None
+    if any(s.recover is not None for s in rule.escalate):
         return None
     return (
         f"{rule.action.type} is destructive and the rule has no recover: what it does "

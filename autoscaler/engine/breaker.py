@@ -15,7 +15,9 @@ not make room for more of the established nodes to be remediated. Such nodes are
 still acted on; they simply do not count. Every other node under remediation counts,
 whether or not the cluster listing names it: a stale listing must not let a storm
 through. Only remediation that treats a node as unwell counts (``UNHEALTHY_ACTIONS``:
-cordon, taint, drain, migrate_jobs); a rebalance of a busy node does not.
+cordon, taint, drain, migrate_jobs, and the ladder's reset_devices, reboot_node and
+replace_machine); a rebalance of a busy node does not. A target on an escalation
+ladder counts through every step, also while its node is away being replaced.
 """
 
 from __future__ import annotations
@@ -29,7 +31,17 @@ from autoscaler.ruleset.model import Limits
 # The actions that treat their node as unwell, and so count towards the breaker.
 # rebalance moves load off a busy node, requeue_job restarts one pod and
 # scale_node_pool resizes a pool: none of them says anything about a storm.
-UNHEALTHY_ACTIONS = frozenset({"cordon", "taint", "drain", "migrate_jobs"})
+UNHEALTHY_ACTIONS = frozenset(
+    {
+        "cordon",
+        "taint",
+        "drain",
+        "migrate_jobs",
+        "reset_devices",
+        "reboot_node",
+        "replace_machine",
+    }
+)
 
 # Float error in ratio * nodes (0.1 * 30 is 3.0000000000000004, 0.07 * 100 is
 # 7.000000000000001) must not change the count by one.

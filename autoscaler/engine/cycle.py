@@ -29,7 +29,10 @@ The order is part of the contract: a source that is down makes every expression
 rule ``Unknown`` (``alertname`` rules read the receiver, which holds every alert
 it was sent) and its cluster ``None``; a rule's ``recover`` expression is only
 asked while the rule has active targets, and only about them, because
-``evaluate`` reads a recover result for nothing else (``engine/evaluate.py``).
+``evaluate`` reads a recover result for nothing else (``engine/evaluate.py``). A
+rule with an escalation ladder is asked the success condition of the step each
+active target is on: the rule's recover under the rule's name, a step's own under
+``<rule>/<step>`` (``engine/ladder.py``), each about its own targets.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from typing import Protocol, runtime_checkable
 
 from autoscaler.decision import Decision
 from autoscaler.engine.evaluate import evaluate
-from autoscaler.engine.state import ClusterInfo, EngineState
+from autoscaler.engine.ladder import has_success, step_of, success_key
+from autoscaler.engine.state import ClusterInfo, EngineState, TargetKey
 from autoscaler.ruleset.model import TARGET_LABELS, Rule, RuleSet
 from autoscaler.sources.base import Source
 from autoscaler.types import QueryResult, Unknown, Vector
@@ -120,10 +124,11 @@ async def run_cycle(
         else:
             assert rule.expr is not None
             results[rule.name] = await _ask(rule.name, source.query(rule.expr, now))
-        if rule.recover is not None and rule.name in active:
-            recover[rule.name] = (
-                await _ask(rule.name, _recover(rule, source, state, now)) if up else down
-            )
+        if has_success(rule) and rule.name in active:
+            for name, (expr, keys) in _successes(rule, state).items():
+                recover[name] = (
+                    await _ask(rule.name, _recover(rule, expr, keys, source, now)) if up else down
+                )
     decisions = evaluate(
         ruleset, results, state, now, recover_results=recover, cluster=info, dry_run=dry_run
     )
@@ -144,15 +149,27 @@ async def _ask(rule: str, query: Awaitable[QueryResult]) -> QueryResult:
         return Unknown(f"query failed: {type(e).__name__}: {e}")
 
 
-async def _recover(rule: Rule, source: Source, state: EngineState, now: float) -> QueryResult:
-    """The rule's recover condition for its active targets only."""
-    assert rule.recover is not None
+def _successes(rule: Rule, state: EngineState) -> dict[str, tuple[str, list[TargetKey]]]:
+    """Result key -> (the success expression, the active targets it is asked for):
+    one entry for the rule's recover, one per ladder step with its own."""
+    out: dict[str, tuple[str, list[TargetKey]]] = {}
+    for key in (k for k in state.active if k[0] == rule.name):
+        step = step_of(state, key)
+        success = rule.success(step) if rule.escalate else rule.recover
+        if success is not None:
+            out.setdefault(success_key(rule, step), (success.expr, []))[1].append(key)
+    return out
+
+
+async def _recover(
+    rule: Rule, expr: str, keys: list[TargetKey], source: Source, now: float
+) -> QueryResult:
+    """A recover (success) condition for some of the rule's active targets only."""
     names = TARGET_LABELS[rule.target]
-    active = [key for r, key in state.active if r == rule.name]
-    wanted = [tuple(dict(key).get(n, "") for n in names) for key in active]
+    wanted = [tuple(dict(key[1]).get(n, "") for n in names) for key in keys]
     if isinstance(source, TargetedSource):
-        return await source.query_targets(rule.recover.expr, now, names, wanted)
-    result = await source.query(rule.recover.expr, now)
+        return await source.query_targets(expr, now, names, wanted)
+    result = await source.query(expr, now)
     if not isinstance(result, Vector):
         return result
     keep = set(wanted)

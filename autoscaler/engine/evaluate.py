@@ -33,18 +33,26 @@ One cycle, in this order:
    decision, clear the active entry and mark the target's incident, if one is in
    progress, handled. Recover decisions are never held back by limits or by an
    open breaker: undoing a remediation reduces harm.
-3. Incidents: a known result ends the incidents of the targets it lacks and starts
+   A target on an escalation ladder recovers by its current step's success
+   condition (the step's ``recover``, else the rule's), and its recover decision
+   undoes through the ladder's first step that can be undone (``Rule.undo_action``).
+3. Escalate (``engine/ladder.py``): each ladder whose current step timed out
+   without success, or whose action reported ``failed``, takes its next step (an
+   act decision with ``extra={"step": i, "incident": t}``), unless the breaker is
+   open or an hourly limit holds it; a last step that timed out releases its
+   target. The first step of a ladder is the rule's act below.
+4. Incidents: a known result ends the incidents of the targets it lacks and starts
    one for each target it contains that has none (or whose ``__incident__`` is
    new). An incident that starts while the rule still remediates the target (it is
    active, with ``recover``) is handled at once: the remediation covers it.
-4. Fire: an incident not yet handled fires once it has lasted for the rule's
+5. Fire: an incident not yet handled fires once it has lasted for the rule's
    ``for``, unless the target recovered this very cycle or the rule's cooldown for
    it has not ended (a ``held`` note). With ``repeat``, a handled incident fires
    again once ``repeat`` has passed since it was handled.
-5. Close a ``window`` breaker when ``breakerWindow`` has passed since it opened and
+6. Close a ``window`` breaker when ``breakerWindow`` has passed since it opened and
    the nodes that the rules want remediated (active ones and this cycle's fired
    targets) are back within the limit.
-6. Limits, in a fixed order (rule order, then target: by node then device, by
+7. Limits, in a fixed order (rule order, then target: by node then device, by
    namespace then pod, by pool): per-rule ``maxConcurrent`` and
    ``maxActionsPerHour``, global ``maxActionsPerHour`` and ``maxConcurrentDrains``,
    then the breaker (see ``breaker``). A target held back stays pending (its
@@ -70,8 +78,8 @@ lacking the labels that name the rule's target are skipped with a ``skipped`` no
 and do not count as present.
 
 State: ``evaluate`` mutates the ``EngineState`` passed in and returns the cycle's
-decisions, recover decisions first, then act decisions, each in rule order and then
-target order. ``state.notes`` is replaced with this cycle's notes. It does not
+decisions, recover decisions first, then escalations, then act decisions, each in
+rule order and then target order. ``state.notes`` is replaced with this cycle's notes. It does not
 append to the decision log: the caller calls ``state.record(decisions)``.
 """
 
@@ -91,6 +99,7 @@ from autoscaler.engine.breaker import (
     describe_limit,
     in_grace,
 )
+from autoscaler.engine.ladder import escalate, has_success, start, step_of, success_key
 from autoscaler.engine.state import (
     Active,
     ClusterInfo,
@@ -103,8 +112,8 @@ from autoscaler.ruleset.model import TARGET_LABELS, Limits, Rule, RuleSet, Targe
 from autoscaler.sources.alertmanager import INCIDENT_LABEL
 from autoscaler.types import Labels, QueryResult, Sample, Scalar, Unknown, Vector
 
-# Actions that maxConcurrentDrains counts: both move every job off what they act on.
-DRAIN_ACTIONS = frozenset({"drain", "migrate_jobs"})
+# Actions that maxConcurrentDrains counts: each moves jobs off what it acts on.
+DRAIN_ACTIONS = frozenset({"drain", "migrate_jobs", "repartition"})
 
 HOUR = 3600.0
 
@@ -125,13 +134,14 @@ def evaluate(
     see the module docstring for the exact rules."""
     state.notes = []
     _forget(ruleset, state, now)
-    recovered = _recover(ruleset, recover_results or {}, state, now, dry_run)
+    recovered, unknown = _recover(ruleset, recover_results or {}, state, now, dry_run)
     done = {(d.rule, _labels(d.target)) for d in recovered}
+    escalated = escalate(ruleset, state, now, unknown=unknown, recovered=done, dry_run=dry_run)
     fired = _fire(ruleset, results, state, now, done)
     _close_window_breaker(ruleset.limits, fired, state, cluster, now)
     acted = _gate(ruleset.limits, fired, state, cluster, now, dry_run)
     state.last_evaluation = now
-    return recovered + acted
+    return recovered + escalated + acted
 
 
 def target_of(target: Target, sample: Sample) -> tuple[Labels, tuple[str, ...]]:
@@ -210,13 +220,18 @@ def _forget(ruleset: RuleSet, state: EngineState, now: float) -> None:
                     key[1],
                 )
             )
-        elif rule.recover is None and now - active.since >= rule.cooldown:
+        elif rule.recover is None and not rule.escalate and now - active.since >= rule.cooldown:
             del state.active[key]
     state.incidents = {k: v for k, v in state.incidents.items() if k[0] in rules}
     state.recovering = {
-        k: v
-        for k, v in state.recovering.items()
-        if k in state.active and rules[k[0]].recover is not None
+        k: v for k, v in state.recovering.items() if k in state.active and has_success(rules[k[0]])
+    }
+    # A ladder lives as long as its target is active; a reload that shortened the
+    # ladder leaves the target on the new last step.
+    state.ladders = {
+        k: replace(v, step=min(v.step, len(rules[k[0]].escalate)))
+        for k, v in state.ladders.items()
+        if k in state.active and rules[k[0]].escalate
     }
     state.last_acted = {
         k: v
@@ -286,34 +301,53 @@ def _recover(
     state: EngineState,
     now: float,
     dry_run: bool,
-) -> list[Decision]:
+) -> tuple[list[Decision], set[TargetKey]]:
+    """The cycle's recover decisions, and the targets whose success result was
+    unknown. A target on a ladder recovers by its step's success condition
+    (``Rule.success``), read from ``recover_results[success_key(...)]``."""
     decisions: list[Decision] = []
+    unknown: set[TargetKey] = set()
     for rule in ruleset.rules:
-        if rule.recover is None:
+        if not has_success(rule):
             continue
         keys = sorted(
             (k for k in state.active if k[0] == rule.name), key=lambda k: _order(rule, k[1])
         )
-        if not keys:
-            continue
-        present = _present(rule, recover_results.get(rule.name), state, "recover")
-        if present is None:
-            continue
+        known: dict[str, dict[Labels, _Seen] | None] = {}
         for key in keys:
+            step = step_of(state, key)
+            success = rule.success(step) if rule.escalate else rule.recover
+            if success is None:
+                continue
+            name = success_key(rule, step)
+            if name not in known:
+                known[name] = _present(rule, recover_results.get(name), state, "recover")
+            present = known[name]
+            if present is None:
+                unknown.add(key)
+                continue
             seen = present.get(key[1])
-            if seen is None:
+            ladder = state.ladders.get(key)
+            unfinished = ladder is not None and ladder.step > 1 and ladder.outcome != "done"
+            if seen is None or unfinished:
+                # A later step succeeds only once its action has said "done": a
+                # device that stayed up after its fault is no proof that the reset
+                # or reboot it waits for happened (the agent may have refused), so
+                # its success window starts when the action finishes.
                 state.recovering.pop(key, None)
                 continue
             since = state.recovering.setdefault(key, now)
-            if now - since < rule.recover.for_:
+            if now - since < success.for_:
                 continue
             del state.active[key]
             del state.recovering[key]
+            ladder = state.ladders.pop(key, None)
             # The recover ends the incident: while the condition goes on holding,
             # nothing starts again.
             incident = state.incidents.get(key)
             if incident is not None and incident.handled is None:
                 state.incidents[key] = replace(incident, handled=now)
+            what = "" if ladder is None else f"step {step} ({rule.step(step).action.type}) "
             decisions.append(
                 _decision(
                     rule,
@@ -322,11 +356,12 @@ def _recover(
                     seen.sample,
                     now,
                     dry_run,
-                    f"recover held for {format_duration(now - since)} "
-                    f"(for: {format_duration(rule.recover.for_)})",
+                    f"{what}recover held for {format_duration(now - since)} "
+                    f"(for: {format_duration(success.for_)})",
+                    extra={} if ladder is None else {"step": step, "incident": ladder.started},
                 )
             )
-    return decisions
+    return decisions, unknown
 
 
 def _fire(
@@ -346,7 +381,8 @@ def _fire(
         for target, seen in sorted(present.items(), key=lambda kv: _order(rule, kv[0])):
             key = (rule.name, target)
             incident = _incident(state.incidents.get(key), seen.ids, now)
-            if incident.handled is None and rule.recover is not None and key in state.active:
+            covered = rule.recover is not None or bool(rule.escalate)
+            if incident.handled is None and covered and key in state.active:
                 incident = replace(incident, handled=now)
             state.incidents[key] = incident
             if key in recovered or not _due(rule, incident, now):
@@ -365,9 +401,15 @@ def _fire(
                 continue
             # Only remediation of a node that is unwell counts towards the breaker:
             # moving load off a busy node (rebalance) is not a sign of a storm.
-            node = _node(target) if rule.action.type in UNHEALTHY_ACTIONS else None
+            node = _node(target) if _unhealthy(rule) else None
             fired.append(_Fired(rule, target, seen.sample, incident.since, node, incident.ids))
     return fired
+
+
+def _unhealthy(rule: Rule) -> bool:
+    """Whether the rule treats its target's node as unwell (any step of a ladder)."""
+    steps = rule.escalate or (rule.step(1),)
+    return any(s.action.type in UNHEALTHY_ACTIONS for s in steps)
 
 
 def _incident(current: Incident | None, ids: tuple[str, ...], now: float) -> Incident:
@@ -509,6 +551,7 @@ def _gate(
         # The alert's identity leaves the sample with the bookkeeping labels; the
         # reason keeps it, so that the log says which incident acted.
         incident = f"; incident {', '.join(f.ids)}" if f.ids else ""
+        extra = start(rule, f.key, state, now) if rule.escalate else {}
         decisions.append(
             _decision(
                 rule,
@@ -519,6 +562,7 @@ def _gate(
                 dry_run,
                 f"{reason} for {format_duration(now - f.since)} "
                 f"(for: {format_duration(rule.for_)}){incident}",
+                extra=extra,
             )
         )
     return decisions
@@ -532,16 +576,22 @@ def _decision(
     now: float,
     dry_run: bool,
     reason: str,
+    *,
+    extra: Mapping[str, float | int] | None = None,
 ) -> Decision:
+    # A recover undoes through the first step that can be undone (the ladder's
+    # taint or cordon); an act is the rule's (first) action.
+    action = rule.undo_action() if kind == "recover" else rule.action
     return Decision(
         rule=rule.name,
         kind=kind,
-        action=rule.action.type,
-        params=dict(rule.action.params),
+        action=action.type,
+        params=dict(action.params),
         target=dict(target),
         sample_labels=sample.labels,
         sample_value=sample.value,
         at=now,
         dry_run=dry_run,
         reason=reason,
+        extra=dict(extra or {}),
     )

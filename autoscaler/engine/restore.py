@@ -24,7 +24,16 @@ alone:
   the last hour's actions (``maxActionsPerHour``), the handled incidents (so a
   re-sent alert of an incident already acted on stays handled), and the active
   targets of actions that leave no node entry (requeue_job, rebalance,
-  scale_node_pool). The leader writes it after a cycle that changed it.
+  scale_node_pool), and the escalation ladders (``engine/ladder.py``: step, since,
+  started, outcome). The leader writes it after a cycle that changed it.
+
+Ladders: a target on a ladder is active (and its node counted) when the record
+has its ladder and either its node still carries our entry for the rule, or the
+node is not listed at all: a node away being replaced (replace_machine) takes its
+entry with it, and the breaker must go on counting it. A listed node without our
+entry was released by a person, which ends the ladder too. A target active from
+its node entry whose ladder the record lacks (killed before the first write) is
+put back on the step whose action the entry names, from the entry's start.
 
 How the two are merged with what the process remembers (``restore``): active
 targets come from the cluster alone (memory may be stale: another replica led
@@ -49,7 +58,7 @@ from typing import Any
 
 from autoscaler.actions.ownership import entries, parse_iso
 from autoscaler.engine.breaker import UNHEALTHY_ACTIONS
-from autoscaler.engine.state import Active, EngineState, TargetKey
+from autoscaler.engine.state import Active, EngineState, Ladder, TargetKey
 from autoscaler.kube.protocol import Obj
 from autoscaler.ruleset.model import RuleSet
 from autoscaler.types import labels_of
@@ -82,6 +91,7 @@ def record_of(state: EngineState) -> dict[str, Any]:
         "actions": doc["actions"],
         "incidents": [i for i in doc.get("incidents", []) if i.get("handledAt") is not None],
         "active": [a for a in doc["active"] if a["action"] not in NODE_RECORDED],
+        "ladders": doc["ladders"],
     }
 
 
@@ -103,7 +113,7 @@ def parse_record(text: str) -> EngineState:
     if doc.get("version") != RECORD_VERSION:
         raise RecordError(f"version {doc.get('version')!r}, this controller reads {RECORD_VERSION}")
     full = EngineState().to_json()
-    for part in ("breaker", "cooldowns", "actions", "incidents", "active"):
+    for part in ("breaker", "cooldowns", "actions", "incidents", "active", "ladders"):
         if part in doc and part in full:
             full[part] = doc[part]
     try:
@@ -159,8 +169,10 @@ def restore(
     saved = record if record is not None else EngineState()
     active: dict[TargetKey, Active] = {}
     dropped: list[str] = []
+    listed: set[str] = set()
     for node in nodes:
         name = str((node.get("metadata") or {}).get("name", ""))
+        listed.add(name)
         for rule, entry in sorted(entries(node).items()):
             if entry.controller != controller:
                 continue
@@ -180,6 +192,7 @@ def restore(
     for key, a in saved.active.items():
         if key[0] in rules and a.action not in NODE_RECORDED:
             active.setdefault(key, a)
+    ladders = _ladders(ruleset, saved.ladders, active, listed)
 
     last_acted = {k: v for k, v in state.last_acted.items() if k[0] in rules}
     for key, at in saved.last_acted.items():
@@ -192,6 +205,7 @@ def restore(
     )
 
     state.active = active
+    state.ladders = ladders
     state.last_acted = last_acted
     state.actions = actions
     state.recovering = {}
@@ -213,6 +227,34 @@ def restore(
         record=record is not None,
         cooldowns=len(last_acted),
     )
+
+
+def _ladders(
+    ruleset: RuleSet,
+    saved: Mapping[TargetKey, Ladder],
+    active: dict[TargetKey, Active],
+    listed: set[str],
+) -> dict[TargetKey, Ladder]:
+    """The ladders to go on with, and their targets made active (see the module
+    docstring); ``active`` is completed in place."""
+    out: dict[TargetKey, Ladder] = {}
+    for rule in ruleset.rules:
+        if not rule.escalate:
+            continue
+        types = [s.action.type for s in rule.escalate]
+        for key, ladder in saved.items():
+            node = dict(key[1]).get("node")
+            if key[0] != rule.name or not (key in active or (node and node not in listed)):
+                continue
+            step = min(ladder.step, len(types))
+            out[key] = Ladder(step, ladder.since, ladder.started, ladder.outcome)
+            counted = node if any(t in UNHEALTHY_ACTIONS for t in types) else None
+            active[key] = Active(ladder.started, types[step - 1], counted)
+        for key, a in active.items():
+            if key[0] == rule.name and key not in out:
+                step = types.index(a.action) + 1 if a.action in types else 1
+                out[key] = Ladder(step, a.since, a.since)
+    return out
 
 
 __all__ = [

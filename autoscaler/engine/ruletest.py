@@ -11,7 +11,11 @@ the function the controller and the simulator run) at every evaluation time from
 0 to the last expected time with a fresh ``EngineState``, and compares. Decisions are compared as
 a multiset (rule, kind, action and target) per expectation: those of one evaluation
 for ``at``, and all those made at the evaluation times of a ``from``/``to`` window
-together, so that "one decision over the whole incident" is one expectation.
+together, so that "one decision over the whole incident" is one expectation. An
+act decision of a rule with an escalation ladder is compared with its step too
+(``step:``, by default the first step with the expected action), and a test's
+``outcomes`` are reported to the engine (``EngineState.report``, what the
+executor does in the controller) just before the evaluation at their time.
 
 The work a file asks for is held against ``TestLimits`` before any test runs:
 samples and series while the file is read (``ruleset/testfile.py``), and here,
@@ -53,6 +57,7 @@ from autoscaler.ruleset.testfile import (
     Expectation,
     ExpectedDecision,
     InputAlert,
+    InputOutcome,
     RuleTest,
     RuleTestFile,
     TestLimits,
@@ -190,10 +195,26 @@ async def _run_test(test: RuleTest, ruleset: RuleSet, interval_ms: int) -> str |
     due: dict[int, list[Expectation]] = {}
     for e in test.expect:
         due.setdefault(e.last_ms, []).append(e)
+    reports: dict[int, list[InputOutcome]] = {}
+    for o in test.outcomes:
+        reports.setdefault(o.at_ms, []).append(o)
+    explicit = {(o.rule, o.target, o.step) for o in test.outcomes}
     for step in range(last // interval_ms + 1):
         at_ms = step * interval_ms
+        for o in reports.get(at_ms, ()):
+            state.report(o.rule, dict(o.target), o.step, o.status)
         result = await run_cycle(ruleset, source, alerts, state, at_ms / 1000, cluster=view)
         made += [(at_ms, d) for d in result.decisions]
+        # A step the test reports no outcome for did what it was asked at once, as
+        # an action that answers "done" does in the controller.
+        for d in result.decisions:
+            rung = d.extra.get("step")
+            if (
+                d.kind == "act"
+                and isinstance(rung, int)
+                and (d.rule, labels_of(d.target), rung) not in explicit
+            ):
+                state.report(d.rule, d.target, rung, "done")
         # Expectations are checked as soon as their last time is evaluated, in the
         # order they are written, so the engine's notes are those of that time.
         for expectation in due.get(at_ms, ()):
@@ -260,7 +281,7 @@ def _cluster(test: RuleTest) -> ClusterInfo:
 
 # -- comparing ----------------------------------------------------------------------
 
-Key = tuple[str, str, str, Labels]  # rule, kind, action, target
+Key = tuple[str, str, str, Labels, int | None]  # rule, kind, action, target, ladder step
 
 
 def _compare(
@@ -272,8 +293,7 @@ def _compare(
     """The readable diff of one expectation against the decisions made at the
     times it covers, each with its time; None when they agree."""
     expected: Counter[Key] = Counter(
-        (e.rule, e.kind, e.action or ruleset.rule(e.rule).action.type, e.target)
-        for e in expectation.decisions
+        _expected(e, ruleset.rule(e.rule)) for e in expectation.decisions
     )
     got: Counter[Key] = Counter(_key(d) for _, d in decisions)
     if expected == got:
@@ -307,7 +327,19 @@ def _compare(
 
 
 def _key(d: Decision) -> Key:
-    return (d.rule, d.kind, d.action, labels_of(d.target))
+    step = d.extra.get("step") if d.kind == "act" else None
+    return (d.rule, d.kind, d.action, labels_of(d.target), step if isinstance(step, int) else None)
+
+
+def _expected(e: ExpectedDecision, rule: Rule) -> Key:
+    """An expected decision as a Key: the action defaults to the rule's (first)
+    action, and an act of a ladder's rule to the first step with that action."""
+    action = e.action or rule.action.type
+    step = e.step
+    if step is None and rule.escalate and e.kind == "act":
+        types = [s.action.type for s in rule.escalate]
+        step = types.index(action) + 1 if action in types else None
+    return (e.rule, e.kind, action, e.target, step)
 
 
 def _sort_key(ruleset: RuleSet) -> Callable[[Key], tuple[int, str, str, str, list[str]]]:
@@ -325,8 +357,8 @@ _LABEL_ORDER = ("node", "device", "namespace", "pod", "pool")
 
 
 def _show(key: Key) -> str:
-    rule, kind, action, target = key
-    return f"{kind} {rule} {action} {_braces(target)}"
+    rule, kind, action, target, step = key
+    return f"{kind} {rule} {action} {_braces(target)}" + (f" step {step}" if step else "")
 
 
 def _rank(name: str) -> int:
@@ -359,6 +391,12 @@ def _why(missing: Sequence[Key], ruleset: RuleSet, state: EngineState) -> list[s
             lines.append(
                 f"{rule} {_braces(target)}: already under remediation since "
                 f"{format_duration(active.since)}"
+            )
+        ladder = state.ladders.get((rule, target))
+        if ladder is not None:
+            lines.append(
+                f"{rule} {_braces(target)}: on ladder step {ladder.step} since "
+                f"{format_duration(ladder.since)} (outcome {ladder.outcome or 'not reported'})"
             )
     for n in state.notes:
         relevant = (
@@ -409,12 +447,39 @@ def check_against(parsed: RuleTestFile, ruleset: RuleSet) -> list[str]:
                     continue
                 rule = ruleset.rule(d.rule)
                 problems += _target_problems(d, rule)
-                if d.kind == "recover" and rule.recover is None:
+                if d.kind == "recover" and rule.recover is None and not rule.escalate:
                     problems.append(
                         f"{d.position}: rule '{d.rule}' has no recover, so it never "
                         "makes a recover decision"
                     )
+                problems += _step_problems(d.position, d.step, d.kind, rule)
+        for o in test.outcomes:
+            if o.at_ms % interval_ms:
+                problems.append(
+                    f"{o.position}: at {format_duration(o.at_ms / 1000)} is not a multiple of "
+                    f"the evaluation interval {format_duration(interval_ms / 1000)}"
+                )
+            if o.rule not in names:
+                problems.append(
+                    f"{o.position}: no rule named '{o.rule}'"
+                    f"{did_you_mean(o.rule, names, or_list=True)}"
+                )
+            else:
+                problems += _step_problems(o.position, o.step, "act", ruleset.rule(o.rule))
     return problems
+
+
+def _step_problems(position: object, step: int | None, kind: str, rule: Rule) -> list[str]:
+    """A ``step`` that the rule's decisions can never carry."""
+    if step is None:
+        return []
+    if kind != "act":
+        return [f"{position}: step is for act decisions (a recover ends the ladder)"]
+    if not rule.escalate:
+        return [f"{position}: rule '{rule.name}' has no escalate ladder, so it has no steps"]
+    if step > len(rule.escalate):
+        return [f"{position}: rule '{rule.name}' has {len(rule.escalate)} steps, not {step}"]
+    return []
 
 
 def check_work(parsed: RuleTestFile, ruleset: RuleSet, limits: TestLimits) -> list[str]:

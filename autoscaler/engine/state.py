@@ -30,6 +30,11 @@ Words used below:
   a requeue is over, and the cooldown is the rule author's word for how long it is
   in effect).
 - *recovering*: an active target whose recover condition holds, since a time.
+- *ladder*: for a rule with ``escalate``, where an active target stands on it: the
+  step it is at (1-based), since when, when the ladder started (its first step,
+  which is also the identity the step actions build their request ids from), and
+  the outcome the executor reported for the step's action (None until it reports;
+  ``report``). A ladder lives exactly as long as its target is active.
 """
 
 from __future__ import annotations
@@ -48,8 +53,8 @@ DECISION_LOG_SIZE = 1000
 # (rule name, target labels): the key of every per-target entry.
 TargetKey = tuple[str, Labels]
 
-NoteKind = Literal["unknown", "skipped", "held", "dropped", "breaker"]
-NOTE_KINDS: tuple[str, ...] = ("unknown", "skipped", "held", "dropped", "breaker")
+NoteKind = Literal["unknown", "skipped", "held", "dropped", "breaker", "exhausted"]
+NOTE_KINDS: tuple[str, ...] = ("unknown", "skipped", "held", "dropped", "breaker", "exhausted")
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,18 @@ class Active:
 
 
 @dataclass(frozen=True)
+class Ladder:
+    """Where an active target of a rule with ``escalate`` stands on its ladder."""
+
+    step: int  # 1-based
+    since: float  # when this step started
+    started: float  # when step 1 started
+    # The step's action outcome as the executor reported it ("done", "partial",
+    # "skipped", "failed"); None until it does. "failed" escalates at once.
+    outcome: str | None = None
+
+
+@dataclass(frozen=True)
 class Incident:
     """A rule's condition holding for a target, from ``since`` until a known result
     lacks the target."""
@@ -102,7 +119,8 @@ class Note:
     ``labels`` are the sample's), ``held`` (a target that would fire was held back by a
     cooldown, a limit or the breaker; ``labels`` are the target's), ``dropped`` (an
     active target of a rule that is no longer in the rule set was forgotten),
-    ``breaker`` (the breaker opened or closed; ``rule`` is empty).
+    ``breaker`` (the breaker opened or closed; ``rule`` is empty), ``exhausted`` (a
+    ladder's last step timed out without success: the target is released).
     """
 
     rule: str
@@ -133,6 +151,9 @@ class EngineState:
     # rule, target -> since when the recover condition has held, for active targets.
     recovering: dict[TargetKey, float] = field(default_factory=dict)
     active: dict[TargetKey, Active] = field(default_factory=dict)
+    # rule, target -> its place on the rule's escalation ladder (active targets of
+    # rules with ``escalate`` only).
+    ladders: dict[TargetKey, Ladder] = field(default_factory=dict)
     # rule, target -> when the rule last acted on it; a cooldown runs from here.
     last_acted: dict[TargetKey, float] = field(default_factory=dict)
     # (time, rule) of every "act" decision in the last hour, for the hourly limits.
@@ -169,7 +190,19 @@ class EngineState:
         if it was active."""
         key = (rule, labels_of(target))
         self.recovering.pop(key, None)
+        self.ladders.pop(key, None)
         return self.active.pop(key, None) is not None
+
+    def report(self, rule: str, target: Mapping[str, str], step: int, status: str) -> bool:
+        """The executor's word on a ladder step's action: its outcome ``status``.
+        Kept only while the target is still at that step (a late report of an
+        earlier step changes nothing). True if it was kept."""
+        key = (rule, labels_of(target))
+        ladder = self.ladders.get(key)
+        if ladder is None or ladder.step != step:
+            return False
+        self.ladders[key] = Ladder(ladder.step, ladder.since, ladder.started, status)
+        return True
 
     def to_json(self) -> dict[str, Any]:
         """Everything, as JSON-ready dicts and lists; ``from_json`` reads it back."""
@@ -183,6 +216,10 @@ class EngineState:
             "active": [
                 _entry(k, since=a.since, action=a.action, node=a.node)
                 for k, a in sorted(self.active.items())
+            ],
+            "ladders": [
+                _entry(k, step=v.step, since=v.since, started=v.started, outcome=v.outcome)
+                for k, v in sorted(self.ladders.items())
             ],
             "cooldowns": [_entry(k, lastActedAt=v) for k, v in sorted(self.last_acted.items())],
             "actions": [{"at": at, "rule": rule} for at, rule in self.actions],
@@ -201,7 +238,7 @@ class EngineState:
         """The state that ``to_json`` wrote. Raises KeyError/TypeError/ValueError on a
         document of another shape. ``pending`` is derived from ``incidents``; a
         document from before incidents were kept has only ``pending``, whose entries
-        are read as incidents not handled yet."""
+        are read as incidents not handled yet; one from before ladders has none."""
         breaker = doc["breaker"]
         if "incidents" in doc:
             incidents = {_key(e): _incident(e) for e in doc["incidents"]}
@@ -214,6 +251,7 @@ class EngineState:
                 _key(e): Active(float(e["since"]), str(e["action"]), _opt_str(e["node"]))
                 for e in doc["active"]
             },
+            ladders={_key(e): _ladder(e) for e in doc.get("ladders", [])},
             last_acted={_key(e): float(e["lastActedAt"]) for e in doc["cooldowns"]},
             actions=[(float(e["at"]), str(e["rule"])) for e in doc["actions"]],
             breaker_open=bool(breaker["open"]),
@@ -271,6 +309,15 @@ def _incident(entry: Mapping[str, Any]) -> Incident:
     )
 
 
+def _ladder(entry: Mapping[str, Any]) -> Ladder:
+    step = entry["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"ladder step must be a whole number from 1, got {step!r}")
+    return Ladder(
+        step, float(entry["since"]), float(entry["started"]), _opt_str(entry.get("outcome"))
+    )
+
+
 def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -299,4 +346,5 @@ def _decision(doc: Mapping[str, Any]) -> Decision:
         at=float(doc["at"]),
         dry_run=bool(doc["dryRun"]),
         reason=str(doc["reason"]),
+        extra=dict(doc.get("extra") or {}),
     )

@@ -57,6 +57,7 @@ from autoscaler.ruleset.model import (
     Rule,
     RuleLimits,
     RuleSet,
+    Step,
     Target,
 )
 from exporter import schema
@@ -84,6 +85,7 @@ RULE_KEYS = (
     "for",
     "target",
     "action",
+    "escalate",
     "cooldown",
     "repeat",
     "limits",
@@ -91,6 +93,9 @@ RULE_KEYS = (
 )
 RULE_LIMITS_KEYS = ("maxConcurrent", "maxActionsPerHour")
 RECOVER_KEYS = ("expr", "for")
+STEP_KEYS = ("action", "timeout", "recover")
+# The most steps a ladder may have: more rungs than any remediation has.
+MAX_STEPS = 10
 BREAKER_RESETS = ("manual", "window")
 
 # A rule name appears in decision logs, metrics labels and Kubernetes annotations:
@@ -116,6 +121,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "repeat": (0.0, 30 * _DAY),
     "breakerWindow": (1.0, 7 * _DAY),
     "scaleUpGrace": (0.0, _DAY),
+    "timeout": (1.0, 7 * _DAY),
 }
 # The largest count each integer field accepts: more nodes than a cluster has,
 # more actions than an hour can hold.
@@ -307,7 +313,7 @@ class _FileReader(Reader):
 
     def rule(self, node: Node) -> Rule | None:
         before = len(self.out.problems)
-        entries = self.mapping(node, "a rule", RULE_KEYS, required=("name", "target", "action"))
+        entries = self.mapping(node, "a rule", RULE_KEYS, required=("name", "target"))
         if entries is None:
             return None
 
@@ -353,6 +359,17 @@ class _FileReader(Reader):
         repeat = self.optional_duration(entries, "repeat")
 
         action = self.action(entries["action"][1], target) if "action" in entries else None
+        steps: tuple[Step, ...] = ()
+        if "action" in entries and "escalate" in entries:
+            self.problem(
+                entries["escalate"][0],
+                "a rule has action (one step) or escalate (a ladder of steps), not both",
+            )
+        elif "escalate" in entries:
+            steps = self.ladder(entries["escalate"][1], target, "recover" in entries)
+            action = steps[0].action if steps else None
+        elif "action" not in entries:
+            self.problem(node, "a rule: missing required key 'action' (or 'escalate')")
         rule_limits = self.rule_limits(entries["limits"][1]) if "limits" in entries else None
 
         recover = None
@@ -360,12 +377,19 @@ class _FileReader(Reader):
             key_node, v = entries["recover"]
             recover = self.recover(v, target)
             spec = ACTIONS.get(action.type) if action is not None else None
+            if "escalate" in entries:
+                spec = None  # the ladder's own check, in ``ladder``
             if spec is not None and not spec.reversible:
                 self.problem(
                     key_node,
                     f"recover: {spec.name} cannot be undone, so a rule with it has no recover",
                 )
-        if "repeat" in entries and action is not None:
+        if "repeat" in entries and "escalate" in entries:
+            self.problem(
+                entries["repeat"][0],
+                "repeat: a ladder acts once per incident and escalates by its steps' timeouts",
+            )
+        elif "repeat" in entries and action is not None:
             # A remediation acts once per incident; repeating a drain is the repeated
             # eviction this guards against. Capacity and load actions may repeat.
             spec = ACTIONS.get(action.type)
@@ -393,6 +417,7 @@ class _FileReader(Reader):
             limits=rule_limits or RuleLimits(),
             recover=recover,
             position=self.pos(node),
+            escalate=steps,
         )
 
     def action(self, node: Node, target: str | None) -> Action | None:
@@ -429,6 +454,53 @@ class _FileReader(Reader):
                 where = value_node if pp_.param in spec.keys else key_node
             self.problem(where, str(pp_))
         return Action(kind, params)
+
+    def ladder(self, node: Node, target: str | None, rule_recover: bool) -> tuple[Step, ...]:
+        """``escalate``: the steps in order; each step's action validated as a rule's
+        would be (its parameters, and whether it acts on the rule's target), a
+        ``timeout`` on every step but the last, an optional ``recover``."""
+        items = self.sequence(node, "escalate", "a list of steps")
+        if items is None:
+            return ()
+        if not items:
+            self.problem(node, "escalate lists no step (for one step, write action:)")
+            return ()
+        if len(items) > MAX_STEPS:
+            self.problem(node, f"escalate has {len(items)} steps; at most {MAX_STEPS}")
+            return ()
+        before = len(self.out.problems)
+        steps: list[Step] = []
+        for i, item in enumerate(items, 1):
+            entries = self.mapping(item, f"escalate step {i}", STEP_KEYS, required=("action",))
+            if entries is None or "action" not in entries:
+                continue
+            action = self.action(entries["action"][1], target)
+            timeout = self.optional_duration(entries, "timeout")
+            if "timeout" not in entries and i < len(items):
+                self.problem(
+                    item,
+                    f"escalate step {i}: missing required key 'timeout' (every step but the "
+                    "last has one: when it passes without success, the next step starts)",
+                )
+            recover = self.recover(entries["recover"][1], target) if "recover" in entries else None
+            if action is not None:
+                steps.append(Step(action, timeout, recover, self.pos(item)))
+        if len(self.out.problems) > before:
+            return ()
+        wants_undo = rule_recover or any(s.recover is not None for s in steps)
+        if not wants_undo and steps[-1].timeout is None:
+            self.problem(
+                items[-1],
+                "escalate: with no recover, nothing ends this ladder; give its last step a "
+                "timeout (or the rule a recover), or its node counts as unhealthy for good",
+            )
+        if wants_undo and not any(_reversible(s.action.type) for s in steps):
+            self.problem(
+                node,
+                "recover: no step of this ladder can be undone, so the rule has no "
+                "recover (make one step cordon, taint, drain or migrate_jobs)",
+            )
+        return tuple(steps)
 
     def rule_limits(self, node: Node) -> RuleLimits | None:
         entries = self.mapping(node, "rule limits", RULE_LIMITS_KEYS)
@@ -521,6 +593,11 @@ class _FileReader(Reader):
 
     def optional_duration(self, entries: Entries, key: str) -> float | None:
         return self.bounded_duration(entries[key][1], key) if key in entries else None
+
+
+def _reversible(action: str) -> bool:
+    spec = ACTIONS.get(action)
+    return spec is not None and spec.reversible
 
 
 def _metric_names(ast: pp.Expr) -> set[str]:

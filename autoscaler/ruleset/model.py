@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from accel_common.yamlread import Position
+from autoscaler.actions import ACTIONS
 
 # The label that names what a rule acts on. "pool" is for scale_node_pool, whose
 # expressions are per node pool.
@@ -48,6 +49,20 @@ class Recover:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One rung of an escalation ladder (``escalate:``): an action, how long it has
+    to succeed before the next step starts (``timeout``, seconds; None only on the
+    last step: the ladder then waits on it until the target recovers), and what
+    success means for it (``recover``; None: the rule's)."""
+
+    action: Action
+    timeout: float | None = None
+    recover: Recover | None = None
+    # Position is a frozen dataclass (from accel_common), so one default is safe to share.
+    position: Position = Position("<memory>", 1, 1)  # noqa: RUF009
+
+
+@dataclass(frozen=True)
 class RuleLimits:
     """Per-rule limits; None means no limit of that kind."""
 
@@ -63,6 +78,7 @@ class Rule:
     expr: str | None
     alertname: str | None
     target: Target
+    # With ``escalate``, the first step's action (what the rule does first).
     action: Action
     description: str = ""
     for_: float = 0.0
@@ -77,6 +93,32 @@ class Rule:
     recover: Recover | None = None
     # Position is a frozen dataclass (from accel_common), so one default is safe to share.
     position: Position = Position("<memory>", 1, 1)  # noqa: RUF009
+    # The escalation ladder (``escalate:``), empty for a rule with one ``action``.
+    # Step i (1-based) is ``escalate[i - 1]``; see engine/evaluate.py for when each
+    # one starts.
+    escalate: tuple[Step, ...] = ()
+
+    def step(self, i: int) -> Step:
+        """Step ``i`` (1-based) of the ladder; a rule without one has one step, its
+        action."""
+        if not self.escalate:
+            return Step(self.action, None, None, self.position)
+        return self.escalate[i - 1]
+
+    def success(self, i: int) -> Recover | None:
+        """What success means for step ``i``: its recover, else the rule's."""
+        own = self.escalate[i - 1].recover if self.escalate else None
+        return own if own is not None else self.recover
+
+    def undo_action(self) -> Action:
+        """The action whose recover path undoes what the rule did: the first step
+        that can be undone (its taint or cordon stays on the node through the later
+        steps); the rule's action without a ladder."""
+        for s in self.escalate:
+            spec = ACTIONS.get(s.action.type)
+            if spec is not None and spec.reversible:
+                return s.action
+        return self.action
 
 
 @dataclass(frozen=True)
@@ -121,5 +163,6 @@ __all__ = [
     "Rule",
     "RuleLimits",
     "RuleSet",
+    "Step",
     "Target",
 ]

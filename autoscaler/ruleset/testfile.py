@@ -29,6 +29,15 @@ Format::
             decisions:                        # one decision for the whole incident
               - {rule: fatal-device-fault, action: migrate_jobs, target: {node: n1}}
 
+Escalation ladders: an expected decision may say ``step: 2`` (the ladder step it
+is; default the first step with its ``action``, so the rule's first step), and a
+test may report what the executor said of a step's action before an evaluation,
+so that "a failed step escalates at once" can be tested::
+
+        outcomes:                             # reported just before the evaluation at
+          - {at: 16m, rule: fatal-device-fault, target: {node: n1, device: nvidia0},
+             step: 2, status: failed}         # done, partial, skipped or failed
+
 ``at`` compares the decisions of one evaluation; ``from``/``to`` compares the
 multiset of every decision made at the evaluation times of the window, so "one
 decision over the whole firing period" is one entry. ``action`` defaults to the
@@ -98,6 +107,23 @@ class ExpectedDecision:
     action: str | None  # None: the rule's action type
     target: Labels
     position: Position
+    step: int | None = None  # ladder step; None: the first with this action
+
+
+@dataclass(frozen=True)
+class InputOutcome:
+    """What the executor reported of a ladder step's action, just before the
+    evaluation at ``at_ms``."""
+
+    at_ms: int
+    rule: str
+    target: Labels
+    step: int
+    status: str
+    position: Position
+
+
+OUTCOME_STATUSES = ("done", "partial", "skipped", "failed")
 
 
 @dataclass(frozen=True)
@@ -137,6 +163,7 @@ class RuleTest:
     alerts: tuple[InputAlert, ...]
     cluster: ClusterSpec | None
     expect: tuple[Expectation, ...]
+    outcomes: tuple[InputOutcome, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -371,7 +398,7 @@ class _TestFileReader(Reader):
         fields = self.mapping(
             node,
             "a test",
-            ("name", "interval", "inputSeries", "alerts", "cluster", "expect"),
+            ("name", "interval", "inputSeries", "alerts", "cluster", "expect", "outcomes"),
             ("name", "expect"),
         )
         if fields is None:
@@ -388,6 +415,7 @@ class _TestFileReader(Reader):
         alerts = self.each(fields, "alerts", self.alert)
         cluster = self.cluster(fields["cluster"][1]) if "cluster" in fields else None
         expect = self.each(fields, "expect", self.expectation)
+        outcomes = self.each(fields, "outcomes", self.outcome)
         if "expect" in fields and not expect and len(self.problems) == before:
             self.problem(fields["expect"][1], "expect lists no time to check")
         seen: dict[Labels, InputSeries] = {}
@@ -417,7 +445,14 @@ class _TestFileReader(Reader):
         if name is None or len(self.problems) > before:
             return None
         return RuleTest(
-            name, self.pos(node), interval, tuple(series), tuple(alerts), cluster, tuple(expect)
+            name,
+            self.pos(node),
+            interval,
+            tuple(series),
+            tuple(alerts),
+            cluster,
+            tuple(expect),
+            tuple(outcomes),
         )
 
     def few_enough(self, fields: Entries) -> bool:
@@ -582,9 +617,26 @@ class _TestFileReader(Reader):
             return None
         return Expectation(start, tuple(decisions), self.pos(fields["from"][1]), end)
 
+    def outcome(self, node: Node) -> InputOutcome | None:
+        keys = ("at", "rule", "target", "step", "status")
+        fields = self.mapping(node, "an outcome", keys, keys)
+        if fields is None or any(k not in fields for k in keys):
+            return None
+        at = self.duration_ms(fields["at"][1], "at")
+        rule = self.written(fields["rule"][1], "rule")
+        target = self.labels(fields["target"][1], "target")
+        step = self.integer(fields["step"][1], "step", 1)
+        status = self.choice(fields["status"][1], "status", OUTCOME_STATUSES)
+        if at is None or rule is None or not target or step is None or status is None:
+            return None
+        return InputOutcome(at, rule, labels_of(target), step, status, self.pos(node))
+
     def decision(self, node: Node) -> ExpectedDecision | None:
         fields = self.mapping(
-            node, "an expected decision", ("rule", "action", "target", "kind"), ("rule", "target")
+            node,
+            "an expected decision",
+            ("rule", "action", "target", "kind", "step"),
+            ("rule", "target"),
         )
         if fields is None or "rule" not in fields or "target" not in fields:
             return None
@@ -602,7 +654,10 @@ class _TestFileReader(Reader):
         if not target:
             self.problem(fields["target"][1], "target names no label")
             return None
-        return ExpectedDecision(rule, kind, action, labels_of(target), self.pos(node))
+        step = self.integer(fields["step"][1], "step", 1) if "step" in fields else None
+        if "step" in fields and step is None:
+            return None
+        return ExpectedDecision(rule, kind, action, labels_of(target), self.pos(node), step)
 
 
 __all__ = [
@@ -613,6 +668,7 @@ __all__ = [
     "Expectation",
     "ExpectedDecision",
     "InputAlert",
+    "InputOutcome",
     "InputSeries",
     "Point",
     "RuleTest",

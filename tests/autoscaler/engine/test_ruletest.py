@@ -121,7 +121,7 @@ def test_malformed_file_lists_every_problem_with_position(
         f"{path}:2:1: unknown key 'evaluationIntervall' in the test file; "
         "did you mean 'evaluationInterval'? (expected ruleFiles, evaluationInterval, tests)",
         f"{path}:5:5: unknown key 'intervall' in a test; did you mean 'interval'? "
-        "(expected name, interval, inputSeries, alerts, cluster, expect)",
+        "(expected name, interval, inputSeries, alerts, cluster, expect, outcomes)",
         f"{path}:7:17: not a series 'accel_up{{node=\"n1\"': " + _parse_error(),
         f"{path}:8:17: bad value '2x': expected a number, 'a+bxN', 'a-bxN', 'axN', '_', "
         "'_xN' or 'stale'",

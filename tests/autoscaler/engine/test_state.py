@@ -25,6 +25,7 @@ from autoscaler.engine.state import (
     ClusterInfo,
     EngineState,
     Incident,
+    Ladder,
     Note,
     reset_breaker,
 )
@@ -314,6 +315,7 @@ def small_state() -> EngineState:
             key("a", node="n3"): Active(5.0, "cordon", "n3"),
             key("p", namespace="ml", pod="x"): Active(6.0, "requeue_job", None),
         },
+        ladders={key("a", node="n3"): Ladder(2, 15.0, 5.0, "failed")},
         last_acted={key("a", node="n3"): 5.0},
         actions=[(5.0, "a"), (6.0, "p")],
         breaker_open=True,
@@ -354,6 +356,16 @@ def test_to_json_is_the_documented_shape() -> None:
                 "action": "requeue_job",
                 "node": None,
             },
+        ],
+        "ladders": [
+            {
+                "rule": "a",
+                "target": {"node": "n3"},
+                "step": 2,
+                "since": 15.0,
+                "started": 5.0,
+                "outcome": "failed",
+            }
         ],
         "cooldowns": [{"rule": "a", "target": {"node": "n3"}, "lastActedAt": 5.0}],
         "actions": [{"at": 5.0, "rule": "a"}, {"at": 6.0, "rule": "p"}],
@@ -408,6 +420,7 @@ _DELETE = object()
         (_broken(["notes", 0, "kind"], "warning"), ValueError),
         (_broken(["decisions", 0, "kind"], "undo"), ValueError),
         (_broken(["active", 0, "action"], _DELETE), KeyError),
+        (_broken(["ladders", 0, "step"], 0), ValueError),
     ],
     ids=[
         "no breaker",
@@ -419,6 +432,7 @@ _DELETE = object()
         "a note kind the engine does not make",
         "a decision kind other than act or recover",
         "an active entry without its action",
+        "a ladder step below 1",
     ],
 )
 def test_from_json_refuses_a_document_of_another_shape(
@@ -429,7 +443,7 @@ def test_from_json_refuses_a_document_of_another_shape(
 
 
 def test_note_kinds_are_the_ones_a_note_may_have() -> None:
-    assert NOTE_KINDS == ("unknown", "skipped", "held", "dropped", "breaker")
+    assert NOTE_KINDS == ("unknown", "skipped", "held", "dropped", "breaker", "exhausted")
 
 
 @pytest.mark.parametrize("restart_at", [0.0, 30.0, 60.0, 90.0, 119.0], ids=lambda t: f"t={t:g}")

@@ -1,0 +1,203 @@
+"""Escalation ladders: when a rule with ``escalate`` takes its next step.
+
+A fatal device fault is rarely fixed by moving its jobs: the device needs a reset,
+the node a reboot, or the machine replacing. A ladder lets one rule say so in
+order, each step with a timeout and a success condition, so that the gentlest
+remedy is tried first and the most disruptive one last. This module holds that
+one decision, apart from ``evaluate.py``, which calls it once per cycle between
+recoveries and new incidents (``escalate``); it is as pure as ``evaluate``.
+
+Semantics (docs/rules.md says the same for rule authors):
+
+- The first step is the rule's act: it fires as any rule does (``for``, cooldown,
+  limits, breaker) and starts the ladder at step 1. The target is *active* from
+  then until a step succeeds or the ladder is exhausted, through every step, so
+  the breaker counts its node all along, also while the node is away being
+  replaced (``Active.node`` does not depend on the Node object).
+- A step *succeeds* when its success condition (the step's ``recover``, else the
+  rule's) has held for its ``for``, counted from the step's start (the engine
+  forgets a recovery in progress when a step starts: what held before the step
+  acted says nothing about it). Then the rule's recover decision undoes the
+  ladder's taints and cordons (through the first step that can be undone) and the
+  ladder ends.
+- The next step starts when the current step's ``timeout`` has passed since it
+  started without success, or at once when the executor reported the step's
+  action ``failed`` (``EngineState.report``). A timeout never escalates on a cycle
+  whose success result is unknown (the source is down): unknown is not "failed
+  to recover", and a reboot is no answer to a broken scrape.
+- Limits on the steps after the first: they are not held by the rule's cooldown,
+  ``maxConcurrent``, ``maxConcurrentDrains`` or the breaker's count (the target is
+  already active and its node already counted: escalating adds no node), but they
+  are held while the breaker is open (a storm is more often a bad rollout than
+  hardware, and rebooting or replacing machines would make it worse) and by the
+  per-rule and global ``maxActionsPerHour`` (they count towards both). A held
+  step is tried again every cycle; its ``held`` note says why.
+- The last step may have a timeout too: when it passes without success the
+  ladder is *exhausted*: the target is released (the breaker stops counting it,
+  an ``exhausted`` note says so) and what the ladder did stays, for a person to
+  look at. Without one, the target stays active until it recovers.
+
+Decisions of step i carry ``extra={"step": i, "incident": t}`` (t: when step 1
+acted) and the step's action type and parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from accel_common.durations import format_whole
+from autoscaler.decision import Decision
+from autoscaler.engine.state import EngineState, Ladder, Note, TargetKey
+from autoscaler.ruleset.model import Limits, Rule, RuleSet
+
+
+def success_key(rule: Rule, step: int) -> str:
+    """The key of ``recover_results`` that holds step ``step``'s success result:
+    the rule's name for the rule's recover, ``<rule>/<step>`` for a step's own
+    (a rule name is a DNS label, so it has no ``/``)."""
+    if rule.escalate and rule.escalate[step - 1].recover is not None:
+        return f"{rule.name}/{step}"
+    return rule.name
+
+
+def step_of(state: EngineState, key: TargetKey) -> int:
+    ladder = state.ladders.get(key)
+    return 1 if ladder is None else ladder.step
+
+
+def has_success(rule: Rule) -> bool:
+    """Whether anything can end the rule's remediation by recovering."""
+    return rule.recover is not None or any(s.recover is not None for s in rule.escalate)
+
+
+def escalate(
+    ruleset: RuleSet,
+    state: EngineState,
+    now: float,
+    *,
+    unknown: set[TargetKey],
+    recovered: set[TargetKey],
+    dry_run: bool,
+) -> list[Decision]:
+    """The cycle's escalations: the act decisions of every ladder's next step that
+    is due and allowed, in rule and then target order. ``unknown``: targets whose
+    success result was unknown this cycle; ``recovered``: targets that recovered
+    this cycle (their ladder has ended). Mutates ``state``."""
+    decisions: list[Decision] = []
+    for rule in ruleset.rules:
+        if not rule.escalate:
+            continue
+        last = len(rule.escalate)
+        for key in sorted(k for k in state.ladders if k[0] == rule.name):
+            if key in recovered:
+                continue
+            ladder = state.ladders[key]
+            step = min(ladder.step, last)
+            current = rule.escalate[step - 1]
+            failed = ladder.outcome == "failed" and step < last
+            timed_out = current.timeout is not None and now - ladder.since >= current.timeout
+            if not (failed or timed_out):
+                continue
+            what = f"step {step} ({current.action.type})"
+            if not failed and key in unknown:
+                state.notes.append(
+                    Note(
+                        rule.name,
+                        "unknown",
+                        f"{what} timed out but its success is unknown; not escalating",
+                        key[1],
+                    )
+                )
+                continue
+            if step == last:
+                _exhaust(rule, key, state, what, now)
+                continue
+            held = _held(ruleset.limits, rule, state)
+            if held is not None:
+                state.notes.append(Note(rule.name, "held", f"escalation: {held}", key[1]))
+                continue
+            why = (
+                f"{what} failed"
+                if failed
+                else f"{what} did not succeed within its timeout "
+                f"{format_whole(round((current.timeout or 0.0) * 1000))}"
+            )
+            decisions.append(_step(rule, key, step + 1, ladder, state, now, dry_run, why))
+    return decisions
+
+
+def start(rule: Rule, key: TargetKey, state: EngineState, now: float) -> dict[str, float | int]:
+    """A rule with a ladder acted (its first step): start the ladder. The decision's
+    extra."""
+    state.ladders[key] = Ladder(1, now, now)
+    return {"step": 1, "incident": now}
+
+
+def _exhaust(rule: Rule, key: TargetKey, state: EngineState, what: str, now: float) -> None:
+    state.ladders.pop(key, None)
+    state.active.pop(key, None)
+    state.recovering.pop(key, None)
+    state.notes.append(
+        Note(
+            rule.name,
+            "exhausted",
+            f"{what}, the last step, did not succeed within its timeout: the ladder is "
+            "exhausted and the target released; what it did stays for a person to undo",
+            key[1],
+        )
+    )
+
+
+def _held(limits: Limits, rule: Rule, state: EngineState) -> str | None:
+    if state.breaker_open:
+        return f"circuit breaker open: {state.breaker_reason}"
+    by_rule = sum(1 for _, r in state.actions if r == rule.name)
+    most = rule.limits.max_actions_per_hour
+    if most is not None and by_rule >= most:
+        return f"maxActionsPerHour: {by_rule} actions by this rule in the last hour (limit {most})"
+    most = limits.max_actions_per_hour
+    if most is not None and len(state.actions) >= most:
+        return (
+            f"global maxActionsPerHour: {len(state.actions)} actions in the last hour "
+            f"(limit {most})"
+        )
+    return None
+
+
+def _step(
+    rule: Rule,
+    key: TargetKey,
+    step: int,
+    ladder: Ladder,
+    state: EngineState,
+    now: float,
+    dry_run: bool,
+    why: str,
+) -> Decision:
+    action = rule.escalate[step - 1].action
+    state.ladders[key] = Ladder(step, now, ladder.started)
+    # What held before this step acted says nothing about it.
+    state.recovering.pop(key, None)
+    active = state.active.get(key)
+    if active is not None:
+        state.active[key] = replace(active, action=action.type)
+    state.last_acted[key] = now
+    state.actions.append((now, rule.name))
+    sample = state.incidents.get(key)
+    return Decision(
+        rule=rule.name,
+        kind="act",
+        action=action.type,
+        params=dict(action.params),
+        target=dict(key[1]),
+        sample_labels=key[1],
+        sample_value=0.0,
+        at=now,
+        dry_run=dry_run,
+        reason=f"escalated to step {step} of {len(rule.escalate)}: {why}"
+        + ("" if sample is None else f" (incident since {sample.since:g})"),
+        extra={"step": step, "incident": ladder.started},
+    )
+
+
+__all__ = ["escalate", "has_success", "start", "step_of", "success_key"]
