@@ -18,6 +18,15 @@ this is the job's own loss, not allocated time). A false requeue is a requeue
 or gang restart of a job that was running, not stalled and on healthy devices.
 Spare node-seconds are the spare buffer a pool's MachineDeployment declares
 (``accel-fleet.io/spare-nodes``), as far as idle Ready nodes fill it, over time.
+
+Healthy capacity (``repairs.py`` keeps the incidents): a fault on a node opens an
+incident that ends when the node (or the Machine that replaced it) is Ready,
+schedulable and has every device healthy again. Each fault counts once, under the
+step that closed its incident (``CLOSED_BY``); its time to healthy capacity runs
+from the fault to that moment (still open at the end: up to the end). Unhealthy
+node-seconds are the incidents' durations, a replacement's wait included;
+unhealthy device-seconds what they kept from work (every device of a node that
+is NotReady, unschedulable or away, else its unhealthy devices), over time.
 """
 
 from __future__ import annotations
@@ -29,6 +38,11 @@ from autoscaler.simulate.clock import EPOCH
 from autoscaler.simulate.scenario import PoolSpec
 
 LOSS_CAUSES = ("redone", "detection", "restart_overhead", "capacity_wait")
+# What ended a fault's incident: ``self`` the fault healed on its own (what the
+# rules did was move the jobs, if anything), a ``reset`` or ``reboot`` by the node
+# agent, a ``replace``ment by Cluster API; ``removed``: the node was scaled away
+# unhealthy; ``open``: still unhealthy when the scenario ended.
+CLOSED_BY = ("self", "reset", "reboot", "replace", "removed", "open")
 
 
 @dataclass
@@ -56,6 +70,10 @@ class Stats:
     false_requeues: int = 0
     spare_node_seconds: float = 0.0
     restarts: dict[int, int] = field(default_factory=dict)  # restarts -> jobs
+    closed_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLOSED_BY, 0))
+    time_to_healthy: list[float] = field(default_factory=list)
+    unhealthy_node_seconds: float = 0.0
+    unhealthy_device_seconds: float = 0.0
 
 
 @dataclass
@@ -69,6 +87,7 @@ class Timeline:
     queued: list[int] = field(default_factory=list)
     faults: list[int] = field(default_factory=list)
     actions: list[int] = field(default_factory=list)
+    unhealthy: list[int] = field(default_factory=list)  # nodes with an open incident
 
 
 class Accounting:
@@ -150,6 +169,19 @@ class Accounting:
         self.stats.remediation.append(seconds)
         self.stats.remediation_by_kind.setdefault(kind, []).append(seconds)
 
+    def incident_closed(
+        self, by: str, faults: list[float], opened: float, now: float, device_seconds: float
+    ) -> None:
+        """A node's incident ended at ``now`` (``by``: one of ``CLOSED_BY``); ``faults``:
+        when each of its faults happened; ``device_seconds``: what it kept from work.
+        A node scaled away unhealthy never came back, so it has no time to healthy
+        capacity."""
+        self.stats.closed_by[by] += len(faults)
+        self.stats.unhealthy_node_seconds += now - opened
+        self.stats.unhealthy_device_seconds += device_seconds
+        if by != "removed":
+            self.stats.time_to_healthy.extend(now - t for t in faults)
+
     def record_action(self, name: str) -> None:
         self.stats.actions[name] = self.stats.actions.get(name, 0) + 1
         self.stats.actions_total += 1
@@ -161,8 +193,10 @@ class Accounting:
         nodes: Mapping[str, int],
         running: int,
         queued: int,
+        unhealthy: int = 0,
     ) -> None:
-        """One plot sample; ``nodes``: registered nodes per pool."""
+        """One plot sample; ``nodes``: registered nodes per pool; ``unhealthy``: nodes
+        (and replacements under way) with an open incident."""
         tl = self.timeline
         tl.hours.append((now - EPOCH) / 3600.0)
         for pool in pools:
@@ -175,6 +209,7 @@ class Accounting:
         tl.queued.append(queued)
         tl.faults.append(self.stats.faults_total)
         tl.actions.append(self.stats.actions_total)
+        tl.unhealthy.append(unhealthy)
 
 
-__all__ = ["LOSS_CAUSES", "Accounting", "Stats", "Timeline"]
+__all__ = ["CLOSED_BY", "LOSS_CAUSES", "Accounting", "Stats", "Timeline"]

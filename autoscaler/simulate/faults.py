@@ -9,7 +9,9 @@ on it (a lost device, a node that goes down) or stalls it (a fatal fault, an
 uncorrected ECC burst, a hang, a stall): a stalled job holds its devices and makes
 no progress until something removes its pod. A node that goes down turns
 NotReady; its pods are deleted five minutes later (the default
-``tolerationSeconds`` for unreachable nodes).
+``tolerationSeconds`` for unreachable nodes). What a fault needs to go away (time
+alone, or a repair) and how long its node's capacity stays away is
+``repairs.py``'s, which hears of every fault.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from autoscaler.simulate.clock import EPOCH, SimClock
 from autoscaler.simulate.jobs import JobController
 from autoscaler.simulate.jobstate import Job
 from autoscaler.simulate.kube import SimKube
-from autoscaler.simulate.machines import BROKEN, LOST, OK, RESETTING, MachineSet, Slot
+from autoscaler.simulate.machines import BROKEN, FAULTY, LOST, OK, RESETTING, MachineSet, Slot
+from autoscaler.simulate.repairs import Repairs
 from autoscaler.simulate.scenario import Scenario
 
 # Pods on an unreachable node are deleted after the default tolerationSeconds.
@@ -43,6 +46,7 @@ class FaultInjector:
         machines: MachineSet,
         jobs: JobController,
         accounting: Accounting,
+        repairs: Repairs,
         *,
         rng: np.random.Generator,
         emit: Callable[[str, Any], None],
@@ -53,6 +57,7 @@ class FaultInjector:
         self.machines = machines
         self.jobs = jobs
         self.accounting = accounting
+        self.repairs = repairs
         self.stats = accounting.stats
         self.rng = rng
         self.emit = emit
@@ -93,6 +98,7 @@ class FaultInjector:
         m, now = self.machines, self.time.now
         self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
         self.stats.faults_total += 1
+        self.repairs.fault(kind, slot, g)
         j = int(m.dev_job[g])
         job = self.jobs.job_by_index[j] if j >= 0 else None
         if kind == "node_down":
@@ -113,7 +119,9 @@ class FaultInjector:
             m.dev_ecc_uncorrected[g] += self.scenario.faults.ecc_burst
         if kind in ("fatal", "ecc_uncorrected", "hang"):
             if job is None:
-                if m.dev_state[g] == OK:
+                if m.dev_state[g] == OK and m.dev_repair[g]:
+                    m.take_device(slot, g, FAULTY)  # until a repair
+                elif m.dev_state[g] == OK:
                     m.take_device(slot, g, RESETTING)
                     self.time.at(now + self.scenario.faults.reset_time, lambda: m.reset(g))
                 return

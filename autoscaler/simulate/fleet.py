@@ -15,6 +15,8 @@ the composition of five parts, each in its own module, with its own docstring:
   their JobSet or PyTorchJob, placed all or nothing (``GangController``);
 - ``faults``: fault draws and what they do to devices, nodes and jobs
   (``FaultInjector``);
+- ``repairs``: the node agent's resets and reboots, Cluster API's machine
+  replacement, and each fault's time to healthy capacity (``Repairs``);
 - ``accounting``: what ``summary.json`` and the plots report (``Accounting``).
 
 ``Fleet`` wires them together, answers ``SimKube`` as its ``Reactor`` (routing each
@@ -39,6 +41,7 @@ from autoscaler.simulate.faults import FaultInjector
 from autoscaler.simulate.jobs import JobController
 from autoscaler.simulate.kube import SimKube
 from autoscaler.simulate.machines import CAPI_NAMESPACE, MachineSet
+from autoscaler.simulate.repairs import Repairs
 from autoscaler.simulate.scenario import Scenario
 from autoscaler.simulate.scheduler import Scheduler
 
@@ -75,7 +78,8 @@ class Fleet:
         # Separate random streams, so that the rules run and the baseline see the
         # same arrivals, jobs and faults whatever else each of them draws.
         root = np.random.SeedSequence(self.seed)
-        s_arrival, s_job, s_fault = root.spawn(3)
+        # The repairs' stream is the fourth child: the first three are as they were.
+        s_arrival, s_job, s_fault, s_repair = root.spawn(4)
         self.accounting = Accounting([p.name for p in scenario.pools])
         self.stats = self.accounting.stats
         self.timeline = self.accounting.timeline
@@ -98,6 +102,17 @@ class Fleet:
             rng_job=np.random.default_rng(s_job),
             emit=self._emit,
         )
+        self.repairs = Repairs(
+            scenario,
+            self.kube,
+            self.time,
+            self.machines,
+            self.accounting,
+            rng=np.random.default_rng(s_repair),
+            emit=self._emit,
+            pod_gone=self.pod_removed,
+        )
+        self.listeners.append(self._node_removed)
         self.faults = FaultInjector(
             scenario,
             self.kube,
@@ -105,6 +120,7 @@ class Fleet:
             self.machines,
             self.job_controller,
             self.accounting,
+            self.repairs,
             rng=np.random.default_rng(s_fault),
             emit=self._emit,
         )
@@ -145,6 +161,8 @@ class Fleet:
         self.time.every(self.scenario.duration / self.scenario.samples, self._sample)
         await self.time.run(self._advance, self._after_event)
         self.job_controller.finish()
+        self.repairs.check()
+        self.repairs.finish()
 
     def _advance(self, t: float) -> None:
         self.accounting.integrate(t, self.machines.alive)
@@ -157,6 +175,12 @@ class Fleet:
             gangs.schedule()
         if jobs.wants_schedule():
             jobs.schedule()
+        if self.machines.health_dirty:
+            self.repairs.check()
+
+    def _node_removed(self, what: str, payload: Any) -> None:
+        if what == "node_removed":
+            self.repairs.node_removed(payload)
 
     def _sample(self) -> None:
         nodes = {p.name: self.machines.pool_nodes(p.name) for p in self.scenario.pools}
@@ -168,6 +192,7 @@ class Fleet:
             len(self.running),
             sum(len(q) for q in self.pending.values())
             + sum(len(q) for q in self.gangs.pending.values()),
+            len(self.repairs.open),
         )
 
     def _spares(self) -> None:
@@ -204,12 +229,14 @@ class Fleet:
 
     def node_changed(self, node: Obj) -> None:
         self.machines.node_changed(node)
+        self.repairs.node_changed(node)
 
     def job_changed(self, job: Obj) -> None:
         self.job_controller.job_changed(job)
 
     def custom_changed(self, plural: str, obj: Obj) -> None:
         self.gangs.owner_changed(plural, obj)
+        self.repairs.machine_changed(plural, obj)
 
     def replicas_changed(self, deployment: Obj) -> None:
         self.machines.replicas_changed(deployment)

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -77,7 +76,7 @@ from autoscaler.simulate.jobstate import (
     Member,
 )
 from autoscaler.simulate.kube import SimKube, timestamp
-from autoscaler.simulate.machines import BROKEN, LOST, OK, RESETTING, MachineSet, Slot
+from autoscaler.simulate.machines import BROKEN, FAULTY, LOST, OK, MachineSet, Slot
 from autoscaler.simulate.scenario import Scenario
 
 
@@ -370,7 +369,7 @@ class GangController:
         """The member's pod leaves its node (deleted, failed, or the gang ended)."""
         if m.slot < 0:
             return
-        ms, now = self.machines, self.time.now
+        ms = self.machines
         slot = ms.slots[m.slot]
         idx = np.array(m.devices)
         ms.dev_job[idx] = -1
@@ -378,8 +377,7 @@ class GangController:
         for gd in m.devices:
             state = ms.dev_state[gd]
             if state == BROKEN:
-                ms.dev_state[gd] = RESETTING
-                self.time.at(now + self.scenario.faults.reset_time, partial(ms.reset, gd))
+                ms.release_broken(gd)
             elif state == OK and slot.node is not None:
                 bisect.insort(slot.free, gd - slot.base)
         ms.update_schedulable(slot)
@@ -416,7 +414,7 @@ class GangController:
             self.jobs.schedule_deadline(g)
         idx = np.array(g.devices)
         state = self.machines.dev_state[idx]
-        if (state == BROKEN).any() or (state == LOST).any():
+        if (state == BROKEN).any() or (state == LOST).any() or (state == FAULTY).any():
             # Restarted in place on a faulty device: hung again at once.
             self.accounting.mark_stuck(g.name, "fatal", now)
             self.stall(g, g.version, "fatal")

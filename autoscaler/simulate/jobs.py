@@ -31,7 +31,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -53,7 +52,7 @@ from autoscaler.simulate.clock import EPOCH, SimClock
 from autoscaler.simulate.gangs import GangController
 from autoscaler.simulate.jobstate import RESTORE_UTILIZATION, Gang, Job
 from autoscaler.simulate.kube import POOL_LABEL, SimKube
-from autoscaler.simulate.machines import BROKEN, OK, RESETTING, MachineSet
+from autoscaler.simulate.machines import BROKEN, OK, MachineSet
 from autoscaler.simulate.scenario import Scenario
 from autoscaler.simulate.scenario_workload import WorkloadSpec
 from autoscaler.simulate.scheduler import Request, Scheduler, slowdown
@@ -520,8 +519,7 @@ class JobController:
             d = g - slot.base
             state = m.dev_state[g]
             if state == BROKEN:
-                m.dev_state[g] = RESETTING
-                self.time.at(now + self.scenario.faults.reset_time, partial(m.reset, g))
+                m.release_broken(g)
             elif state == OK and slot.node is not None:
                 bisect.insort(slot.free, d)
         m.update_schedulable(slot)

@@ -20,7 +20,8 @@ tell the difference:
 
 Custom objects are kept by plural: Cluster API's MachineDeployments and Machines,
 and the gang owners (JobSets, PyTorchJobs, and whatever ``create_custom`` is
-given, such as a Volcano ``Command``).
+given, such as a Volcano ``Command``). A group no operator serves here
+(``UNSERVED``: medik8s' Self Node Remediation) answers 404, as the API server does.
 
 What the cluster's own controllers would do next (the Job controller starting a
 replacement pod, the JobSet controller and the PyTorchJob operator restarting a
@@ -40,13 +41,15 @@ from accel_common.names import CAPI_DELETE_MACHINE_ANNOTATION as DELETE_ANNOTATI
 from accel_common.names import CAPI_DEPLOYMENT_LABEL as DEPLOYMENT_LABEL
 from accel_common.names import CAPI_MAX_SIZE_ANNOTATION as MAX_ANNOTATION
 from accel_common.names import CAPI_MIN_SIZE_ANNOTATION as MIN_ANNOTATION
-from accel_common.names import POOL_LABEL
+from accel_common.names import POOL_LABEL, SNR_GROUP
 from autoscaler.kube.errors import Conflict, NotFound, TooManyRequests
 from autoscaler.kube.jsonmerge import copy_obj, merge_patch
 from autoscaler.kube.protocol import CAPI_GROUP, MACHINE_DEPLOYMENTS, Obj
 
 # Cluster API's version, as the provider reads it (its keys are in accel_common.names).
 CAPI_API_VERSION = "cluster.x-k8s.io/v1beta1"
+# API groups the simulated cluster does not serve (no operator for them runs here).
+UNSERVED = frozenset({SNR_GROUP})
 
 
 class Reactor(Protocol):
@@ -67,7 +70,8 @@ class Reactor(Protocol):
     def replicas_changed(self, deployment: Obj) -> None: ...
 
     def custom_changed(self, plural: str, obj: Obj) -> None:
-        """A custom object (a gang owner: JobSet, PyTorchJob) was patched."""
+        """A custom object (a gang owner: JobSet, PyTorchJob; a Machine) was created,
+        patched, or deleted (then with ``metadata.deletionTimestamp``)."""
         ...
 
     def eviction_allowed(self, pod: Obj) -> bool:
@@ -501,6 +505,18 @@ class SimKube:
 
     # -- custom resources (Cluster API) -----------------------------------------
 
+    def _served(self, group: str, plural: str) -> None:
+        """An API group this cluster does not serve answers 404 to every request, as
+        the API server does: no medik8s operator runs in the simulator, so
+        ``reboot_node``'s ``method: auto`` finds no SelfNodeRemediation API and asks
+        the (emulated) node agent."""
+        if group in UNSERVED:
+            raise NotFound(
+                f"the server could not find the requested resource ({plural}.{group})",
+                status=404,
+                reason="NotFound",
+            )
+
     def _custom(self, plural: str, namespace: str, name: str, group: str = CAPI_GROUP) -> Obj:
         obj = self.custom.get((plural, namespace, name))
         if obj is None:
@@ -511,6 +527,7 @@ class SimKube:
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> Obj:
         self._count("get_custom")
+        self._served(group, plural)
         result: Obj = copy_obj(self._custom(plural, namespace, name, group))
         return result
 
@@ -523,6 +540,7 @@ class SimKube:
         label_selector: str | None = None,
     ) -> list[Obj]:
         self._count("list_custom")
+        self._served(group, plural)
         match = label_matcher(label_selector)
         return [
             self._snapshot(o)
@@ -534,6 +552,7 @@ class SimKube:
         self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
     ) -> Obj:
         self._count("patch_custom")
+        self._served(group, plural)
         obj = self._custom(plural, namespace, name, group)
         before = obj.get("spec", {}).get("replicas")
         self._patch(obj, patch, f'{plural}.{group} "{name}"')
@@ -552,6 +571,7 @@ class SimKube:
         """Stores the object (a Volcano ``Command``: no Volcano controller runs in the
         simulator, whose gangs are JobSets and PyTorchJobs)."""
         self._count("create_custom")
+        self._served(group, plural)
         name = body.get("metadata", {}).get("name", "")
         if (plural, namespace, name) in self.custom:
             raise Conflict(
@@ -566,6 +586,29 @@ class SimKube:
             self.reactor.custom_changed(plural, obj)
         result: Obj = copy_obj(obj)
         return result
+
+    async def delete_custom(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        *,
+        uid: str | None = None,
+    ) -> None:
+        """Removes the object (replace_machine's ``mode: delete`` of a Machine) and
+        reports it to the reactor with ``metadata.deletionTimestamp`` set, so that
+        the MachineSet emulation can replace it."""
+        self._count("delete_custom")
+        self._served(group, plural)
+        obj = self._custom(plural, namespace, name, group)
+        self._check_uid(obj, uid)
+        gone: Obj = copy_obj(obj)
+        self.remove_custom(plural, namespace, name)
+        gone["metadata"]["deletionTimestamp"] = timestamp(self.clock())
+        if self.reactor is not None:
+            self.reactor.custom_changed(plural, gone)
 
     def _scale_of(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
@@ -604,6 +647,26 @@ class SimKube:
             self.reactor.replicas_changed(obj)
         return self._scale_of(obj)
 
+    # -- Dynamic Resource Allocation: the simulated fleet has no DRA driver, so no
+    # claims, slices or classes (its pods ask for devices as extended resources).
+
+    async def list_resource_claims(self, namespace: str | None = None) -> list[Obj]:
+        return []
+
+    async def get_resource_claim(self, namespace: str, name: str) -> Obj:
+        raise NotFound(
+            f'resourceclaims.resource.k8s.io "{name}" not found', status=404, reason="NotFound"
+        )
+
+    async def list_resource_claim_templates(self, namespace: str | None = None) -> list[Obj]:
+        return []
+
+    async def list_resource_slices(self, node: str | None = None) -> list[Obj]:
+        return []
+
+    async def list_device_classes(self) -> list[Obj]:
+        return []
+
 
 __all__ = [
     "CAPI_API_VERSION",
@@ -613,6 +676,7 @@ __all__ = [
     "MAX_ANNOTATION",
     "MIN_ANNOTATION",
     "POOL_LABEL",
+    "UNSERVED",
     "Reactor",
     "SimKube",
     "copy_obj",

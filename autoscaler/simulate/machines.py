@@ -15,8 +15,12 @@ break them, telemetry scrapes them). It owns:
   still provisioning, then the newest.
 - **Schedulability**: per pool, the sorted names of the nodes that can take a pod
   now (Ready, not cordoned, no ``NoSchedule`` or ``NoExecute`` taint, a free
-  device); a device that is lost, or resetting after a fatal fault, is not
-  offered (the device plugin reports it unhealthy).
+  device); a device that is lost, resetting after a fatal fault, or faulty
+  until a repair (``repairs.py``) is not offered (the device plugin reports it
+  unhealthy).
+- **Replacement**: a Machine that Cluster API remediates (or that is deleted)
+  goes with its node, and the MachineSet's new one joins after
+  ``repairs.replace.duration`` (``replace_machine``).
 
 What happens to pods when a node goes (deleted, or a ``NoExecute`` taint) is the
 Job controller's business: they are handed to ``pod_gone``.
@@ -28,6 +32,7 @@ import bisect
 import heapq
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, overload
 
 import numpy as np
@@ -35,6 +40,7 @@ import numpy as np
 from accel_common.names import (
     CAPI_MACHINE_ANNOTATION,
     HOSTNAME_LABEL,
+    RESET_SCOPE_ANNOTATION,
     VENDOR_LABEL,
     VENDOR_RESOURCE,
 )
@@ -54,8 +60,10 @@ from autoscaler.simulate.scenario import PoolSpec, Scenario, node_name
 from autoscaler.simulate.scheduler import NodeView
 
 CAPI_NAMESPACE = "default"
-# Device states.
-OK, BROKEN, LOST, RESETTING = 0, 1, 2, 3
+# Device states: OK; BROKEN (a fault stalls the job still on it); LOST (does not
+# answer); RESETTING (freed after a fault, back after ``resetTime``, or being reset
+# by the agent); FAULTY (freed, but its fault needs a repair: ``repairs``).
+OK, BROKEN, LOST, RESETTING, FAULTY = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -167,6 +175,12 @@ class MachineSet:
         self.dev_recoverable = np.zeros(g, dtype=np.float64)
         self.dev_ecc_uncorrected = np.zeros(g, dtype=np.float64)
         self.dev_slot = np.zeros(g, dtype=np.int64)
+        # The device's fault needs a repair (reset, reboot, replacement) to go.
+        self.dev_repair = np.zeros(g, dtype=np.bool_)
+        # Slots whose health (Ready, schedulable, devices OK) may have changed since
+        # the repairs' bookkeeping last looked.
+        self.health_dirty: set[int] = set()
+        self.boots = 0
         for s in self.slots:
             self.dev_slot[s.base : s.base + s.pool.devices_per_node] = s.index
         self.node_slot: dict[str, int] = {}
@@ -199,12 +213,35 @@ class MachineSet:
                     "status": {"replicas": pool.initial, "readyReplicas": pool.initial},
                 },
             )
+            # The MachineHealthCheck that makes Cluster API act on replace_machine's
+            # remediate-machine mark (the action checks that one selects the Machine).
+            self.kube.add_custom(
+                "machinehealthchecks",
+                {
+                    "apiVersion": CAPI_API_VERSION,
+                    "kind": "MachineHealthCheck",
+                    "metadata": {"name": pool.name, "namespace": CAPI_NAMESPACE},
+                    "spec": {
+                        "clusterName": "sim",
+                        "selector": {"matchLabels": {DEPLOYMENT_LABEL: pool.name}},
+                    },
+                },
+            )
             for name in self.scenario.initial_nodes[pool.name]:
                 self._new_machine(pool, name, ready=True)
 
     # -- machines and nodes ------------------------------------------------------------
 
-    def _new_machine(self, pool: PoolSpec, name: str | None = None, *, ready: bool) -> Machine:
+    def _new_machine(
+        self,
+        pool: PoolSpec,
+        name: str | None = None,
+        *,
+        ready: bool,
+        after: float | None = None,
+    ) -> Machine:
+        """A new Machine of ``pool``, Ready at once or after ``after`` (default: the
+        pool's ``provisionTime``)."""
         if name is None:
             while True:
                 name = node_name(pool.name, self._machine_counter[pool.name])
@@ -235,7 +272,8 @@ class MachineSet:
         if ready:
             self._machine_ready(name)
         else:
-            self.time.at(self.time.now + pool.provision_time, lambda: self._machine_ready(name))
+            wait = pool.provision_time if after is None else after
+            self.time.at(self.time.now + wait, lambda: self._machine_ready(name))
         return m
 
     def _machine_ready(self, name: str) -> None:
@@ -262,6 +300,7 @@ class MachineSet:
         self.dev_fatal[g] = 0.0
         self.dev_recoverable[g] = 0.0
         self.dev_ecc_uncorrected[g] = 0.0
+        self.dev_repair[g] = False
         self.node_slot[name] = slot.index
         resource = VENDOR_RESOURCE[pool.vendor]
         self.kube.add_node(
@@ -276,10 +315,16 @@ class MachineSet:
                         HOSTNAME_LABEL: name,
                         VENDOR_LABEL: pool.vendor,
                     },
-                    "annotations": {CAPI_MACHINE_ANNOTATION: name},
+                    "annotations": {
+                        CAPI_MACHINE_ANNOTATION: name,
+                        # What the node agent says at start: NVSwitch boards reset
+                        # every GPU together.
+                        RESET_SCOPE_ANNOTATION: reset_scope(pool),
+                    },
                 },
                 "spec": {"providerID": f"sim:///{name}"},
                 "status": {
+                    "nodeInfo": {"bootID": self.new_boot_id()},
                     "capacity": {resource: str(d)},
                     "allocatable": {resource: str(d)},
                     "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
@@ -293,6 +338,21 @@ class MachineSet:
         self.update_schedulable(slot)
         self.emit("node_added", slot)
         self.changed_pools.add(pool.name)
+
+    def new_boot_id(self) -> str:
+        self.boots += 1
+        return f"00000000-0000-4000-b000-{self.boots:012d}"
+
+    def replace_machine(self, name: str, after: float) -> str | None:
+        """Cluster API replaces Machine ``name`` (remediated, or deleted while its
+        MachineDeployment still wants it): the Machine and its node go now, and the
+        MachineSet's new Machine joins after ``after``. Returns the new Machine's
+        name (None: no such Machine)."""
+        m = self.by_name.get(name)
+        if m is None or m.deleted:
+            return None
+        self._delete_machine(name)
+        return self._new_machine(self.pools[m.pool], ready=False, after=after).name
 
     def _deployment_status(self, pool: str) -> None:
         md = self.kube.custom[("machinedeployments", CAPI_NAMESPACE, pool)]
@@ -377,11 +437,18 @@ class MachineSet:
         self.dev_state[g] = state
 
     def reset(self, g: int) -> None:
-        """A lost or resetting device is healthy again, and offered if free."""
+        """A lost or resetting device is healthy again, and offered if free (unless
+        its fault needs a repair: then it is FAULTY)."""
         slot = self.slots[int(self.dev_slot[g])]
         if self.dev_state[g] not in (LOST, RESETTING):
             return
+        if self.dev_repair[g]:
+            # Its fault needs a repair: waiting does not bring it back.
+            self.dev_state[g] = FAULTY
+            self.health_dirty.add(slot.index)
+            return
         self.dev_state[g] = OK
+        self.health_dirty.add(slot.index)
         d = g - slot.base
         if slot.node is not None and self.dev_job[g] < 0 and d not in slot.free:
             bisect.insort(slot.free, d)
@@ -412,9 +479,20 @@ class MachineSet:
         """The schedulable nodes of ``pools``, as the scheduler sees them."""
         return NodeViews(self, [self.schedulable[p] for p in pools])
 
+    def release_broken(self, g: int) -> None:
+        """Device ``g``, BROKEN under a job, was freed: it resets and is back after
+        ``resetTime``, or, when its fault needs a repair, stays FAULTY until one."""
+        if self.dev_repair[g]:
+            self.dev_state[g] = FAULTY
+            self.health_dirty.add(int(self.dev_slot[g]))
+            return
+        self.dev_state[g] = RESETTING
+        self.time.at(self.time.now + self.scenario.faults.reset_time, partial(self.reset, g))
+
     def update_schedulable(self, slot: Slot) -> None:
         """Keeps ``schedulable[pool]`` (sorted names of nodes that can take a pod now
         and have a free device) and the view cache current for one node."""
+        self.health_dirty.add(slot.index)
         if slot.node is None:
             return
         self._views.pop(slot.node, None)
@@ -449,9 +527,16 @@ class MachineSet:
         return self._registered[pool]
 
 
+def reset_scope(pool: PoolSpec) -> str:
+    """``RESET_SCOPE_ANNOTATION`` as the agent writes it: ``node`` where an NVSwitch
+    links the GPUs (they reset together), ``device`` elsewhere."""
+    return "node" if pool.vendor == "nvidia" and pool.topology == "nvlink" else "device"
+
+
 __all__ = [
     "BROKEN",
     "CAPI_NAMESPACE",
+    "FAULTY",
     "LOST",
     "OK",
     "RESETTING",
@@ -459,4 +544,5 @@ __all__ = [
     "MachineSet",
     "NodeViews",
     "Slot",
+    "reset_scope",
 ]

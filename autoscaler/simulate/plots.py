@@ -3,7 +3,8 @@ on a shared y axis, so that the two runs can be compared at a glance.
 
 - ``utilization.png``: share of each pool's devices held by running jobs;
 - ``nodes.png``: nodes per pool (the rules can grow and shrink pools; the
-  baseline's stay as they started);
+  baseline's stay as they started), and the nodes a fault keeps unhealthy (with
+  the replacements under way) over the whole fleet;
 - ``jobs.png``: running and queued jobs;
 - ``faults_actions.png``: faults and remediation actions, cumulative;
 - ``loss.png``: device-hours lost by cause (work redone since the checkpoint,
@@ -63,6 +64,14 @@ def write_plots(results: dict[str, RunResult], scenario: Scenario, out: Path) ->
     def nodes(ax: Any, r: RunResult) -> None:
         for pool in pools:
             ax.step(r.timeline.hours, r.timeline.nodes.get(pool, []), where="post", label=pool)
+        ax.step(
+            r.timeline.hours,
+            r.timeline.unhealthy,
+            where="post",
+            label="unhealthy",
+            color="C3",
+            ls="--",
+        )
 
     def jobs(ax: Any, r: RunResult) -> None:
         ax.plot(r.timeline.hours, r.timeline.running, label="running", lw=1.2)

@@ -26,6 +26,10 @@ SUMMARY_KEYS = (
     "goodput_by_job_size",
     "time_to_remediate_seconds",
     "time_to_remediate_seconds_by_kind",
+    "faults_closed_by",
+    "time_to_healthy_capacity_seconds",
+    "unhealthy_node_hours",
+    "unhealthy_device_hours",
     "lost_device_hours",
     "restarts_per_job",
     "false_requeues",
@@ -96,6 +100,10 @@ def summary_section(result: RunResult) -> dict[str, Any]:
         "time_to_remediate_seconds_by_kind": {
             kind: _spread(values) for kind, values in sorted(s.remediation_by_kind.items())
         },
+        "faults_closed_by": dict(s.closed_by),
+        "time_to_healthy_capacity_seconds": _spread(s.time_to_healthy),
+        "unhealthy_node_hours": round(s.unhealthy_node_seconds / 3600.0, 3),
+        "unhealthy_device_hours": round(s.unhealthy_device_seconds / 3600.0, 3),
         "lost_device_hours": {
             key: round(s.lost_by_cause.get(cause, 0.0) / 3600.0, 3)
             for cause, key in LOSS_KEYS.items()
@@ -124,9 +132,6 @@ def summary(results: dict[str, RunResult], scenario: Scenario, seed: int) -> dic
         if mode in results:
             doc[mode] = summary_section(results[mode])
     return doc
-
-
-# -- terminal output -----------------------------------------------------------------
 
 
 # -- terminal output -----------------------------------------------------------------
@@ -189,7 +194,7 @@ def table(doc: dict[str, Any]) -> str:
             # A count that one run lacks is 0 there; a figure it lacks ("-") is
             # one it has nothing to measure for (no such fault hit a job).
             top = key.split(".", 1)[0]
-            missing = 0 if top in ("actions", "restarts_per_job") else None
+            missing = 0 if top in ("actions", "restarts_per_job", "faults_closed_by") else None
             for sub in subkeys:
                 add(f"{key}.{sub}", a.get(sub, missing), b.get(sub, missing))
         else:

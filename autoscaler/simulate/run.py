@@ -37,7 +37,7 @@ from typing import Any
 
 import promql_parser as pp
 
-from autoscaler.actions.context import ActionContext
+from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import NODES_QUERY, ClusterView, run_cycle
 from autoscaler.engine.state import ClusterInfo, EngineState
@@ -46,7 +46,7 @@ from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.promql.guard import parse
 from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.loader import load_ruleset
-from autoscaler.ruleset.model import RuleSet
+from autoscaler.ruleset.model import Rule, RuleSet
 from autoscaler.simulate.clock import EPOCH
 from autoscaler.simulate.fleet import Fleet
 from autoscaler.simulate.machines import CAPI_NAMESPACE
@@ -117,9 +117,7 @@ def shortest_window(ruleset: RuleSet) -> tuple[float, str] | None:
     subquery) in the rules' expressions, and its rule."""
     best: tuple[float, str] | None = None
     for rule in ruleset.rules:
-        for expr in (rule.expr, rule.recover.expr if rule.recover else None):
-            if not expr:
-                continue
+        for expr in rule_exprs(rule):
             ranges: list[float] = []
 
             def visit(node: pp.Expr, ranges: list[float] = ranges) -> bool:
@@ -136,6 +134,32 @@ def shortest_window(ruleset: RuleSet) -> tuple[float, str] | None:
                 if best is None or r < best[0]:
                     best = (r, rule.name)
     return best
+
+
+def rule_exprs(rule: Rule) -> list[str]:
+    """Every expression a rule has evaluated: its own, its recover's and the
+    recovers of its ladder's steps."""
+    recovers = [rule.recover, *(step.recover for step in rule.escalate)]
+    return [e for e in (rule.expr, *(r.expr for r in recovers if r is not None)) if e]
+
+
+# What the actions themselves ask the source (``ctx.query``): the store must hold
+# these series when a rule uses the action, whether or not a rule's expression
+# reads them.
+ACTION_READS: dict[str, tuple[str, ...]] = {
+    "migrate_jobs": ("accel_device_pod_info",),
+    "reset_devices": ("accel_device_pod_info", "accel_device_info"),
+    "reboot_node": ("accel_device_pod_info",),
+}
+
+
+def action_reads(ruleset: RuleSet) -> list[str]:
+    """The series the rules' actions (every ladder step's too) read themselves."""
+    out: list[str] = []
+    for rule in ruleset.rules:
+        for action in (rule.action, *(step.action for step in rule.escalate)):
+            out.extend(e for e in ACTION_READS.get(action.type, ()) if e not in out)
+    return out
 
 
 class IntervalError(ValueError):
@@ -174,9 +198,8 @@ async def _run_rules(
     fleet = Fleet(scenario, scheduler, static_pools=False, seed=seed)
     ruleset = load_ruleset(rules, source="scrape")
     check_intervals(scenario, ruleset)
-    exprs = [NODES_QUERY] + [
-        e for r in ruleset.rules for e in (r.expr, r.recover.expr if r.recover else None) if e
-    ]
+    exprs = [NODES_QUERY] + [e for r in ruleset.rules for e in rule_exprs(r)]
+    exprs += action_reads(ruleset)
     store = SeriesStore()
     telemetry = Telemetry(fleet, store, exprs, seed)
     source = SimSource(telemetry, scrape=scenario.scrape_interval == scenario.evaluation_interval)
@@ -191,6 +214,16 @@ async def _run_rules(
     executor = Executor(ctx)
     source.retain(exprs)
     state = EngineState()
+
+    def outcome(d: Decision, result: Outcome) -> None:
+        # As the controller does: a ladder step's outcome goes into the engine
+        # state, so a failed step escalates at once and a later step succeeds only
+        # once its action said "done".
+        step = d.extra.get("step")
+        if d.kind == "act" and isinstance(step, int):
+            state.report(d.rule, d.target, step, result.status)
+
+    executor.on_outcome = outcome
     alerts = AlertReceiver()
     cluster = fleet_cluster(fleet)
     cycles = 0

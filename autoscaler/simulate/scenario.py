@@ -27,6 +27,11 @@ scenario can be run against any rule set and the baseline::
         ratesPerDeviceHour: {fatal: 0.0005, hang: 0.0002}
         events:
           - {at: 2h, kind: fatal, node: h100-0001, device: nvidia3}
+      repairs:                       # fatal faults then need a repair (repairs.py)
+        selfHeals: 0.1               # share that heals on its own once the device is free
+        reset: {fixes: 0.6, duration: 3m}
+        reboot: {fixes: 0.8, duration: 10m}
+        replace: {duration: 45m}
 
 **Where a job may run, and how fast.** Each job is drawn for one pool (``workload.pools``:
 pool -> weight; by default in proportion to each pool's devices), and its drawn
@@ -147,6 +152,30 @@ class FaultSpec:
 
 
 @dataclass(frozen=True)
+class RepairStep:
+    """One repair the node agent or Cluster API carries out: it takes ``duration``
+    and fixes a fault that needs repair with probability ``fixes``."""
+
+    fixes: float
+    duration: float
+
+
+@dataclass(frozen=True)
+class RepairSpec:
+    """``repairs``: what a reset, a reboot and a machine replacement do to the
+    faults that need one (``autoscaler/simulate/repairs.py``). ``needed`` is False
+    when the scenario has no ``repairs``: every fault then heals on its own as it
+    always has (a device ``resetTime`` after its job left it), and the emulated
+    agent and Cluster API still answer the actions, with these defaults."""
+
+    needed: bool = False
+    self_heals: float = 0.0
+    reset: RepairStep = RepairStep(0.6, 180.0)
+    reboot: RepairStep = RepairStep(0.8, 600.0)
+    replace: RepairStep = RepairStep(1.0, 2700.0)
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     duration: float
@@ -160,6 +189,7 @@ class Scenario:
     # Points in the plots' timelines.
     samples: int = 400
     source: str = "<scenario>"
+    repairs: RepairSpec = RepairSpec()
     initial_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -187,6 +217,7 @@ _SPEC = (
     "pools",
     "workload",
     "faults",
+    "repairs",
 )
 _POOL = (
     "name",
@@ -207,6 +238,9 @@ _FAULTS = (
     "resetTime",
     "eccBurst",
 )
+_REPAIRS = ("selfHeals", "reset", "reboot", "replace")
+# The longest a repair may take: a replacement that takes a week is a purchase.
+MAX_REPAIR_DURATION = 7 * 86400.0
 
 
 def load_scenario(
@@ -268,6 +302,7 @@ def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...])
     if small:
         initial = {p.name: tuple(node_name(p.name, i) for i in range(p.initial)) for p in pools}
     faults = _faults(r, m["faults"], pools, initial) if "faults" in m else FaultSpec()
+    repairs = _repairs(r, m["repairs"]) if "repairs" in m else RepairSpec()
     if small and faults.rates:
         check_faults(r, r.work, m["faults"], work, sum(rate for _, rate in faults.rates))
     if workload is None or initial is None:
@@ -303,6 +338,7 @@ def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...])
         samples=samples,
         source=r.file,
         initial_nodes=initial,
+        repairs=repairs,
     )
 
 
@@ -420,6 +456,32 @@ def _faults(
         reset_time=r.get(m, "resetTime", r.duration, 300.0),
         ecc_burst=r.get(m, "eccBurst", lambda n, w: r.bounded(n, w, 1, MAX_ECC_BURST), 3),
     )
+
+
+def _repairs(r: ScenarioReader, node: Node) -> RepairSpec:
+    """``repairs: {selfHeals, reset: {fixes, duration}, reboot: {fixes, duration},
+    replace: {duration}}``; a missing key keeps ``RepairSpec``'s default."""
+    m = r.fields(node, "repairs", _REPAIRS)
+    if m is None:
+        return RepairSpec(needed=True)
+    base = RepairSpec()
+    share = r.get(m, "selfHeals", lambda n, w: r.number(n, w, 0.0, 1.0), base.self_heals)
+    steps: dict[str, RepairStep] = {}
+    for key, default in (("reset", base.reset), ("reboot", base.reboot), ("replace", base.replace)):
+        keys = ("duration",) if key == "replace" else ("fixes", "duration")
+        step = r.fields(m[key], f"repairs.{key}", keys) if key in m else {}
+        if step is None:
+            steps[key] = default
+            continue
+        fixes = r.get(step, "fixes", lambda n, w: r.number(n, w, 0.0, 1.0), default.fixes)
+        duration = r.get(
+            step,
+            "duration",
+            lambda n, w: r.duration(n, w, maximum=MAX_REPAIR_DURATION),
+            default.duration,
+        )
+        steps[key] = RepairStep(fixes, duration)
+    return RepairSpec(True, share, steps["reset"], steps["reboot"], steps["replace"])
 
 
 def _event(r: ScenarioReader, item: Node, nodes: dict[str, PoolSpec] | None) -> FaultEvent | None:

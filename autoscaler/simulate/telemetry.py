@@ -19,8 +19,10 @@ lost device reads ``accel_up 0`` and nothing else; ``accel_device_pod_info`` nam
 the pod holding a device. A node that is down (or deleted) is a failed scrape:
 its series get stale markers, as Prometheus writes them.
 
-Only the families the rules read are stored (the store would hold the others
-unread), and the store keeps the history the rules need
+Only the families the rules read, and those their actions query themselves
+(``run.ACTION_READS``: ``accel_device_info`` for ``reset_devices``' UUIDs,
+``accel_device_pod_info`` for the holders of a device), are stored (the store
+would hold the others unread), and the store keeps the history the rules need
 (``support.required_retention``), as ``ScrapeSource.retain`` does.
 """
 
@@ -55,8 +57,12 @@ DEVICE_SERIES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (schema.FAULT_EVENTS.name, (("severity", "info"),)),
     (schema.ECC_ERRORS.name, (("type", "corrected"),)),
     (schema.ECC_ERRORS.name, (("type", "uncorrected"),)),
+    # Identity, with the pool's model; read by actions (reset_devices' UUIDs).
+    (schema.DEVICE_INFO.name, ()),
 )
-UP, UTIL, FATAL, RECOVERABLE, INFO, ECC_CORRECTED, ECC_UNCORRECTED = range(len(DEVICE_SERIES))
+UP, UTIL, FATAL, RECOVERABLE, INFO, ECC_CORRECTED, ECC_UNCORRECTED, IDENTITY = range(
+    len(DEVICE_SERIES)
+)
 JITTER = 0.04
 
 _NAME = re.compile(r"accel_[a-z_]+")
@@ -177,9 +183,8 @@ class Telemetry:
             }
             for k, (name, extra) in enumerate(DEVICE_SERIES):
                 if self.series_on[k]:
-                    self.refs[k, r.start + i] = self.store.ref(
-                        {"__name__": name, **base, **dict(extra)}
-                    )
+                    more = {"model": pool.model} if k == IDENTITY else dict(extra)
+                    self.refs[k, r.start + i] = self.store.ref({"__name__": name, **base, **more})
         self.scraped[r] = True
 
     def _node_gone(self, slot: Slot, *, forget: bool) -> None:
@@ -296,6 +301,7 @@ class Telemetry:
         values[INFO] = np.zeros(answering.size)
         values[ECC_CORRECTED] = np.zeros(answering.size)
         values[ECC_UNCORRECTED] = fleet.dev_ecc_uncorrected[answering]
+        values[IDENTITY] = np.ones(answering.size)
         lost = live[up == 0]
         for k in range(len(DEVICE_SERIES)):
             if not self.series_on[k]:

@@ -1,0 +1,493 @@
+"""Repairs in the simulated fleet: the node agent's resets and reboots, Cluster
+API's machine replacement, and how long each fault keeps its node's capacity away.
+
+Why a module of its own: the escalation ladder (migrate, reset, reboot, replace)
+is only worth what the repairs it orders do, and the simulator's verdict on it is
+only as fair as this model, so it is read whole here. The production actions
+(``reset_devices``, ``reboot_node``, ``replace_machine``) run unchanged against the
+in-memory API; this module is the other side of their channel
+(``docs/design.md``'s node agent channel, ``accel_common.names``):
+
+- **Which faults need a repair.** With ``repairs`` in the scenario, a ``fatal``
+  fault (Xid 79, 48, 95, an uncorrectable RAS event) heals on its own only with
+  probability ``selfHeals``; any other stays with its device (FAULTY once its job
+  has left it, not offered by the device plugin) until a repair fixes it, and is
+  reported again every ``REPORT_INTERVAL`` (the driver logs the Xid again each
+  time it touches the device), so that a rule's ``recover`` cannot hold while the
+  device is still broken. Whether a reset, a reboot would fix the fault is drawn
+  once, at the fault, from the run's own seeded stream (``fixes``), so that a
+  second reset of the same fault does what the first did and the runs with
+  different rules see the same faults. Without ``repairs`` every fault heals as
+  it always has (``resetTime`` after its job left the device).
+- **The node agent.** It answers ``RESET_REQUEST_ANNOTATION`` and
+  ``REBOOT_REQUEST_ANNOTATION`` on the Node, once per request ``id``. A reset
+  refuses (``refused``, looked at again every ``AGENT_INTERVAL``) while a pod
+  holds a device of its group (every device of the node when the node's
+  ``RESET_SCOPE_ANNOTATION`` is ``node``, as on NVSwitch boards), then says
+  ``resetting``, takes the group's devices for ``reset.duration``, and says
+  ``done``; a fault it did not fix is reported again at once. A reboot says
+  ``rebooting`` with the current ``status.nodeInfo.bootID``, takes the node
+  NotReady for ``reboot.duration`` (the pods still on it fail; the exporter's
+  counters start again from 0), then brings it back with a new boot id and says
+  ``done``.
+- **Cluster API.** A Machine marked ``CAPI_REMEDIATE_MACHINE_ANNOTATION``, or
+  deleted, goes with its node; its MachineSet's new Machine joins, fault-free,
+  after ``replace.duration``.
+- **Healthy capacity.** A fault opens an incident on its node (``stall`` faults,
+  which leave the device healthy, do not); further faults on the node join it.
+  It ends when the node, or the Machine that replaced it, is Ready, schedulable
+  and has every device healthy, and is booked by the step that fixed the last
+  fault (``accounting.CLOSED_BY``). Meanwhile it counts the devices it keeps from
+  work: every device of the node while the node is NotReady, cordoned, tainted
+  ``NoSchedule``/``NoExecute`` or away being replaced, else its unhealthy ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from accel_common.names import (
+    CAPI_REMEDIATE_MACHINE_ANNOTATION,
+    REBOOT_REQUEST_ANNOTATION,
+    REBOOT_STATUS_ANNOTATION,
+    RESET_REQUEST_ANNOTATION,
+    RESET_SCOPE_ANNOTATION,
+    RESET_STATUS_ANNOTATION,
+)
+from autoscaler.kube.protocol import MACHINES, Obj
+from autoscaler.simulate.accounting import Accounting
+from autoscaler.simulate.clock import SimClock
+from autoscaler.simulate.kube import SimKube, timestamp
+from autoscaler.simulate.machines import (
+    FAULTY,
+    LOST,
+    OK,
+    RESETTING,
+    MachineSet,
+    Slot,
+)
+from autoscaler.simulate.scenario import Scenario, device_name
+
+# An unrepaired fault is reported again this often, so that no recover whose
+# window is longer (the shipped rule's look at 10 to 30 minutes) holds over a
+# broken device, and the fault's own rule keeps seeing it.
+REPORT_INTERVAL = 300.0
+# How often the agent looks again at a request it could not carry out yet.
+AGENT_INTERVAL = 30.0
+# Fault kinds that leave the node's devices healthy: no incident.
+NO_INCIDENT = frozenset({"stall"})
+
+
+@dataclass
+class Fate:
+    """What each repair would do to one fault, drawn when it happens."""
+
+    self_heals: bool
+    reset: bool
+    reboot: bool
+
+
+@dataclass
+class Incident:
+    """A node's capacity away from the first fault until it is healthy again."""
+
+    node: str  # the node now: the replacement's name once its Machine is replaced
+    opened: float
+    faults: list[float] = field(default_factory=list)
+    by: str = "self"  # the last step that fixed a fault of it
+    held: int = 0  # devices it keeps from work now
+    since: float = 0.0  # when ``held`` was last counted
+    lost: float = 0.0  # device-seconds kept from work so far
+
+
+class Repairs:
+    """The node agent, Cluster API's remediation and the incidents; see the module
+    docstring."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        kube: SimKube,
+        time: SimClock,
+        machines: MachineSet,
+        accounting: Accounting,
+        *,
+        rng: np.random.Generator,
+        emit: Callable[[str, Any], None],
+        pod_gone: Callable[[Obj, str], None],
+    ) -> None:
+        self.spec = scenario.repairs
+        self.kube = kube
+        self.time = time
+        self.machines = machines
+        self.accounting = accounting
+        self.rng = rng
+        self.emit = emit
+        self.pod_gone = pod_gone
+        self.fates: dict[int, Fate] = {}  # device -> the fault it has now
+        self.reports = 0  # the last report chain started; one per fault needing repair
+        self.chain: dict[int, int] = {}  # device -> its live report chain
+        self.open: dict[str, Incident] = {}  # node (or replacement Machine) -> incident
+        self.answered: dict[tuple[str, str], set[str]] = {}  # (node, request) -> ids
+        self.busy: dict[str, str] = {}  # node -> the request id being carried out
+        self.polling: set[str] = set()
+        self.replacing: dict[str, Incident | None] = {}  # old Machine -> its incident
+
+    # -- faults ----------------------------------------------------------------------
+
+    def fault(self, kind: str, slot: Slot, g: int) -> None:
+        """A fault of ``kind`` hit device ``g`` of ``slot`` (for ``node_down``, its
+        first device): open or join the node's incident, and for a fault that needs
+        a repair, mark the device and start its reports."""
+        if slot.node is None or kind in NO_INCIDENT:
+            return
+        now = self.time.now
+        incident = self.open.get(slot.node)
+        if incident is None:
+            incident = self.open[slot.node] = Incident(slot.node, now, since=now)
+        incident.faults.append(now)
+        self.machines.health_dirty.add(slot.index)  # counted after the fault is applied
+        if kind != "fatal" or not self.spec.needed:
+            return
+        u = self.rng.random(3)
+        fate = Fate(
+            bool(u[0] < self.spec.self_heals),
+            bool(u[1] < self.spec.reset.fixes),
+            bool(u[2] < self.spec.reboot.fixes),
+        )
+        if fate.self_heals or self.machines.dev_repair[g]:
+            return  # heals as it always has, or the device already waits for a repair
+        self.fates[g] = fate
+        self.machines.dev_repair[g] = True
+        # One chain of reports per fault: a chain from an earlier fault of the device
+        # (fixed since) stops rather than doubling the reports.
+        self.reports += 1
+        self.chain[g] = chain = self.reports
+        self.time.at(now + REPORT_INTERVAL, lambda: self._report(g, chain))
+
+    def _report(self, g: int, chain: int) -> None:
+        m = self.machines
+        if self.chain.get(g) != chain or not m.dev_repair[g]:
+            return
+        m.dev_fatal[g] += 1
+        self.time.at(self.time.now + REPORT_INTERVAL, lambda: self._report(g, chain))
+
+    def _fix(self, g: int, how: str) -> bool:
+        """A reset or reboot (``how``) of device ``g`` ends: whether it fixed its
+        fault (a device without one is simply back)."""
+        m = self.machines
+        fate = self.fates.get(g)
+        if m.dev_repair[g] and fate is not None and not getattr(fate, how):
+            m.dev_fatal[g] += 1  # faulted again as the driver brought it back
+            return False
+        if m.dev_repair[g]:
+            m.dev_repair[g] = False
+            self.fates.pop(g, None)
+            slot = m.slots[int(m.dev_slot[g])]
+            incident = self.open.get(slot.node or "")
+            if incident is not None:
+                incident.by = how
+        return True
+
+    # -- health ----------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Closes the incidents of the nodes that changed and are healthy again."""
+        m = self.machines
+        dirty, m.health_dirty = m.health_dirty, set()
+        if not self.open:
+            return
+        for index in dirty:
+            slot = m.slots[index]
+            incident = self.open.get(slot.node or "")
+            if incident is None:
+                continue
+            self._count(incident, slot)
+            if incident.held == 0:
+                del self.open[incident.node]
+                self._close(incident, incident.by, self.time.now)
+
+    def _count(self, incident: Incident, slot: Slot | None, now: float | None = None) -> None:
+        """Books the devices ``incident`` kept from work since it last looked, and
+        counts them again: all of the node's while it is away (``slot`` None),
+        NotReady or unschedulable, else those not healthy."""
+        now = self.time.now if now is None else now
+        incident.lost += incident.held * (now - incident.since)
+        incident.since = now
+        if slot is None:
+            return
+        d = slot.pool.devices_per_node
+        if slot.node != incident.node or not slot.ready or slot.blocked:
+            incident.held = d
+        else:
+            incident.held = int((self.machines.dev_state[slot.base : slot.base + d] != OK).sum())
+
+    def _close(self, incident: Incident, by: str, now: float) -> None:
+        self.accounting.incident_closed(by, incident.faults, incident.opened, now, incident.lost)
+
+    def node_removed(self, slot: Slot) -> None:
+        """A node left: its incident follows a replacement, or ends as removed."""
+        name = slot.node or ""
+        d = slot.pool.devices_per_node
+        for g in range(slot.base, slot.base + d):
+            self.fates.pop(g, None)
+            self.chain.pop(g, None)
+        self.machines.dev_repair[slot.base : slot.base + d] = False
+        for key in [k for k in self.answered if k[0] == name]:
+            del self.answered[key]
+        self.busy.pop(name, None)
+        incident = self.open.pop(name, None)
+        if incident is not None:
+            self._count(incident, None)
+        if name in self.replacing:
+            if incident is not None:
+                incident.held = d  # away until the replacement joins
+            self.replacing[name] = incident
+        elif incident is not None:
+            self._close(incident, "removed", self.time.now)
+
+    def finish(self) -> None:
+        """The scenario ended: what is still unhealthy counts up to the end."""
+        for incident in self.open.values():
+            self._count(incident, None, self.time.end)
+            self._close(incident, "open", self.time.end)
+        self.open.clear()
+
+    # -- Cluster API -------------------------------------------------------------------
+
+    def machine_changed(self, plural: str, obj: Obj) -> None:
+        """A Machine was patched or deleted: a remediated or deleted one is replaced
+        (after the action's own write returns, as the MachineSet controller would)."""
+        if plural != MACHINES:
+            return
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        marked = CAPI_REMEDIATE_MACHINE_ANNOTATION in (meta.get("annotations") or {})
+        if (marked or meta.get("deletionTimestamp")) and name not in self.replacing:
+            self.replacing[name] = None
+            self.time.at(self.time.now, lambda: self._replace(name))
+
+    def _replace(self, name: str) -> None:
+        m = self.machines
+        new = m.replace_machine(name, self.spec.replace.duration)
+        incident = self.replacing.pop(name, None)
+        if new is None:
+            return
+        if incident is None:
+            # Replaced without a fault (a ladder that went on after the fault
+            # cleared): the wait is unhealthy capacity all the same.
+            now = self.time.now
+            d = m.pools[m.by_name[new].pool].devices_per_node
+            incident = Incident(new, now, held=d, since=now)
+        incident.node, incident.by = new, "replace"
+        self.open[new] = incident
+
+    # -- the node agent ----------------------------------------------------------------
+
+    def node_changed(self, node: Obj) -> None:
+        """The Node was patched: a new request for the agent, perhaps."""
+        annotations = node.get("metadata", {}).get("annotations") or {}
+        if RESET_REQUEST_ANNOTATION in annotations or REBOOT_REQUEST_ANNOTATION in annotations:
+            self._reconcile(node["metadata"]["name"])
+
+    def _poll(self, name: str) -> None:
+        if name not in self.polling:
+            self.polling.add(name)
+            self.time.at(self.time.now + AGENT_INTERVAL, lambda: self._polled(name))
+
+    def _polled(self, name: str) -> None:
+        self.polling.discard(name)
+        self._reconcile(name)
+
+    def _reconcile(self, name: str) -> None:
+        """One pass of the agent on node ``name`` (it runs only while the node is up)."""
+        node = self.kube.nodes.get(name)
+        slot_id = self.machines.node_slot.get(name)
+        if node is None or slot_id is None:
+            return
+        slot = self.machines.slots[slot_id]
+        if name in self.busy:
+            return
+        if not slot.ready:
+            self._poll(name)  # the agent is down with its node: later
+            return
+        annotations = node["metadata"].get("annotations") or {}
+        for key, act in (
+            (REBOOT_REQUEST_ANNOTATION, self._reboot),
+            (RESET_REQUEST_ANNOTATION, self._reset),
+        ):
+            raw = annotations.get(key)
+            if raw is None:
+                continue
+            try:
+                request = json.loads(raw)
+                rid = str(request["id"])
+            except (ValueError, KeyError, TypeError):
+                status = RESET_STATUS_ANNOTATION
+                if key == REBOOT_REQUEST_ANNOTATION:
+                    status = REBOOT_STATUS_ANNOTATION
+                message = f"{key} is not a JSON object with an id: {raw[:80]!r}"
+                self._status(node, status, {"id": "", "state": "failed", "message": message})
+                continue
+            if rid in self.answered.get((name, key), set()):
+                continue
+            act(node, slot, rid, request)
+            if name in self.busy:
+                return
+
+    def _status(self, node: Obj, key: str, body: dict[str, Any]) -> None:
+        body.setdefault("message", "")
+        body["at"] = timestamp(self.time.now)
+        current = node["metadata"].setdefault("annotations", {})
+        text = json.dumps(body, sort_keys=True)
+        if current.get(key) != text:
+            current[key] = text
+            self.kube.touch(node)
+
+    def _done(self, name: str, key: str, rid: str) -> None:
+        self.answered.setdefault((name, key), set()).add(rid)
+        self.busy.pop(name, None)
+
+    # -- reset -------------------------------------------------------------------------
+
+    def _group(self, node: Obj, slot: Slot, request: dict[str, Any]) -> list[int] | str:
+        """The devices a reset takes (global numbers), or why it cannot be done."""
+        d = slot.pool.devices_per_node
+        every = list(range(slot.base, slot.base + d))
+        wanted = request.get("devices") or []
+        if not isinstance(wanted, list):
+            return "devices must be a list of device uuids"
+        names = {device_name(slot.pool.vendor, i): slot.base + i for i in range(d)}
+        chosen: list[int] = []
+        for item in wanted:
+            # A uuid (the simulator's are SIM-<node>-<device>) or a device name.
+            g = names.get(str(item).rsplit("-", 1)[-1])
+            if g is None:
+                return f"no device {item!r} on this node"
+            chosen.append(g)
+        scope = (node["metadata"].get("annotations") or {}).get(RESET_SCOPE_ANNOTATION)
+        if not chosen or scope == "node":
+            return every
+        return sorted(set(chosen))
+
+    def _reset(self, node: Obj, slot: Slot, rid: str, request: dict[str, Any]) -> None:
+        m, name = self.machines, node["metadata"]["name"]
+        group = self._group(node, slot, request)
+        key = RESET_REQUEST_ANNOTATION
+        if isinstance(group, str):
+            self._status(
+                node, RESET_STATUS_ANNOTATION, {"id": rid, "state": "failed", "message": group}
+            )
+            self._done(name, key, rid)
+            return
+        uuids = [f"SIM-{name}-{device_name(slot.pool.vendor, g - slot.base)}" for g in group]
+        held = [g for g in group if m.dev_job[g] >= 0]
+        if held:
+            devices = ", ".join(device_name(slot.pool.vendor, g - slot.base) for g in held)
+            self._status(
+                node,
+                RESET_STATUS_ANNOTATION,
+                {
+                    "id": rid,
+                    "state": "refused",
+                    "devices": uuids,
+                    "message": f"a pod still holds {devices}; the reset waits until it goes",
+                },
+            )
+            self._poll(name)
+            return
+        self.busy[name] = rid
+        body = {"id": rid, "state": "resetting", "devices": uuids}
+        self._status(node, RESET_STATUS_ANNOTATION, body)
+        for g in group:
+            if m.dev_state[g] in (OK, FAULTY, LOST, RESETTING):
+                m.take_device(slot, g, RESETTING)
+
+        def end() -> None:
+            if slot.node != name:
+                return
+            for g in group:
+                if m.dev_state[g] != RESETTING:
+                    continue  # a pod came back on it meanwhile: not this reset's
+                if self._fix(g, "reset"):
+                    m.reset(g)
+                else:
+                    m.dev_state[g] = FAULTY
+            self._status(node, RESET_STATUS_ANNOTATION, {**body, "state": "done"})
+            self._done(name, key, rid)
+            m.update_schedulable(slot)
+            m.changed_pools.add(slot.pool.name)
+
+        self.time.at(self.time.now + self.spec.reset.duration, end)
+
+    # -- reboot ------------------------------------------------------------------------
+
+    def _reboot(self, node: Obj, slot: Slot, rid: str, request: dict[str, Any]) -> None:
+        m, name = self.machines, node["metadata"]["name"]
+        self.busy[name] = rid
+        boot = node["status"].setdefault("nodeInfo", {}).get("bootID", "")
+        self._status(
+            node, REBOOT_STATUS_ANNOTATION, {"id": rid, "state": "rebooting", "bootID": boot}
+        )
+        m.set_unschedulable(slot)
+        node["status"]["conditions"] = [
+            {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
+        ]
+        self.kube.touch(node)
+        self.emit("node_down", slot)
+        # The reboot ends every container on the node: its pods fail.
+        for pod_key in list(self.kube.pods_by_node.get(name, {})):
+            pod = self.kube.remove_pod(*pod_key)
+            if pod is not None:
+                self.pod_gone(pod, "Failed")
+
+        def end() -> None:
+            if slot.node != name:
+                return
+            d = slot.pool.devices_per_node
+            new_boot = m.new_boot_id()
+            node["status"]["nodeInfo"]["bootID"] = new_boot
+            node["status"]["conditions"] = [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+            ]
+            # A new exporter: its counters start again from 0.
+            for arr in (m.dev_fatal, m.dev_recoverable, m.dev_ecc_uncorrected):
+                arr[slot.base : slot.base + d] = 0.0
+            for g in range(slot.base, slot.base + d):
+                if m.dev_state[g] == OK:
+                    continue
+                if self._fix(g, "reboot"):
+                    m.dev_state[g] = RESETTING
+                    m.reset(g)
+                else:
+                    m.dev_fatal[g] = 0.0  # reported at the next agent pass instead
+                    m.dev_state[g] = FAULTY
+                    self.time.at(self.time.now + AGENT_INTERVAL, partial(self._again, g))
+            slot.ready = True
+            m.update_schedulable(slot)
+            m.changed_pools.add(slot.pool.name)
+            self.kube.touch(node)
+            self.emit("node_up", slot)
+            self._status(
+                node,
+                REBOOT_STATUS_ANNOTATION,
+                {"id": rid, "state": "done", "bootID": new_boot},
+            )
+            self._done(name, REBOOT_REQUEST_ANNOTATION, rid)
+
+        self.time.at(self.time.now + self.spec.reboot.duration, end)
+
+    def _again(self, g: int) -> None:
+        """A fault the reboot did not fix shows again once the new exporter runs (a
+        counter born at 1 would hide it from ``increase``)."""
+        if self.machines.dev_repair[g]:
+            self.machines.dev_fatal[g] += 1
+
+
+__all__ = ["AGENT_INTERVAL", "NO_INCIDENT", "REPORT_INTERVAL", "Fate", "Incident", "Repairs"]
