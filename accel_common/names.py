@@ -227,6 +227,19 @@ CAPI_CAPACITY_LABELS: Final = f"{CAPI_CAPACITY_PREFIX}labels"
 CAPI_CAPACITY_TAINTS: Final = f"{CAPI_CAPACITY_PREFIX}taints"
 # On a MachineSet: the MachineDeployment it belongs to.
 CAPI_MACHINESET_LABEL: Final = "cluster.x-k8s.io/set-name"
+# On a Node (Cluster API's Machine controller sets it with CAPI_MACHINE_ANNOTATION):
+# the namespace of the cluster, and so of the Machine.
+CAPI_CLUSTER_NAMESPACE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-namespace"
+# On a MachineDeployment or MachineSet, for scale from zero with DRA: the DRA driver
+# whose devices gpu-count counts (the cluster-autoscaler's Cluster API provider).
+CAPI_CAPACITY_DRA_DRIVER: Final = f"{CAPI_CAPACITY_PREFIX}dra-driver"
+# On a Node (kubelet --node-labels): it carries accelerators, so a Ready node without
+# allocatable devices is still coming up (the cluster-autoscaler's Cluster API
+# provider's label for GPU nodes).
+CAPI_ACCELERATOR_LABEL: Final = "cluster-api/accelerator"
+# On a Machine: replace_machine's record of the replacement it asked for (JSON: id,
+# mode, rule, node, at, by), so that a replayed decision does not ask twice.
+REPLACE_REQUEST_ANNOTATION: Final = f"{PREFIX}replace-request"
 
 # ---------------------------------------------------------------- medik8s
 
@@ -235,6 +248,29 @@ SNR_GROUP: Final = "self-node-remediation.medik8s.io"
 # ---------------------------------------------------------------- Dynamic Resource Allocation
 
 DRA_GROUP: Final = "resource.k8s.io"
+# DRA driver names (ResourceSlice spec.driver, allocation results' driver) and the
+# DeviceClass names the drivers' charts install, each -> the exporter's vendor label
+# (accel_common/dra.py): NVIDIA/k8s-dra-driver-gpu (driver and class gpu.nvidia.com,
+# class mig.nvidia.com for MIG devices of the same driver), ROCm/k8s-gpu-dra-driver
+# (gpu.amd.com), intel/intel-resource-drivers-for-kubernetes (gpu.intel.com,
+# gaudi.intel.com), GKE's TPU driver (tpu.google.com).
+DRA_NVIDIA_GPU: Final = "gpu.nvidia.com"
+DRA_NVIDIA_MIG_CLASS: Final = "mig.nvidia.com"
+DRA_AMD_GPU: Final = "gpu.amd.com"
+DRA_INTEL_GPU: Final = "gpu.intel.com"
+DRA_INTEL_GAUDI: Final = "gaudi.intel.com"
+DRA_GOOGLE_TPU: Final = "tpu.google.com"
+DRA_VENDORS: Final[Mapping[str, str]] = {
+    DRA_NVIDIA_GPU: "nvidia",
+    DRA_NVIDIA_MIG_CLASS: "nvidia",
+    DRA_AMD_GPU: "amd",
+    DRA_INTEL_GPU: "oneapi",
+    DRA_INTEL_GAUDI: "gaudi",
+    DRA_GOOGLE_TPU: "tpu",
+}
+# Kubernetes' standard device attribute (k8s.io/dynamic-resource-allocation
+# deviceattribute) for a device's PCI address, in ResourceSlices (exporter/dra.py).
+DRA_PCI_BUS_ID_ATTRIBUTE: Final = "resource.kubernetes.io/pciBusID"
 
 # ---------------------------------------------------------------- Kubernetes
 

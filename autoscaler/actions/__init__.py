@@ -15,7 +15,11 @@ from autoscaler.actions import (
     drain,
     migrate_jobs,
     rebalance,
+    reboot_node,
+    repartition,
+    replace_machine,
     requeue_job,
+    reset_devices,
     scale_node_pool,
     taint,
     uncordon,
@@ -30,6 +34,10 @@ ACTIONS: dict[str, ActionSpec] = {
     "requeue_job": requeue_job.SPEC,
     "rebalance": rebalance.SPEC,
     "scale_node_pool": scale_node_pool.SPEC,
+    "replace_machine": replace_machine.SPEC,
+    "repartition": repartition.SPEC,
+    "reset_devices": reset_devices.SPEC,
+    "reboot_node": reboot_node.SPEC,
     "uncordon": uncordon.SPEC,
 }
 

@@ -25,7 +25,7 @@ from exporter.backends.sim import SimBackend, parse_sim_devices
 from tests.support.paths import REPO
 
 # Where source lives (tests may spell a key: they pin the wire format).
-SOURCES = ("accel_common", "exporter", "autoscaler", "bench", "deploy", "dashboards")
+SOURCES = ("accel_common", "exporter", "autoscaler", "nodeagent", "bench", "deploy", "dashboards")
 HOME = REPO / "accel_common" / "names.py"
 # A string that spells one of these names: ours, a vendor's resource, Cluster API's.
 SPELLED = re.compile(

@@ -90,6 +90,12 @@ def test_every_flag_is_documented() -> None:
     assert long_flags(build_parser()) - documented_flags(page("exporter/index.md")) == set()
 
 
+def test_every_node_agent_flag_is_documented() -> None:
+    from nodeagent.cli import parser as agent_parser
+
+    assert long_flags(agent_parser()) - documented_flags(page("agent.md")) == set()
+
+
 def test_every_autoscaler_run_flag_is_documented() -> None:
     run = subcommands()["run"]
     assert long_flags(run) - documented_flags(page("controller.md")) == set()

@@ -39,6 +39,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "nodeCooldown": 1800.0,
         "gainHorizon": 3600.0,
     },
+    "reset_devices": {"taint": DEFAULT_TAINT, "drainTimeout": 600.0, "wait": 600.0},
+    "reboot_node": {
+        "method": "auto",
+        "snrNamespace": "openshift-workload-availability",
+        "taint": DEFAULT_TAINT,
+        "drainTimeout": 600.0,
+        "wait": 1200.0,
+    },
 }
 
 TARGETS_OF: dict[str, tuple[str, ...]] = {
@@ -49,6 +57,10 @@ TARGETS_OF: dict[str, tuple[str, ...]] = {
     "requeue_job": ("pod",),
     "rebalance": ("node",),
     "scale_node_pool": ("pool",),
+    "replace_machine": ("node", "device"),
+    "repartition": ("node", "device"),
+    "reset_devices": ("node", "device"),
+    "reboot_node": ("node", "device"),
     "uncordon": ("node",),
 }
 
@@ -90,6 +102,9 @@ def test_only_undoable_actions_take_recover() -> None:
         "taint",
         "drain",
         "migrate_jobs",
+        "reset_devices",
+        "reboot_node",
+        "repartition",
     }
 
 

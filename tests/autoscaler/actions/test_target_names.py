@@ -32,7 +32,10 @@ BAD_NAMES = {
     "300 characters": "n" * 300,
 }
 # Parameters an action cannot go without.
-REQUIRED: dict[str, dict[str, Any]] = {"scale_node_pool": {"direction": "down"}}
+REQUIRED: dict[str, dict[str, Any]] = {
+    "scale_node_pool": {"direction": "down"},
+    "repartition": {"layout": "h100-all-1g"},
+}
 
 
 def targets(target_kind: str, bad: str) -> list[dict[str, str]]:
