@@ -30,6 +30,7 @@ from autoscaler.executor import Executor
 from autoscaler.kube.client import ClientKube
 from autoscaler.kube.dryrun import DryRunKube
 from tests.autoscaler.actions.test_actions_kube import decide, entry, run
+from tests.support.dying import Cut, Killed
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.kubeobjs import client, evictions, node, pdb, pod
 
@@ -37,36 +38,6 @@ pytestmark = pytest.mark.timeout(120)
 
 START = 1_800_000_000.0
 ORIGINAL = "ml/solo"
-
-
-class Killed(BaseException):
-    """The controller dies: nothing in the action may catch this."""
-
-
-class Cut:
-    """A ``Kube`` that counts calls and kills the controller right after call
-    ``after`` returned (or raised): its effect on the server has happened, and
-    the controller never learns of it."""
-
-    def __init__(self, inner: Any, after: int | None = None) -> None:
-        self._inner = inner
-        self.after = after
-        self.calls: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not callable(attr):
-            return attr
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
-            try:
-                return await attr(*args, **kwargs)
-            finally:
-                if self.after is not None and len(self.calls) >= self.after:
-                    raise Killed(f"killed after call {len(self.calls)} ({name})")
-
-        return call
 
 
 def fake_time() -> tuple[Callable[[], float], Callable[[float], Awaitable[None]]]:

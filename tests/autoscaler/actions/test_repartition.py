@@ -36,6 +36,7 @@ from nodeagent.agent import Agent, NodeAPI
 from nodeagent.partition import PartitionTask
 from nodeagent.tasks import AgentContext
 from tests.autoscaler.actions.test_actions_kube import decide, entry, run
+from tests.support.dying import Cut, Killed
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.nvml import FakeNVML, h100
 from tests.support.kubeobjs import client, events, evictions, node, pod
@@ -46,35 +47,6 @@ START = 1_800_000_000.0
 LAYOUT = "h100-all-1g"
 DECISION = decide("repartition", {"node": "n1"}, rule="small-slices", layout=LAYOUT, wait="2m")
 DEVICE_PODS = ("train-0", "train-1")
-
-
-class Killed(BaseException):
-    """The controller dies: nothing in the action may catch this."""
-
-
-class Cut:
-    """A ``Kube`` that counts calls and kills the controller right after call
-    ``after`` returned (or raised)."""
-
-    def __init__(self, inner: Any, after: int | None = None) -> None:
-        self._inner = inner
-        self.after = after
-        self.calls: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not callable(attr):
-            return attr
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
-            try:
-                return await attr(*args, **kwargs)
-            finally:
-                if self.after is not None and len(self.calls) >= self.after:
-                    raise Killed(f"killed after call {len(self.calls)} ({name})")
-
-        return call
 
 
 class Node:

@@ -8,7 +8,7 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import pytest
 
 from accel_common.names import LEADER_LABEL
 from autoscaler.actions.ownership import ANNOTATION
+from tests.support.dying import wait
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.kubeobjs import evictions, node, pdb, pod
 from tests.support.procs import autoscaler, free_port, http_get
@@ -37,16 +38,6 @@ spec:
       action: {type: drain, drainTimeout: 10m}
       cooldown: 1h
 """
-
-
-def wait(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout:g}s")
 
 
 @contextmanager

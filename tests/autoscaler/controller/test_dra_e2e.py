@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from exporter.poller import Poller
 from exporter.procmap import ProcMap
 from exporter.server import ExporterServer, fd_headroom_limits
 from tests.support import draobjs
+from tests.support.dying import wait
 from tests.support.exposition import parse
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.fakes.kubelet import FakeKubelet
@@ -53,16 +54,6 @@ spec:
       action: {type: migrate_jobs, deviceOnly: true, drainTimeout: 1m}
       cooldown: 1h
 """
-
-
-def wait(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout:g}s")
 
 
 @contextmanager
@@ -178,7 +169,7 @@ def test_fatal_fault_on_a_claimed_gpu_migrates_that_pod_only(
     ):
         _cluster(api)
         # The exporter attributes both GPUs, the claim's with its claim.
-        rows = wait(lambda: _pod_info(metrics), what="pod attribution")
+        rows = wait(lambda: _pod_info(metrics), 30.0, "pod attribution", 0.1)
         assert ("nvidia0", "train", "train-gpu") in rows, rows
         assert ("nvidia1", "plugin", "") in rows, rows
 
@@ -193,7 +184,7 @@ def test_fatal_fault_on_a_claimed_gpu_migrates_that_pod_only(
             assert running.proc.poll() is None
             nvml.inject_xid(0, 79)
             try:
-                wait(lambda: evictions(api, "train") == 1, what="the claim pod's eviction")
+                wait(lambda: evictions(api, "train") == 1, 30.0, "the claim pod's eviction", 0.1)
             except AssertionError as e:
                 raise AssertionError(
                     f"{e}\n{(tmp_path / 'controller.log').read_text(errors='replace')[-4000:]}"
