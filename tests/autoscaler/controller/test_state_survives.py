@@ -29,7 +29,8 @@ from autoscaler.executor import Executor
 from autoscaler.kube.client import ClientKube
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
-from tests.autoscaler.controller.test_controller_kube import remediation, wait
+from tests.autoscaler.controller.test_controller_kube import remediation
+from tests.support.dying import wait
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.kubeobjs import evictions, node, pdb, pod
 from tests.support.procs import autoscaler, free_port, http_get
