@@ -7,7 +7,8 @@ handlers as a 500 and a logged traceback. Legitimate bodies are shallow (an
 Alertmanager payload nests 4 deep, an ExtenderArgs with full Node objects about
 10), so a body is refused, with a message that says which limit, when it is
 larger than its size limit, nested deeper than ``MAX_DEPTH``, not UTF-8, not
-JSON (``NaN`` and ``Infinity`` included, which Python alone would accept), or
+JSON (``NaN`` and ``Infinity`` included, which Python alone would accept, and
+``1e999``, which it reads as infinite), or
 holds an integer past 64 bits. The depth is measured on the parsed value,
 without recursion; a body so deep that the parser itself gives up is refused
 the same way.
@@ -49,6 +50,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _float(text: str) -> float:
+    # 1e999 parses as an infinite float, as non-finite as the Infinity refused above.
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return value
+
+
 def _integer(text: str) -> int:
     # int() of thousands of digits is slow (and past 4,300 refused with advice
     # meant for programmers); no field of these bodies needs more than 64 bits.
@@ -66,7 +75,9 @@ def loads(raw: bytes, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     except UnicodeDecodeError as e:
         raise JSONBodyError(f"not UTF-8: {e}") from None
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_int=_integer)
+        value = json.loads(
+            text, parse_constant=_no_constant, parse_int=_integer, parse_float=_float
+        )
     except RecursionError:
         raise JSONBodyError(f"nested deeper than {max_depth} arrays and objects") from None
     except ValueError as e:  # JSONDecodeError, and the refusals above
