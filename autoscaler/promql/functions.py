@@ -9,6 +9,9 @@ Prometheus 2.42's ``promql/functions.go`` step for step:
   extrapolation towards the range's ends when the first/last point is closer to
   them than 1.1 times the average interval between points (else half an interval),
   never extrapolating a counter below zero. Fewer than two points: no result.
+  The float operations run in 2.42's order (resets added one by one, one factor
+  ``extrapolated / sampled / range``, one multiplication), so the answers are
+  bit-identical to Prometheus's, not merely close.
 * ``*_over_time`` reduce the points; ``min``/``max`` skip NaN unless every point is
   NaN (``v < min || isNaN(min)``). ``changes`` counts neighbours that differ (NaN
   equals NaN), ``resets`` neighbours that decrease.
@@ -155,11 +158,16 @@ def _extrapolated_rate(
         reset = cur < prev
         if pairs is not None:
             reset &= pairs
-        # Resets are rare: add the value before each only where a row has any.
+        # Resets are rare: add the value before each only where a row has any,
+        # one at a time and in order as 2.42 does, so that the sum rounds as its.
         some = np.flatnonzero(reset.any(axis=1))
         if some.size:
             result = result.copy()
-            result[some] += np.where(reset[some], prev[some], 0.0).sum(axis=1)
+            for row in some.tolist():
+                total = float(result[row])
+                for before in prev[row][reset[row]].tolist():
+                    total += before
+                result[row] = total
     duration_to_start = (w.first_t - range_start) / 1000
     duration_to_end = (range_end - w.last_t) / 1000
     sampled = (w.last_t - w.first_t) / 1000
@@ -174,7 +182,18 @@ def _extrapolated_rate(
     half = average / 2
     extrapolate_to = sampled + np.where(duration_to_start < threshold, duration_to_start, half)
     extrapolate_to = extrapolate_to + np.where(duration_to_end < threshold, duration_to_end, half)
-    result = result * (extrapolate_to / sampled)
+    # 2.42 builds one factor and multiplies once: (extrapolated / sampled), over
+    # the range for rate. Multiplying in another order rounds the last bit
+    # differently, and histogram_quantile over a rate that lands exactly on a
+    # bucket's count then picks the next bucket.
+    factor = extrapolate_to / sampled
     if is_rate:
-        result = result / (range_ms / 1000)
-    return keep, result
+        factor = factor / range_seconds(range_ms)
+    return keep, result * factor
+
+
+def range_seconds(range_ms: int) -> float:
+    """``time.Duration.Seconds()`` of the range: whole seconds plus the
+    nanoseconds over 1e9, two roundings as Go does them (not ``ms / 1000``)."""
+    whole, rest_ms = divmod(range_ms, 1000)
+    return float(whole) + float(rest_ms * 1_000_000) / 1e9
