@@ -20,6 +20,7 @@ from typing import Any
 from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param_keys, to_params
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import node_step, undo
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.decision import Decision
 
 NAME = "cordon"
@@ -47,6 +48,8 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     return await node_step(ctx, decision, phase="cordoned", cordon=True, reason="Cordoned")
 
 
-SPEC = ActionSpec(
-    NAME, TARGETS, reversible=True, params_type=CordonParams, validate=validate, execute=execute
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME, TARGETS, reversible=True, params_type=CordonParams, validate=validate, execute=execute
+    )
 )

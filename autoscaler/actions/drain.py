@@ -73,6 +73,7 @@ from autoscaler.actions.ownership import (
     set_phase,
 )
 from autoscaler.actions.pods import evict_until, finish
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -311,6 +312,8 @@ async def abandon(ctx: ActionContext, node: str, rule: str, entry: Entry) -> Out
     return Outcome("skipped", message, {"phase": phase})
 
 
-SPEC = ActionSpec(
-    NAME, TARGETS, reversible=True, params_type=DrainParams, validate=validate, execute=execute
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME, TARGETS, reversible=True, params_type=DrainParams, validate=validate, execute=execute
+    )
 )

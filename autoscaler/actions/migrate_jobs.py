@@ -101,6 +101,7 @@ from autoscaler.actions.pods import (
     pod_key,
     uses_devices,
 )
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -316,12 +317,14 @@ async def _unknown_holders(
     return Outcome("skipped", message, details)
 
 
-SPEC = ActionSpec(
-    NAME,
-    TARGETS,
-    reversible=True,
-    params_type=MigrateJobsParams,
-    validate=validate,
-    check_target=check_target,
-    execute=execute,
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME,
+        TARGETS,
+        reversible=True,
+        params_type=MigrateJobsParams,
+        validate=validate,
+        check_target=check_target,
+        execute=execute,
+    )
 )

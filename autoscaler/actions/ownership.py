@@ -32,6 +32,14 @@ What it is for:
   targets are under remediation, the nodes the circuit breaker counts, and when
   each remediation started (``autoscaler/engine/restore.py``).
 
+- **Unreadable is not absent.** Anyone who may patch the Node may write this
+  annotation, so it is read through ``accel_common.clusterjson`` (bounded depth and
+  size, finite numbers) and every field is checked. A bad entry is left out of what
+  is read (logged with the node and the key), but the annotation is never
+  rewritten while it holds one: dropping it could hand us a node that another
+  owner's entry claims. ``update_node`` raises ``UnknownFact`` instead, and the
+  action answers without acting (``autoscaler/actions/unknown.py``).
+
 Changes are read-modify-write with the node's ``resourceVersion`` (``update_node``),
 so two writers (a person with kubectl, a second rule) never overwrite each other:
 a ``Conflict`` re-reads the node and applies the change again.
@@ -47,11 +55,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from accel_common.clusterjson import (
+    ClusterValueError,
+    annotations_of,
+    describe,
+    loads_object,
+    text,
+)
 from accel_common.names import MIGRATED_FROM_ANNOTATION as MIGRATED_FROM
 from accel_common.names import NO_REBALANCE_ANNOTATION as NO_REBALANCE
 from accel_common.names import REMEDIATION_ANNOTATION as ANNOTATION
 from accel_common.names import REQUEUES_ANNOTATION as REQUEUES
 from autoscaler.actions.context import ActionContext
+from autoscaler.actions.unknown import UnknownFact, plausible_time
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError
 from autoscaler.kube.protocol import Kube, Obj
@@ -59,6 +75,8 @@ from autoscaler.kube.protocol import Kube, Obj
 log = logging.getLogger("accel_autoscaler.actions")
 
 COMPONENT = "accel-autoscaler"
+# A target names a node, a device, a pod: a handful of labels at most.
+MAX_TARGET_LABELS = 16
 
 # Phases whose work is not finished: resumed after a restart or a new leader.
 IN_FLIGHT = ("draining", "migrating", "repartitioning", "resetting", "rebooting")
@@ -97,18 +115,43 @@ class Entry:
     message: str = ""
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Entry:
+    def from_json(cls, raw: Any, at: str) -> Entry:
+        """One entry as the bounded reader gave it; ``ClusterValueError`` (naming
+        ``at`` and the field) when a field is missing, of the wrong type, too long,
+        or ``started`` is not a plausible time."""
+        if not isinstance(raw, Mapping):
+            raise ClusterValueError(at, "expected a JSON object")
+        for key in ("action", "phase", "started", "controller"):
+            if key not in raw:
+                raise ClusterValueError(at, f"field {key} is missing")
+        target = raw.get("target") or {}
+        params = raw.get("params") or {}
+        if not isinstance(target, Mapping) or len(target) > MAX_TARGET_LABELS:
+            raise ClusterValueError(f"{at} field target", "expected an object of a few labels")
+        if not isinstance(params, Mapping):
+            raise ClusterValueError(f"{at} field params", "expected a JSON object")
+        cordoned = raw.get("cordoned", False)
+        if not isinstance(cordoned, bool):
+            raise ClusterValueError(f"{at} field cordoned", "expected true or false")
+        taint = raw.get("taint")
+        started = text(raw["started"], f"{at} field started", max_len=64)
+        plausible_time(started, f"{at} field started")
         return cls(
-            action=str(raw["action"]),
-            phase=str(raw["phase"]),
-            started=str(raw["started"]),
-            controller=str(raw["controller"]),
-            replica=str(raw.get("replica", "")),
-            target={str(k): str(v) for k, v in dict(raw.get("target") or {}).items()},
-            params=dict(raw.get("params") or {}),
-            cordoned=bool(raw.get("cordoned", False)),
-            taint=raw.get("taint") or None,
-            message=str(raw.get("message", "")),
+            action=text(raw["action"], f"{at} field action", max_len=63),
+            phase=text(raw["phase"], f"{at} field phase", max_len=63),
+            started=started,
+            controller=text(raw["controller"], f"{at} field controller", max_len=253),
+            replica=text(raw.get("replica", ""), f"{at} field replica", max_len=253),
+            target={
+                text(k, f"{at} field target", max_len=63): text(
+                    v, f"{at} field target.{k}", max_len=253
+                )
+                for k, v in target.items()
+            },
+            params=dict(params),
+            cordoned=cordoned,
+            taint=text(taint, f"{at} field taint", max_len=400) if taint else None,
+            message=text(raw.get("message", ""), f"{at} field message", max_len=4096),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -118,21 +161,48 @@ class Entry:
         return out
 
 
-def entries(node: Obj) -> dict[str, Entry]:
-    """The node's remediation entries by rule. An annotation that is not ours to
-    read (hand-edited, another tool's format) yields none: we own nothing there."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
-    if not raw:
-        return {}
+def read_entries(node: Obj) -> tuple[dict[str, Entry], ClusterValueError | None]:
+    """The node's readable remediation entries by rule, and what was wrong with the
+    rest (None: nothing). A value that is not bounded JSON yields no entry; a bad
+    entry costs only that entry. Either way the annotation holds something we cannot
+    read, so ``update_node`` refuses to rewrite it (see ``entries``)."""
+    raw = annotations_of(node).get(ANNOTATION)
+    if raw is None or raw == "":
+        return {}, None
+    at = f"{describe({'kind': 'Node', **node})} annotation {ANNOTATION}"
     try:
-        data = json.loads(raw)
-        return {str(rule): Entry.from_json(e) for rule, e in dict(data).items()}
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        name = (node.get("metadata") or {}).get("name", "?")
-        log.warning(
-            "node %s: unreadable %s annotation, treating as not ours: %s", name, ANNOTATION, e
-        )
-        return {}
+        data = loads_object(raw, at)
+    except ClusterValueError as e:
+        return {}, e
+    out: dict[str, Entry] = {}
+    problem: ClusterValueError | None = None
+    for rule, raw_entry in data.items():
+        try:
+            out[text(rule, at, max_len=253)] = Entry.from_json(
+                raw_entry, f"{at} entry {rule[:253]}"
+            )
+        except ClusterValueError as err:
+            problem = problem or err
+    return out, problem
+
+
+def entries(node: Obj) -> dict[str, Entry]:
+    """The node's readable remediation entries by rule, for reading (what is ours
+    to resume, what to restore). What cannot be read is logged and left out here;
+    it is not "absent" for a write: ``update_node`` refuses to rewrite an
+    annotation that holds an unreadable entry, since that entry may be another
+    owner's claim on the node (``UnknownFact``, which the action answers without
+    acting)."""
+    out, problem = read_entries(node)
+    if problem is not None:
+        log.warning("%s; treated as unknown (not ours, and not overwritten)", problem)
+    return out
+
+
+def _writes_entries(patch: Obj) -> bool:
+    meta = patch.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return isinstance(annotations, Mapping) and ANNOTATION in annotations
 
 
 def annotation_value(es: Mapping[str, Entry]) -> str | None:
@@ -171,6 +241,12 @@ async def update_node(kube: Kube, name: str, mutate: Mutate, attempts: int = 8) 
         patch = mutate(node)
         if patch is None:
             return node
+        if _writes_entries(patch):
+            _, problem = read_entries(node)
+            if problem is not None:
+                # Rewriting would drop an entry we cannot read: maybe another
+                # owner's claim. The action answers "unknown" instead.
+                raise UnknownFact("remediation record", problem)
         meta = patch.setdefault("metadata", {})
         meta["resourceVersion"] = node["metadata"].get("resourceVersion")
         try:
@@ -281,6 +357,7 @@ __all__ = [
     "node_ref",
     "ours",
     "parse_iso",
+    "read_entries",
     "set_phase",
     "update_node",
 ]

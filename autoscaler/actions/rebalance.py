@@ -99,6 +99,7 @@ from autoscaler.actions.pods import (
     pod_key,
     uses_devices,
 )
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.clusterstate import checkpoint_declaration, start_time
 from autoscaler.decision import Decision
 from autoscaler.kube.dra import read_dra
@@ -385,11 +386,13 @@ def _destination(
     return best
 
 
-SPEC = ActionSpec(
-    NAME,
-    TARGETS,
-    reversible=False,
-    params_type=RebalanceParams,
-    validate=validate,
-    execute=execute,
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME,
+        TARGETS,
+        reversible=False,
+        params_type=RebalanceParams,
+        validate=validate,
+        execute=execute,
+    )
 )

@@ -83,6 +83,7 @@ from autoscaler.actions.ownership import (
     update_node,
 )
 from autoscaler.actions.pods import evict_until, summary, uses_devices
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -306,11 +307,13 @@ async def _fail(
     return Outcome("failed", text, dict(details or {}))
 
 
-SPEC = ActionSpec(
-    NAME,
-    TARGETS,
-    reversible=True,
-    params_type=RepartitionParams,
-    validate=validate,
-    execute=execute,
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME,
+        TARGETS,
+        reversible=True,
+        params_type=RepartitionParams,
+        validate=validate,
+        execute=execute,
+    )
 )

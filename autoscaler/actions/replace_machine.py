@@ -93,6 +93,7 @@ from autoscaler.actions.ownership import (
     set_phase,
     update_node,
 )
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import (
@@ -488,11 +489,13 @@ async def _replace(
     return Outcome("done", message, details)
 
 
-SPEC = ActionSpec(
-    NAME,
-    TARGETS,
-    reversible=False,
-    params_type=ReplaceMachineParams,
-    validate=validate,
-    execute=execute,
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME,
+        TARGETS,
+        reversible=False,
+        params_type=ReplaceMachineParams,
+        validate=validate,
+        execute=execute,
+    )
 )

@@ -74,6 +74,7 @@ from autoscaler.actions.base import (
 from autoscaler.actions.context import ActionContext, Outcome, Status
 from autoscaler.actions.ownership import REQUEUES, event, iso, parse_iso
 from autoscaler.actions.pods import claimed_devices, controller_owner
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -293,11 +294,13 @@ async def _requeue_gang(
     return Outcome(status, done.message, details)
 
 
-SPEC = ActionSpec(
-    NAME,
-    TARGETS,
-    reversible=False,
-    params_type=RequeueJobParams,
-    validate=validate,
-    execute=execute,
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME,
+        TARGETS,
+        reversible=False,
+        params_type=RequeueJobParams,
+        validate=validate,
+        execute=execute,
+    )
 )

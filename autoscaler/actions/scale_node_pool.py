@@ -103,6 +103,7 @@ from autoscaler.actions.context import ActionContext, Outcome, Status
 from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT, drain_node
 from autoscaler.actions.ownership import event
 from autoscaler.actions.pods import is_finished, uses_devices
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import MACHINE_DEPLOYMENTS, Obj
@@ -488,11 +489,13 @@ def _done(removed: Sequence[str]) -> str:
     return f"removed {', '.join(removed)}" if removed else "no node removed"
 
 
-SPEC = ActionSpec(
-    NAME,
-    TARGETS,
-    reversible=False,
-    params_type=ScaleNodePoolParams,
-    validate=validate,
-    execute=execute,
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME,
+        TARGETS,
+        reversible=False,
+        params_type=ScaleNodePoolParams,
+        validate=validate,
+        execute=execute,
+    )
 )

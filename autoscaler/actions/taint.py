@@ -36,6 +36,7 @@ from autoscaler.actions.base import (
 )
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import node_step, undo
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.decision import Decision
 
 NAME = "taint"
@@ -65,6 +66,8 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     return await node_step(ctx, decision, phase="tainted", taint=params.taint, reason="Tainted")
 
 
-SPEC = ActionSpec(
-    NAME, TARGETS, reversible=True, params_type=TaintParams, validate=validate, execute=execute
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME, TARGETS, reversible=True, params_type=TaintParams, validate=validate, execute=execute
+    )
 )

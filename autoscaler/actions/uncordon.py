@@ -22,6 +22,7 @@ from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import node_of, release
 from autoscaler.actions.ownership import entries, event, node_ref, ours
+from autoscaler.actions.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 
@@ -73,6 +74,13 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     return Outcome("done", message, {"uncordoned": uncordoned, "rules": mine})
 
 
-SPEC = ActionSpec(
-    NAME, TARGETS, reversible=False, params_type=UncordonParams, validate=validate, execute=execute
+SPEC = answering_unknown(
+    ActionSpec(
+        NAME,
+        TARGETS,
+        reversible=False,
+        params_type=UncordonParams,
+        validate=validate,
+        execute=execute,
+    )
 )

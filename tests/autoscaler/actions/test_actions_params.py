@@ -66,7 +66,17 @@ TARGETS_OF: dict[str, tuple[str, ...]] = {
 
 
 # What the actions share; every other module of autoscaler.actions is one action.
-SHARED = {"barepods", "base", "context", "gangs", "nodeops", "ownership", "pods", "spares"}
+SHARED = {
+    "barepods",
+    "base",
+    "context",
+    "gangs",
+    "nodeops",
+    "ownership",
+    "pods",
+    "spares",
+    "unknown",
+}
 
 
 def test_the_registry_lists_every_action_file_once() -> None:
