@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import gzip
 import logging
 import time
@@ -183,36 +184,34 @@ class Poller:
 
     async def poll_backend(self, st: _BackendState) -> None:
         name = st.backend.name
-        if st.in_flight is not None and not st.in_flight.done():
+        if st.in_flight is not None:
+            # Cleared only once its outcome has been taken in (``_late``).
             self._set_down(st, f"previous poll still running after {self.timeout:g}s (hung)")
             return
         if not st.discovered and self.clock() < st.next_discover:
             return
         fut = st.executor.submit(self._poll_sync, st)
         st.in_flight = fut
+        waiter = asyncio.wrap_future(fut)
         try:
             # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result
             # and drops a cancel that lands as the poll completes, and the poller's
             # stop() then waits forever (the exporter hung on SIGTERM).
             async with asyncio.timeout(self.timeout):
-                result = await asyncio.shield(asyncio.wrap_future(fut))
+                result = await asyncio.shield(waiter)
         except TimeoutError:
+            # The thread cannot be stopped; its outcome is taken in when it ends.
+            waiter.add_done_callback(functools.partial(self._late, st))
             self._set_down(st, f"poll timed out after {self.timeout:g}s")
             return
-        except BackendUnavailableError as e:
-            retry = REDISCOVER_SECONDS if e.retry_seconds is None else e.retry_seconds
-            st.next_discover = self.clock() + retry
-            self._set_down(st, str(e), level=logging.INFO)
-            return
+        except asyncio.CancelledError:
+            waiter.add_done_callback(functools.partial(self._late, st))
+            raise
         except Exception as e:
-            # A backend that raises outside read() (discover, topology) is down, and
-            # asked to discover again on the next poll in case the library recovers.
-            st.discovered = False
-            self._set_down(st, f"{type(e).__name__}: {e}")
+            st.in_flight = None
+            self._failed(st, e)
             return
-        finally:
-            if fut.done():
-                st.in_flight = None
+        st.in_flight = None
         if st.down_since is not None:
             down_for = _for(self.clock() - st.down_since)
             log.info(
@@ -226,6 +225,36 @@ class Poller:
         # After the backend's line, so that its devices' own lines follow it.
         self._apply(st, result)
         st.up, st.reason, st.down_since = True, "", None
+
+    def _failed(self, st: _BackendState, error: Exception) -> None:
+        """A poll that raised outside ``read``: the backend is down."""
+        if isinstance(error, BackendUnavailableError):
+            retry = REDISCOVER_SECONDS if error.retry_seconds is None else error.retry_seconds
+            st.next_discover = self.clock() + retry
+            self._set_down(st, str(error), level=logging.INFO)
+            return
+        # A backend that raises outside read() (discover, topology) is down, and
+        # asked to discover again on the next poll in case the library recovers.
+        st.discovered = False
+        self._set_down(st, f"{type(error).__name__}: {error}")
+
+    def _late(self, st: _BackendState, waiter: asyncio.Future[PollResult]) -> None:
+        """The outcome of a poll that outlived its timeout (issue 29). Taken in here,
+        on the loop, as soon as the thread ends: left alone, asyncio logs "Future
+        exception was never retrieved" for each such poll, and a backend that said it
+        is unavailable would be asked to discover again on the next poll instead of
+        after its back-off (on a loaded host, a discovery subprocess on every poll).
+        A late success keeps only its discovery: its readings are as old as the
+        timeout, and the backend stays down until a poll answers in time, which is
+        now quicker since it only reads."""
+        st.in_flight = None
+        if waiter.cancelled():
+            return
+        error = waiter.exception()
+        if isinstance(error, Exception):
+            self._failed(st, error)
+        elif error is None and not st.discovered:
+            self._discovered(st, waiter.result())
 
     def _set_down(self, st: _BackendState, reason: str, level: int = logging.WARNING) -> None:
         now = self.clock()
@@ -261,7 +290,10 @@ class Poller:
         if down.logged:
             log.info("device %s is up again after %s down", device, _for(self.clock() - down.since))
 
-    def _apply(self, st: _BackendState, result: PollResult) -> None:
+    def _discovered(self, st: _BackendState, result: PollResult) -> list[DeviceInfo]:
+        """The devices of ``result`` that this backend owns (a device another backend
+        already exports is a duplicate, said once), taken as the backend's devices
+        when the poll discovered."""
         name = st.backend.name
         kept: list[DeviceInfo] = []
         for d in result.devices:
@@ -292,6 +324,10 @@ class Poller:
                 st.relayout = False
             st.discovered = True
             st.devices, st.links = kept, result.links
+        return kept
+
+    def _apply(self, st: _BackendState, result: PollResult) -> None:
+        kept = self._discovered(st, result)
         for d in kept:
             reading = result.readings[d.device]
             ds = self._devices.get(d.device)
