@@ -20,15 +20,16 @@ Go exporters, and a little further:
   ``idle_timeout``; request lines and headers are bounded; and past
   ``max_connections`` the oldest idle connection is closed to make room, so that
   thousands of idle or slow-header sockets cannot starve a scrape of a connection
-  (or the process of file descriptors).
+  (or the process of file descriptors). That machinery is
+  ``accel_common.httpbounds``, which the controller's webhook shares.
 * **The configured headers on every answer**: 200s, 401s, 404s, 405s, and the
   400s the HTTP parser itself sends for a malformed request.
 * **Lenient ``Accept-Encoding``**: a malformed element (``gzip;q=x``) is ignored,
   as HTTP says it may be; the answer is then plain text, never a 500.
 
 The connection limits need the per-connection hooks of aiohttp's low-level
-``web.Server`` (``web.Application`` hides them); with three routes, the dispatch is
-a dictionary.
+``web.Server`` (``accel_common.httpbounds.BoundedServer``); with three routes, the
+dispatch is a dictionary.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import html
 import logging
 import os
@@ -52,6 +52,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
+from accel_common.httpbounds import BoundedServer, ConnectionLimits, fd_headroom
 from exporter import __version__
 from exporter.basicauth import BasicAuth
 from exporter.poller import Poller
@@ -95,24 +96,12 @@ _PATH = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*$")
 
 
 @dataclass(frozen=True)
-class Limits:
-    """How much any one client can hold. The defaults suit a node exporter, which
-    one or two Prometheus servers and the odd person scrape."""
+class Limits(ConnectionLimits):
+    """How much any one client can hold: the connection bounds every server of
+    ours has (``ConnectionLimits``: header and idle timeouts, the connection cap),
+    and the exporter's own bounds on basic auth. The defaults suit a node
+    exporter, which one or two Prometheus servers and the odd person scrape."""
 
-    # From connect until the first request's headers are complete (Go's
-    # ReadHeaderTimeout; slow-header clients are closed after it).
-    header_timeout: float = 10.0
-    # A keep-alive connection with no request in flight. Longer than the usual
-    # scrape intervals (15-60 s), so Prometheus keeps reusing its connection.
-    idle_timeout: float = 75.0
-    # Open connections; past it the oldest idle one is closed.
-    max_connections: int = 1024
-    # aiohttp's defaults for one line; a scrape's headers are a few hundred bytes.
-    max_line_size: int = 8190
-    max_field_size: int = 8190
-    max_headers: int = 64
-    # How long a request body the handlers never read may keep draining.
-    lingering_time: float = 2.0
     # bcrypt checks of unknown credentials: threads, checks allowed to wait for
     # one, and for how long (under Prometheus's default scrape timeout of 10 s).
     auth_workers: int = 1
@@ -130,18 +119,7 @@ LIMITS = Limits()
 def fd_headroom_limits(limits: Limits = LIMITS) -> Limits:
     """``limits`` with ``max_connections`` lowered to what this process's file
     descriptor limit leaves room for (a margin kept for sysfs reads and logs)."""
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):
-        return limits
-    if soft == resource.RLIM_INFINITY:
-        return limits
-    room = max(16, soft - 128)
-    if room >= limits.max_connections:
-        return limits
-    return dataclasses.replace(limits, max_connections=room)
+    return fd_headroom(limits)
 
 
 def check_telemetry_path(path: str) -> str | None:
@@ -338,7 +316,7 @@ class _Request(web.BaseRequest):
         response.headers.update(self.security_headers)
 
 
-class ExporterServer(web.Server):
+class ExporterServer(BoundedServer):
     """The exporter's aiohttp server: routes, basic auth and the ``Limits``."""
 
     def __init__(
@@ -353,14 +331,9 @@ class ExporterServer(web.Server):
             raise ValueError(f"telemetry path {problem}")
         super().__init__(
             self._dispatch,
-            request_factory=self._make_exporter_request,
-            access_log=None,
+            limits=limits,
             logger=http_log,
-            keepalive_timeout=limits.idle_timeout,
-            max_line_size=limits.max_line_size,
-            max_field_size=limits.max_field_size,
-            max_headers=limits.max_headers,
-            lingering_time=limits.lingering_time,
+            request_factory=self._make_exporter_request,
         )
         self.limits = limits
         self._poller = poller
@@ -372,60 +345,8 @@ class ExporterServer(web.Server):
         self.auth_pool = AuthPool(self._auth, limits) if self._auth is not None else None
         self._routes: dict[str, Route] = {telemetry_path: self._metrics, HEALTH_PATH: self._health}
         self._routes.setdefault(LANDING_PATH, self._landing)
-        # Open connections, oldest first; those still owing their first request's
-        # headers, with the timer that closes them; those with a request in flight.
-        self._open: dict[RequestHandler, None] = {}
-        self._header_timers: dict[RequestHandler, asyncio.TimerHandle] = {}
-        self._busy: set[RequestHandler] = set()
 
-    # -- connections -------------------------------------------------------------
-
-    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
-        super().connection_made(handler, transport)
-        self._open[handler] = None
-        loop = asyncio.get_running_loop()
-        self._header_timers[handler] = loop.call_later(
-            self.limits.header_timeout, self._header_deadline, handler
-        )
-        if len(self._open) > self.limits.max_connections:
-            self._make_room(handler)
-
-    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
-        super().connection_lost(handler, exc)
-        self._forget(handler)
-
-    def _forget(self, handler: RequestHandler) -> None:
-        self._open.pop(handler, None)
-        self._busy.discard(handler)
-        timer = self._header_timers.pop(handler, None)
-        if timer is not None:
-            timer.cancel()
-
-    def _header_deadline(self, handler: RequestHandler) -> None:
-        if self._header_timers.pop(handler, None) is not None:
-            log.debug("closing a connection that sent no complete request in time")
-            self._close(handler)
-
-    def _make_room(self, newcomer: RequestHandler) -> None:
-        """Closes the oldest idle connections until within the cap; the newcomer
-        itself when every other connection has a request in flight."""
-        excess = len(self._open) - self.limits.max_connections
-        victims: list[RequestHandler] = []
-        for handler in self._open:  # oldest first
-            if len(victims) >= excess:
-                break
-            if handler is not newcomer and handler not in self._busy:
-                victims.append(handler)
-        for victim in victims:
-            self._close(victim)
-        if len(victims) < excess:
-            # Not from inside connection_made: aiohttp has yet to start this
-            # connection's task, which expects the connection still open.
-            asyncio.get_running_loop().call_soon(self._close, newcomer)
-
-    def _close(self, handler: RequestHandler) -> None:
-        self._forget(handler)
-        handler.force_close()
+    # -- requests ----------------------------------------------------------------
 
     def _make_exporter_request(
         self,
@@ -435,11 +356,6 @@ class ExporterServer(web.Server):
         writer: Any,
         task: asyncio.Task[None],
     ) -> web.BaseRequest:
-        # A whole request line and headers arrived (or the parser refused them):
-        # the connection has met its header deadline.
-        timer = self._header_timers.pop(protocol, None)
-        if timer is not None:
-            timer.cancel()
         request: web.BaseRequest = self._request_class(
             message, payload, protocol, writer, task, asyncio.get_running_loop()
         )
@@ -447,30 +363,21 @@ class ExporterServer(web.Server):
 
     async def shutdown(self, timeout: float | None = None) -> None:
         await super().shutdown(timeout)
-        for timer in self._header_timers.values():
-            timer.cancel()
-        self._header_timers.clear()
         if self.auth_pool is not None:
             self.auth_pool.close()
 
-    # -- requests ----------------------------------------------------------------
-
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
-        protocol = request.protocol
-        self._busy.add(protocol)
-        try:
-            if not await self._authorized(request):
-                return web.Response(status=401, text="Unauthorized\n", headers=_UNAUTHORIZED)
-            route = self._routes.get(request.path)
-            if route is None:
-                return web.Response(status=404, text="404: Not Found\n")
-            if request.method not in ("GET", "HEAD"):
-                return web.Response(
-                    status=405, text="405: Method Not Allowed\n", headers={"Allow": "GET, HEAD"}
-                )
-            return await route(request)
-        finally:
-            self._busy.discard(protocol)
+        # BoundedServer marks the connection busy around this.
+        if not await self._authorized(request):
+            return web.Response(status=401, text="Unauthorized\n", headers=_UNAUTHORIZED)
+        route = self._routes.get(request.path)
+        if route is None:
+            return web.Response(status=404, text="404: Not Found\n")
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(
+                status=405, text="405: Method Not Allowed\n", headers={"Allow": "GET, HEAD"}
+            )
+        return await route(request)
 
     async def _authorized(self, request: web.BaseRequest) -> bool:
         if self._auth is None or self.auth_pool is None:
