@@ -20,6 +20,7 @@ from typing import NoReturn
 
 from accel_common import logs
 from accel_common.durations import parse_duration
+from accel_common.httpbounds import raise_fd_limit
 from accel_common.listen import Listener, ListenError, split_listen_address
 from exporter import __version__, backends
 from exporter.backends.base import Backend, BackendOptions
@@ -341,7 +342,7 @@ async def _once(poller: Poller) -> bytes:
 
 async def _serve(poller: Poller, args: argparse.Namespace, web_config: WebConfig | None) -> int:
     host, port = split_listen_address(args.listen_address)
-    _raise_fd_limit()
+    raise_fd_limit()
     server = ExporterServer(poller, args.telemetry_path, web_config, fd_headroom_limits())
     ssl_context = web_config.ssl_context if web_config is not None else None
     try:
@@ -370,20 +371,6 @@ async def _serve(poller: Poller, args: argparse.Namespace, web_config: WebConfig
         await asyncio.gather(poll_task, return_exceptions=True)
         await poller.stop()
     return 0
-
-
-def _raise_fd_limit() -> None:
-    """Soft file-descriptor limit up to the hard one, as Go programs (node_exporter)
-    do at start: every open connection costs one, and the server caps connections
-    below what is left (``fd_headroom_limits``)."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != hard and soft != resource.RLIM_INFINITY:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, OSError, ValueError) as e:
-        log.debug("file descriptor limit left as it is: %s", e)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
