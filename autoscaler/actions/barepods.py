@@ -44,6 +44,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from accel_common.clusterjson import (
+    ClusterValueError,
+    annotations_of,
+    describe,
+    loads_object,
+    number,
+    text,
+)
 from accel_common.names import BARE_PODS_ANNOTATION, KUBELET_CONFIG_PREFIX
 from autoscaler.actions.context import ActionContext
 from autoscaler.actions.ownership import MIGRATED_FROM, event, update_node
@@ -88,12 +96,30 @@ class Record:
         }
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Record:
+    def from_json(cls, raw: Any, at: str) -> Record:
+        """One record as the bounded reader gave it; ``ClusterValueError`` naming
+        ``at`` when it is not one we wrote (a replacement is made from it)."""
+        if not isinstance(raw, Mapping):
+            raise ClusterValueError(at, "expected a JSON object")
+        pod = raw.get("pod")
+        if not isinstance(pod, Mapping):
+            raise ClusterValueError(f"{at} field pod", "expected the saved pod, an object")
+        for part in ("metadata", "spec"):
+            if not isinstance(pod.get(part) or {}, Mapping):
+                raise ClusterValueError(f"{at} field pod.{part}", "expected an object")
+        m = pod.get("metadata") or {}
+        for part in ("labels", "annotations"):
+            if not isinstance(m.get(part) or {}, Mapping):
+                raise ClusterValueError(f"{at} field pod.metadata.{part}", "expected an object")
+        spec = pod.get("spec") or {}
+        grace = spec.get("terminationGracePeriodSeconds")
+        if grace is not None:
+            number(grace, f"{at} field pod.spec.terminationGracePeriodSeconds", lo=0, hi=86400)
         return cls(
-            uid=str(raw.get("uid") or ""),
-            rule=str(raw.get("rule") or ""),
-            replacement=str(raw["replacement"]),
-            pod=dict(raw["pod"]),
+            uid=text(raw.get("uid") or "", f"{at} field uid", max_len=64),
+            rule=text(raw.get("rule") or "", f"{at} field rule", max_len=253),
+            replacement=text(raw.get("replacement"), f"{at} field replacement", max_len=253),
+            pod=dict(pod),
         )
 
 
@@ -150,13 +176,19 @@ def replacement(record: Record, key: str, node: str) -> Obj:
 
 
 def records(node: Obj) -> dict[str, Record]:
-    """The node's records by ``namespace/name``. An unreadable annotation is
-    logged and kept as it is (never overwritten by ``save``)."""
-    raw = (meta(node).get("annotations") or {}).get(BARE_PODS_ANNOTATION)
-    if not raw:
+    """The node's records by ``namespace/name``. Raises ``ClusterValueError``
+    (naming the node, the key and the entry) when the annotation is not one we
+    wrote: the callers keep it as it is (never overwritten by ``save`` or
+    ``drop``) and move no bare pod while it stands."""
+    raw = annotations_of(node).get(BARE_PODS_ANNOTATION)
+    if raw is None or raw == "":
         return {}
-    data = json.loads(raw)
-    return {str(k): Record.from_json(v) for k, v in dict(data).items()}
+    at = f"{describe({'kind': 'Node', **node})} annotation {BARE_PODS_ANNOTATION}"
+    data = loads_object(raw, at)
+    return {
+        text(k, at, max_len=317): Record.from_json(v, f"{at} entry {k[:317]}")
+        for k, v in data.items()
+    }
 
 
 def _value(rs: Mapping[str, Record]) -> str | None:
@@ -181,7 +213,7 @@ async def save(ctx: ActionContext, node: str, pod: Obj, rule: str) -> str | None
         why.clear()
         try:
             rs = records(n)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
+        except ClusterValueError as e:
             why.append(f"the node's {BARE_PODS_ANNOTATION} annotation is unreadable ({e})")
             return None
         if rs.get(key) == record:
@@ -213,7 +245,11 @@ async def drop(ctx: ActionContext, node: str, keys: Mapping[str, str]) -> None:
     record that names another uid (saved again since) stays."""
 
     def mutate(n: Obj) -> Obj | None:
-        rs = records(n)
+        try:
+            rs = records(n)
+        except ClusterValueError as e:
+            log.warning("%s; its records are left as they are", e)
+            return None
         left = {k: r for k, r in rs.items() if not (k in keys and keys[k] == r.uid)}
         if len(left) == len(rs):
             return None
@@ -280,7 +316,8 @@ async def settle(ctx: ActionContext, node: str, *, final: bool, read: Obj | None
     n = read if read is not None else await ctx.kube.get_node(node)
     try:
         pending = records(n)
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
+    except ClusterValueError as e:
+        log.warning("%s; no bare pod is recreated from it", e)
         out.waiting["*"] = f"unreadable {BARE_PODS_ANNOTATION} annotation: {e}"
         return out
     if not pending:
@@ -316,6 +353,7 @@ async def settle(ctx: ActionContext, node: str, *, final: bool, read: Obj | None
 
 
 def _grace(record: Record) -> float:
+    # Checked finite and at most a day when the record was read.
     value = (record.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
     return float(value) if isinstance(value, int | float) else DEFAULT_GRACE
 

@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from accel_common.clusterjson import ClusterValueError, describe, text, whole
 from accel_common.gangs import (
     JOBSET,
     LABELLED,
@@ -73,6 +74,7 @@ from accel_common.names import (
     VOLCANO_BATCH_GROUP,
     VOLCANO_BUS_GROUP,
 )
+from autoscaler.actions import unknown
 from autoscaler.actions.context import ActionContext
 from autoscaler.actions.ownership import event, iso
 from autoscaler.actions.pods import (
@@ -122,7 +124,9 @@ class Restart:
     """What one gang restart did."""
 
     gang: str
-    status: str  # "restarted", "resumed", "already", "refused", "failed"
+    # "restarted", "resumed", "already", "refused", "failed", or "unknown" (its
+    # record or status could not be read: left alone, never counted as failed)
+    status: str
     message: str
     deleted: list[str] = field(default_factory=list)
     command: str = ""
@@ -136,16 +140,50 @@ def _labels(obj: Obj) -> Mapping[str, str]:
     return meta(obj).get("labels") or {}
 
 
+FACT = "gang-restart record"
+
+
 def record(holder: Obj | None) -> dict[str, Any]:
-    """The restart record on ``holder`` ({} when none, or unreadable)."""
+    """The restart record on ``holder``, its fields checked: {} when there is none.
+    The tenant owns the holder's annotations, so the record may be anything: one
+    that cannot be read raises ``UnknownFact`` (it may hide a restart a minute ago,
+    or a limit reached), and the gang is left alone rather than restarted again."""
     if holder is None:
         return {}
-    raw = (meta(holder).get("annotations") or {}).get(GANG_RESTARTS_ANNOTATION)
-    try:
-        data = json.loads(raw) if raw else {}
-    except ValueError:
+    rec = unknown.record(holder, GANG_RESTARTS_ANNOTATION, FACT)
+    if not rec:
         return {}
-    return dict(data) if isinstance(data, dict) else {}
+    at = unknown.where(holder, GANG_RESTARTS_ANNOTATION)
+    out: dict[str, Any] = {"count": unknown.count(rec, "count", at, FACT)}
+    if rec.get("last") is not None:
+        unknown.stamp(rec, "last", at, FACT)
+        out["last"] = rec["last"]
+    if "version" in rec:
+        out["version"] = unknown.count(rec, "version", at, FACT)
+    uids = rec.get("uids") or []
+    if not isinstance(uids, list) or len(uids) > KEEP_UIDS:
+        why = f"expected a list of at most {KEEP_UIDS} pod uids"
+        raise unknown.UnknownFact(FACT, ClusterValueError(f"{at} field uids", why))
+    try:
+        out["uids"] = [text(u, f"{at} field uids", max_len=64) for u in uids]
+        if rec.get("rule") is not None:
+            out["rule"] = text(rec["rule"], f"{at} field rule", max_len=253)
+    except ClusterValueError as e:
+        raise unknown.UnknownFact(FACT, e) from None
+    return out
+
+
+def _attempt(holder: Obj) -> int | None:
+    """The JobSet's ``status.restarts``; None when it is not a plausible count."""
+    status = holder.get("status")
+    value = status.get("restarts") if isinstance(status, Mapping) else None
+    if value is None:
+        return 0
+    try:
+        return whole(value, f"{describe(holder)} status.restarts", hi=unknown.MAX_COUNT)
+    except ClusterValueError as e:
+        log.warning("%s; its restart attempt is unknown", e)
+        return None
 
 
 async def find(ctx: ActionContext, pod: Obj) -> Gang | None:
@@ -177,10 +215,16 @@ async def find(ctx: ActionContext, pod: Obj) -> Gang | None:
     pods = await kube.list_pods(namespace=ns, label_selector=selector or None)
     members = [p for p in pods if _live(p) and _same(p, ref)]
     if ref.kind in (JOBSET, TRAINJOB) and holder is not None:
-        attempt = str(int((holder.get("status") or {}).get("restarts") or 0))
-        members = [
-            p for p in members if _labels(p).get(JOBSET_RESTART_ATTEMPT_LABEL, attempt) == attempt
-        ]
+        # An unreadable attempt leaves the members unfiltered: restarts_left then
+        # reads the same status as none left, so nothing is deleted.
+        n = _attempt(holder)
+        attempt = str(n)
+        if n is not None:
+            members = [
+                p
+                for p in members
+                if _labels(p).get(JOBSET_RESTART_ATTEMPT_LABEL, attempt) == attempt
+            ]
     if ref.kind == LABELLED:
         holder, holder_kind = await _label_holder(ctx, members)
     return Gang(ref, sorted(members, key=pod_key), holder, holder_kind)
@@ -227,18 +271,38 @@ def restarts_left(jobset: Obj) -> int:
     failed child Job fails the JobSet). A rule whose action is ``FailJobSet`` for a
     Job that failed on its backoff limit (what a deleted pod of a ``backoffLimit:
     0`` Job does), or for any reason, leaves none."""
-    policy = (jobset.get("spec") or {}).get("failurePolicy")
+    spec = jobset.get("spec")
+    policy = spec.get("failurePolicy") if isinstance(spec, Mapping) else None
     if not isinstance(policy, Mapping):
         return 0
-    for rule in policy.get("rules") or []:
+    rules = policy.get("rules") or []
+    for rule in rules if isinstance(rules, list) else [{"action": "FailJobSet"}]:
+        if not isinstance(rule, Mapping):
+            return 0  # a rule we cannot read may be a FailJobSet: none left
         reasons = rule.get("onJobFailureReasons") or []
         if rule.get("action") == "FailJobSet" and (
-            not reasons or "BackoffLimitExceeded" in reasons
+            not reasons or not isinstance(reasons, list) or "BackoffLimitExceeded" in reasons
         ):
             return 0
-    status = jobset.get("status") or {}
-    used = int(status.get("restartsCountTowardsMax", status.get("restarts", 0)) or 0)
-    return max(0, int(policy.get("maxRestarts") or 0) - used)
+    status = jobset.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    # Unreadable counts leave no restart: deleting the pods could fail the JobSet.
+    where = describe(jobset)
+    try:
+        used = whole(
+            status.get("restartsCountTowardsMax", status.get("restarts", 0)) or 0,
+            f"{where} status.restartsCountTowardsMax",
+            hi=unknown.MAX_COUNT,
+        )
+        most = whole(
+            policy.get("maxRestarts") or 0,
+            f"{where} spec.failurePolicy.maxRestarts",
+            hi=unknown.MAX_COUNT,
+        )
+    except ClusterValueError as e:
+        log.warning("%s; counted as no restart left", e)
+        return 0
+    return max(0, most - used)
 
 
 # A limit on restarts beyond the operator's own: the record → why not, or None.
@@ -265,7 +329,7 @@ async def restart(
     if recorded & live:
         targets = [p for p in gang.members if str(meta(p).get("uid") or "") in recorded]
         deleted = await _delete_all(ctx, targets, last)
-        n = int(rec.get("count") or 0)
+        n = int(rec["count"])
         return Restart(
             gang.key,
             "resumed",
@@ -329,7 +393,7 @@ async def _record(
     holder = gang.holder
     for _ in range(8):
         current = record(holder)
-        count = int(current.get("count") or 0) + 1
+        count = int(current.get("count", 0)) + 1
         new: dict[str, Any] = {
             "count": count,
             "last": iso(ctx.clock()),
@@ -393,10 +457,17 @@ async def _volcano(
     job = gang.holder
     if job is None:
         return Restart(gang.key, "refused", f"not restarting gang {gang.key}: its Job is gone")
-    version = int((job.get("status") or {}).get("version") or 0)
+    status = job.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    try:
+        version = whole(
+            status.get("version") or 0, f"{describe(job)} status.version", hi=unknown.MAX_COUNT
+        )
+    except ClusterValueError as e:
+        raise unknown.UnknownFact("Volcano job version", e) from None
     if replay:
-        n = int(rec.get("count") or 0)
-        if version > int(rec.get("version") or 0):
+        n = int(rec.get("count", 0))
+        if version > int(rec.get("version", 0)):
             return Restart(gang.key, "already", f"gang {gang.key}: Volcano already ran restart {n}")
     else:
         refusal = _refusal(gang, rec, limit)
@@ -446,14 +517,14 @@ class GangPass:
         """A gang that was not restarted (refused, or an API error) keeps its
         members on the node: the work is not complete, and the outcome says why."""
         for r in self.restarts:
-            if r.status == "refused":
+            if r.status in ("refused", "unknown"):
                 result.held[r.gang] = r.message
             elif r.status == "failed":
                 result.failed[r.gang] = r.message
 
     def summary(self) -> str:
         done = [r for r in self.restarts if r.status in ("restarted", "resumed")]
-        refused = [r for r in self.restarts if r.status == "refused"]
+        refused = [r for r in self.restarts if r.status in ("refused", "unknown")]
         parts = []
         if done:
             parts.append(f"restarted {len(done)} gang(s) ({', '.join(r.gang for r in done)})")
@@ -493,6 +564,11 @@ async def restart_on_node(
             key = f"{ref.kind}/{ref.namespace}/{ref.name}"
             log.warning("gang %s: restart failed: %s", key, e)
             result.restarts.append(Restart(key, "failed", f"gang {key}: {e}"))
+        except unknown.UnknownFact as e:
+            # Neither "never restarted" nor "failed": the gang stays as it is,
+            # and the node's other pods still move.
+            key = f"{ref.kind}/{ref.namespace}/{ref.name}"
+            result.restarts.append(Restart(key, "unknown", f"left gang {key} alone: {e}"))
     return result
 
 

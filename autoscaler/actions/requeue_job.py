@@ -59,9 +59,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.clusterjson import ClusterValueError, text
 from accel_common.dra import has_claims
 from accel_common.gangs import gang_of
-from autoscaler.actions import gangs
+from autoscaler.actions import gangs, unknown
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -130,13 +131,29 @@ def backoff_after(requeues: int, params: RequeueJobParams) -> float:
     return float(min(params.backoff * 2.0**doublings, params.max_backoff))
 
 
+REQUEUE_FACT = "requeue record"
+
+
 def _record(job: Obj) -> dict[str, Any]:
-    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(REQUEUES)
-    try:
-        data = json.loads(raw) if raw else {}
-        return dict(data) if isinstance(data, dict) else {}
-    except ValueError:
+    """The Job's requeue record, its fields checked ({} when there is none). One
+    that cannot be read raises ``UnknownFact``: read as "never requeued" it would
+    lift ``maxRequeues`` and the backoff, so the pod is left where it is."""
+    rec = unknown.record(job, REQUEUES, REQUEUE_FACT)
+    if not rec:
         return {}
+    at = unknown.where(job, REQUEUES)
+    out: dict[str, Any] = {"count": unknown.count(rec, "count", at, REQUEUE_FACT)}
+    if rec.get("last") is not None:
+        unknown.stamp(rec, "last", at, REQUEUE_FACT)
+        out["last"] = rec["last"]
+    pods = rec.get("pods") or []
+    try:
+        if not isinstance(pods, list) or len(pods) > 4 * KEEP_PODS:
+            raise ClusterValueError(f"{at} field pods", "expected a short list of pod uids")
+        out["pods"] = [text(u, f"{at} field pods", max_len=64) for u in pods]
+    except ClusterValueError as e:
+        raise unknown.UnknownFact(REQUEUE_FACT, e) from None
+    return out
 
 
 async def _count(
@@ -150,7 +167,7 @@ async def _count(
         pods = [str(u) for u in rec.get("pods") or []]
         if pod_uid in pods:
             return job, None, True
-        count = int(rec.get("count") or 0)
+        count = int(rec.get("count", 0))
         if count >= params.max_requeues:
             return (
                 job,
@@ -247,7 +264,10 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         pass  # a new pod under that name: the old one, our target, is gone
     except KubeError as e:
         return Outcome("failed", f"pod {namespace}/{pod_name}: {e}")
-    count = int(_record(job).get("count") or 0)
+    try:
+        count = int(_record(job).get("count", 0))
+    except unknown.UnknownFact:
+        count = 0  # changed since we wrote it: the requeue is done all the same
     how = "suspended and resumed the job" if params.via == "suspend" else "deleted the pod"
     message = (
         f"requeued job {namespace}/{job_name} ({how}; attempt {count} of "
@@ -271,7 +291,7 @@ async def _requeue_gang(
     key = f"{(pod.get('metadata') or {}).get('namespace')}/{pod['metadata']['name']}"
 
     def limit(rec: Mapping[str, Any]) -> str | None:
-        count = int(rec.get("count") or 0)
+        count = int(rec.get("count", 0))
         if count >= params.max_requeues:
             return f"restarted {count} time(s) already; maxRequeues is {params.max_requeues}"
         last = rec.get("last")

@@ -10,6 +10,7 @@ import pytest
 
 from accel_common.names import GANG_RESTARTS_ANNOTATION
 from autoscaler.actions.gangs import record, restarts_left
+from autoscaler.actions.unknown import UnknownFact
 
 
 def jobset(policy: dict[str, Any] | None, **status: int) -> dict[str, Any]:
@@ -61,7 +62,13 @@ def test_restarts_left(obj: dict[str, Any], left: int) -> None:
     assert restarts_left(obj) == left
 
 
-@pytest.mark.parametrize("raw", ["", "not json", "[1, 2]", '"text"'])
-def test_a_record_that_is_not_ours_reads_as_none(raw: str) -> None:
-    assert record({"metadata": {"annotations": {GANG_RESTARTS_ANNOTATION: raw}}}) == {}
+def test_an_empty_record_reads_as_none() -> None:
+    assert record({"metadata": {"annotations": {GANG_RESTARTS_ANNOTATION: ""}}}) == {}
     assert record(None) == {}
+
+
+@pytest.mark.parametrize("raw", ["not json", "[1, 2]", '"text"', '{"count": "2"}'])
+def test_a_record_that_cannot_be_read_is_unknown_not_absent(raw: str) -> None:
+    # "absent" would mean "never restarted": restart again (issue 27).
+    with pytest.raises(UnknownFact, match="gang-restart record"):
+        record({"metadata": {"annotations": {GANG_RESTARTS_ANNOTATION: raw}}})

@@ -385,23 +385,13 @@ LIMIT_CASES = [
         (Attempt(0, "skipped", 3, limit_event=True),),
         start={"count": 3, "last": iso(NOW - 60), "pods": ["a", "b", "c"]},
     ),
-    LimitCase(
-        "an unreadable record counts as none",
-        {"maxRequeues": 1, "backoff": "0s"},
-        (Attempt(0, "done", 1), Attempt(1, "skipped", 1, limit_event=True)),
-        start={"unreadable": True},
-    ),
 ]
 
 
 @pytest.mark.parametrize("case", LIMIT_CASES, ids=[c.description for c in LIMIT_CASES])
 async def test_limits(api: FakeApiServer, kube: ClientKube, case: LimitCase) -> None:
     api.add(node("n1"))
-    if case.start.get("unreadable"):
-        j = job("train")
-        j["metadata"]["annotations"] = {REQUEUES: "{not json"}
-        api.add(j)
-    elif case.start:
+    if case.start:
         api.add(annotated_job("train", case.start))
     else:
         api.add(job("train"))
@@ -424,6 +414,25 @@ async def test_limits(api: FakeApiServer, kube: ClientKube, case: LimitCase) -> 
         assert e["type"] == "Warning"
         assert e["involvedObject"]["kind"] == "Job"
         assert e["involvedObject"]["name"] == "train"
+
+
+async def test_an_unreadable_record_is_unknown_and_nothing_is_requeued(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    # Read as "never requeued", it would lift maxRequeues and the backoff (issue 27).
+    api.add(node("n1"))
+    j = job("train")
+    j["metadata"]["annotations"] = {REQUEUES: "{not json"}
+    api.add(j)
+    api.add(pod("train-0", "n1", owner="Job", owner_name="train"))
+    assert requeue_job.SPEC.execute is not None
+    outcome = await requeue_job.SPEC.execute(ctx(kube), decide(target("train-0"), maxRequeues=1))
+    assert outcome.status == "skipped", outcome.message
+    assert outcome.details["unknown"] == "requeue record"
+    assert "job ml/train annotation accel-fleet.io/requeues" in outcome.message
+    assert api.get("pods", "ml", "train-0") is not None
+    stored = api.get("jobs", "ml", "train")
+    assert stored is not None and stored["metadata"]["annotations"][REQUEUES] == "{not json"
 
 
 # -- via: suspend ------------------------------------------------------------------------
