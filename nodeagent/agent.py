@@ -7,6 +7,12 @@ Why it is built this way:
   patch on nodes), so ``NodeAPI`` is two calls on the ``kubernetes`` client's
   generic request path, with the API's own JSON (no model objects that refuse
   fields newer than the client).
+* **Every write is conditional.** The merge-patch carries the resourceVersion of the
+  Node the tasks decided on, as the controller's ``update_node`` does; a 409 Conflict
+  (the controller closed a request, a person edited the Node) reads the Node again
+  and lets the tasks decide again, up to ``CAS_ATTEMPTS`` times. Work that needs its
+  answer on the Node first (``NodePatch.after``: a reset, a reboot) runs only after
+  that conditional write succeeded, and what it did is written the same way.
 * Nothing the cluster or the hardware does ends the agent: a failed GET or PATCH is
   logged and retried with exponential backoff (up to ``max_backoff``), a task that
   raises is skipped for the round (``nodeagent.loop``). An agent that exits leaves
@@ -25,8 +31,8 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from accel_common.exposition import Exposition
@@ -38,10 +44,29 @@ log = logging.getLogger("accel_node_agent")
 
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = 30.0
+# Conditional writes in a row that may meet a Conflict before the round gives up (and
+# backs off): the Node changes under the agent only when someone else writes it.
+CAS_ATTEMPTS = 5
 
 
 class NodeAPIError(Exception):
     """A GET or PATCH of the Node that did not succeed; the message says which."""
+
+
+class NodeConflict(NodeAPIError):
+    """A conditional PATCH answered 409 Conflict: the Node changed since it was read."""
+
+
+class NodeClient(Protocol):
+    """What the loop needs of the API: ``NodeAPI``, or a test's wrapper of it."""
+
+    def get(self, name: str) -> dict[str, Any]: ...
+
+    def patch(
+        self, name: str, patch: NodePatch, resource_version: str | None = None
+    ) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
 
 
 class NodeAPI:
@@ -92,6 +117,8 @@ class NodeAPI:
         except Exception as e:  # TLS, connection refused, timeouts: all retried
             raise NodeAPIError(f"{method} {path}: no answer from the API server: {e}") from e
         status = int(response.status)
+        if status == 409:
+            raise NodeConflict(f"{method} {path}: 409 Conflict: the Node changed since it was read")
         if not 200 <= status < 300:
             text = data.decode("utf-8", "replace")[:300]
             raise NodeAPIError(f"{method} {path}: {status} {text}")
@@ -106,8 +133,15 @@ class NodeAPI:
     def get(self, name: str) -> dict[str, Any]:
         return self._call("GET", name)
 
-    def patch(self, name: str, patch: NodePatch) -> dict[str, Any]:
+    def patch(
+        self, name: str, patch: NodePatch, resource_version: str | None = None
+    ) -> dict[str, Any]:
+        """A merge-patch of the Node's labels and annotations; with
+        ``resource_version``, applied only when the Node still has it (NodeConflict
+        otherwise)."""
         metadata: dict[str, Any] = {}
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
         if patch.labels:
             metadata["labels"] = patch.labels
         if patch.annotations:
@@ -120,7 +154,11 @@ class NodeAPI:
 
 def changes(node: dict[str, Any], patch: NodePatch) -> NodePatch:
     """The part of ``patch`` that changes ``node``: a key set to what it already
-    holds, or deleted when absent, is left out, so a steady node is never written."""
+    holds, or deleted when absent, is left out, so a steady node is never written.
+    A patch with ``after`` work is kept whole: its write is the check that the Node
+    is still as the tasks saw it."""
+    if patch.after:
+        return patch
     meta = node.get("metadata") or {}
     out = NodePatch()
     for mine, theirs, now in (
@@ -133,12 +171,30 @@ def changes(node: dict[str, Any], patch: NodePatch) -> NodePatch:
     return out
 
 
+# Work that runs once its patch is on the Node (NodePatch.after).
+Work = Callable[[Mapping[str, Any]], NodePatch]
+
+
+def version_of(node: Mapping[str, Any]) -> str:
+    """The Node's resourceVersion, the precondition of the write that answers it."""
+    meta = node.get("metadata")
+    version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    if not isinstance(version, str) or not version:
+        raise NodeAPIError("the API server answered a Node without metadata.resourceVersion")
+    return version
+
+
+def node_name(node: Mapping[str, Any]) -> str:
+    meta = node.get("metadata")
+    return str(meta.get("name", "?"))[:253] if isinstance(meta, Mapping) else "?"
+
+
 class Agent:
     """The loop of one node's agent; ``round`` is one pass, ``run`` repeats it."""
 
     def __init__(
         self,
-        api: Any,  # NodeAPI, or anything with get(name) and patch(name, NodePatch)
+        api: NodeClient,
         ctx: AgentContext,
         tasks: list[Task],
         *,
@@ -158,17 +214,60 @@ class Agent:
 
     def round(self) -> None:
         """Reads the Node, runs the tasks (``start`` first, once), patches the Node
-        when a task has something to say. Raises NodeAPIError when the API fails."""
+        when a task has something to say, conditionally on what was read; on a
+        Conflict, reads and decides again. Raises NodeAPIError when the API fails."""
         with self._lock:
-            node = self.api.get(self.ctx.node_name)
-            patch = NodePatch()
-            if not self.started:
-                patch.update(start_tasks(self.tasks, self.ctx))
-            patch.update(reconcile_tasks(self.tasks, node, self.ctx))
-            patch = changes(node, patch)
-            if not patch.empty():
-                self.api.patch(self.ctx.node_name, patch)
-            self.started = True
+            started = NodePatch() if self.started else start_tasks(self.tasks, self.ctx)
+            for _ in range(CAS_ATTEMPTS):
+                node = self.api.get(self.ctx.node_name)
+                patch = NodePatch()
+                patch.update(started)
+                patch.update(reconcile_tasks(self.tasks, node, self.ctx))
+                patch = changes(node, patch)
+                if patch.empty():
+                    self.started = True
+                    return
+                try:
+                    written = self.api.patch(self.ctx.node_name, patch, version_of(node))
+                except NodeConflict:
+                    log.info(
+                        "node %s changed while the agent decided; deciding again", node_name(node)
+                    )
+                    continue
+                self.started = True
+                self._follow(written, patch.after)
+                return
+            raise NodeAPIError(
+                f"node {self.ctx.node_name} changed under {CAS_ATTEMPTS} conditional writes "
+                "in a row; trying again next round"
+            )
+
+    def _follow(
+        self, node: dict[str, Any], work: list[Callable[[Mapping[str, Any]], NodePatch]]
+    ) -> None:
+        """Runs the work that waited for its patch to be on the Node, each after the
+        other, and writes what each did (a fact: on a Conflict, written again on the
+        Node as read again)."""
+        for item in work:
+            try:
+                said = item(node)
+            except Exception:
+                log.exception("work after the node's update failed; its task answers next round")
+                continue
+            said = NodePatch(labels=said.labels, annotations=said.annotations)
+            for _ in range(CAS_ATTEMPTS):
+                if said.empty():
+                    break
+                try:
+                    node = self.api.patch(self.ctx.node_name, said, version_of(node))
+                    break
+                except NodeConflict:
+                    node = self.api.get(self.ctx.node_name)
+            else:
+                raise NodeAPIError(
+                    f"node {self.ctx.node_name} kept changing; what the agent did is said "
+                    "again next round"
+                )
 
     def next_delay(self) -> float:
         """The interval, or while the API fails, a doubling backoff up to max_backoff."""

@@ -12,11 +12,19 @@ Why it is built this way:
   the Node shows it, reboots. After the boot the agent starts again, finds "rebooting"
   with a boot id that is no longer the current one, and answers "done". Nothing else
   has to survive the reboot: the Node carries the state.
-* **Once per id.** "done" and "failed" are final. "rebooting" with the *same* boot id
-  means the host has not rebooted yet (the round that wrote it, or an agent that
-  restarted before it could reboot), so the reboot is asked for again: that is not a
-  second reboot, since none has happened. A host still on the same boot
-  ``REBOOT_GRACE`` after the reboot was asked for answers "failed".
+* **Once per id, claimed by one conditional write.** "done" and "failed" are final,
+  whoever wrote them (the controller closes a request it gave up on with "failed").
+  "rebooting" goes on the Node conditionally on the Node the agent read, so a request
+  the controller closed meanwhile is a Conflict, read again and left alone; the
+  reboot is asked for only after that write succeeded and the Node as written still
+  shows it. "rebooting" with the *same* boot id means the host has not rebooted yet
+  (an agent that restarted before it could reboot), so it is claimed again the same
+  way and the reboot asked for again: that is not a second reboot, since none has
+  happened. A host still on the same boot ``REBOOT_GRACE`` after the reboot was asked
+  for answers "failed".
+* **An unreadable request or status** (``nodeagent.channel``) is answered "failed"
+  with ``"reason": "unreadable"``, and the node is not rebooted; the next request is
+  served.
 * **Production reboot** (``HostReboot``): ``systemctl reboot`` in the host's
   namespaces through ``nsenter -t 1`` (the agent's DaemonSet runs with hostPID and
   privileged), so systemd stops the node's services in order, the kubelet included,
@@ -29,12 +37,22 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from accel_common.names import REBOOT_REQUEST_ANNOTATION, REBOOT_STATUS_ANNOTATION
-from nodeagent.reset import FINAL, iso, json_annotation, loose_id, tail
+from nodeagent.channel import (
+    UNREADABLE,
+    Request,
+    Status,
+    Unreadable,
+    cut,
+    read_request,
+    read_status,
+    unreadable_message,
+)
+from nodeagent.reset import FINAL, iso, tail
 from nodeagent.tasks import AgentContext, NodePatch
 
 log = logging.getLogger("accel_node_agent.reboot")
@@ -94,6 +112,10 @@ def read_boot_id(procfs: Path = Path("/proc")) -> str:
     return (procfs / "sys/kernel/random/boot_id").read_text().strip()
 
 
+Answer = tuple[dict[str, Any], Callable[[Mapping[str, Any]], NodePatch] | None]
+NOT_REBOOTING = "not rebooting"
+
+
 class RebootTask:
     """See the module docstring."""
 
@@ -108,67 +130,68 @@ class RebootTask:
         return NodePatch()
 
     def reconcile(self, node: Mapping[str, Any], ctx: AgentContext) -> NodePatch:
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
-        raw = annotations.get(REBOOT_REQUEST_ANNOTATION)
-        if not raw:
+        request = read_request(node, REBOOT_REQUEST_ANNOTATION)
+        if request is None:
             return NodePatch()
-        status = json_annotation(node, REBOOT_STATUS_ANNOTATION)
-        answer = self._answer(str(raw), status, ctx)
-        if answer is None or _same(answer, status):
+        status = read_status(node, REBOOT_STATUS_ANNOTATION)
+        answered = self._answer(request, status, ctx)
+        if answered is None:
             return NodePatch()
-        return NodePatch(annotations={REBOOT_STATUS_ANNOTATION: json.dumps(answer, sort_keys=True)})
+        answer, work = answered
+        if work is None and _same(answer, status):
+            return NodePatch()
+        patch = NodePatch(
+            annotations={REBOOT_STATUS_ANNOTATION: json.dumps(answer, sort_keys=True)}
+        )
+        if work is not None:
+            patch.after.append(work)
+        return patch
 
     def _answer(
-        self, raw: str, status: dict[str, Any] | None, ctx: AgentContext
-    ) -> dict[str, Any] | None:
-        rid = _request_id(raw)
-        if not rid:
-            return _status(
-                loose_id(raw),
-                "failed",
-                "",
-                f'unreadable {REBOOT_REQUEST_ANNOTATION}: it needs an "id" (a JSON object '
-                'like {"id": "...", "requestedAt": "...", "by": "..."}); not rebooting',
-                ctx,
-            )
+        self, request: Request | Unreadable, status: Status | Unreadable | None, ctx: AgentContext
+    ) -> Answer | None:
+        if isinstance(request, Unreadable):
+            if isinstance(status, Status) and status.id == request.id and status.state in FINAL:
+                return None  # answered already, or closed by the controller
+            return _unreadable(request.id, request, ctx), None
+        rid = request.id
         if rid in self._final:
-            return self._final[rid]
+            return self._final[rid], None
+        if isinstance(status, Unreadable):
+            return self._finish(rid, _unreadable(rid, status, ctx)), None
         try:
             boot = ctx.boot_id()
             if not boot:
                 raise ValueError("empty boot id")
         except Exception as e:
-            return self._finish(
-                rid,
-                _status(rid, "failed", "", f"cannot read this boot's id ({e}); not rebooting", ctx),
+            failed = _status(
+                rid, "failed", "", f"cannot read this boot's id ({e}); {NOT_REBOOTING}", ctx
             )
-        if status is None or status.get("id") != rid:
+            return self._finish(rid, failed), None
+        if status is None or status.id != rid:
             # The boot id goes on the Node first: it is what proves the reboot later.
-            return _status(rid, "rebooting", boot, f"rebooting node {ctx.node_name}", ctx)
-        state = status.get("state")
-        if state in FINAL:
-            return None
-        before = str(status.get("bootID") or "")
-        if state != "rebooting" or not before:
-            return self._finish(
-                rid,
-                _status(
-                    rid, "failed", boot, f"unexpected {REBOOT_STATUS_ANNOTATION}: {status}", ctx
-                ),
+            return self._claim(request, boot, f"rebooting node {ctx.node_name}", ctx)
+        if status.state in FINAL:
+            return None  # answered, or closed by the controller: never carried out
+        before = status.boot_id
+        if status.state != "rebooting" or not before:
+            unexpected = (
+                f"unexpected {REBOOT_STATUS_ANNOTATION}: state {status.state!r}, bootID {before!r}"
             )
+            return self._finish(rid, _status(rid, "failed", boot, unexpected, ctx)), None
         if before != boot:
             return self._finish(
                 rid, _status(rid, "done", boot, f"rebooted: boot id {before} -> {boot}", ctx)
-            )
+            ), None
         asked = self._asked.get(rid)
         if asked is None:
-            self._asked[rid] = ctx.clock()
-            log.warning("rebooting node %s for request %s", ctx.node_name, rid)
-            try:
-                ctx.reboot()
-            except Exception as e:
-                return self._finish(rid, _status(rid, "failed", boot, f"reboot failed: {e}", ctx))
-            return None
+            return self._claim(
+                request,
+                boot,
+                f"rebooting node {ctx.node_name} (asked again by a restarted agent: boot "
+                f"{boot} is still the one the reboot was asked on)",
+                ctx,
+            )
         if ctx.clock() - asked > REBOOT_GRACE:
             return self._finish(
                 rid,
@@ -180,31 +203,69 @@ class RebootTask:
                     f"on boot {boot}",
                     ctx,
                 ),
-            )
+            ), None
         return None
+
+    def _claim(self, request: Request, boot: str, message: str, ctx: AgentContext) -> Answer:
+        """ "rebooting" with this boot's id, and the reboot to run once it is on the Node."""
+        claim = _status(request.id, "rebooting", boot, message, ctx)
+        return claim, lambda written: self._claimed(written, request.id, boot, ctx)
+
+    def _claimed(
+        self, written: Mapping[str, Any], rid: str, boot: str, ctx: AgentContext
+    ) -> NodePatch:
+        """The work after "rebooting" is on the Node: look at the Node as written once
+        more, then reboot (or say why not)."""
+        now = read_request(written, REBOOT_REQUEST_ANNOTATION)
+        status = read_status(written, REBOOT_STATUS_ANNOTATION)
+        if not (
+            isinstance(now, Request)
+            and now.id == rid
+            and isinstance(status, Status)
+            and (status.id, status.state, status.boot_id) == (rid, "rebooting", boot)
+        ):
+            log.warning(
+                "reboot %s: the Node no longer shows this agent's claim; not rebooting", rid
+            )
+            return NodePatch()
+        self._asked[rid] = ctx.clock()
+        log.warning("rebooting node %s for request %s", ctx.node_name, rid)
+        try:
+            ctx.reboot()
+        except Exception as e:
+            failed = self._finish(rid, _status(rid, "failed", boot, f"reboot failed: {e}", ctx))
+            return NodePatch(
+                annotations={REBOOT_STATUS_ANNOTATION: json.dumps(failed, sort_keys=True)}
+            )
+        return NodePatch()
 
     def _finish(self, rid: str, answer: dict[str, Any]) -> dict[str, Any]:
         self._final[rid] = answer
         return answer
 
 
-def _request_id(raw: str) -> str:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return ""
-    rid = data.get("id") if isinstance(data, dict) else None
-    return rid if isinstance(rid, str) else ""
-
-
 def _status(rid: str, state: str, boot: str, message: str, ctx: AgentContext) -> dict[str, Any]:
-    return {"id": rid, "state": state, "bootID": boot, "message": message, "at": iso(ctx.clock())}
+    return {
+        "id": rid,
+        "state": state,
+        "bootID": boot,
+        "message": cut(message),
+        "at": iso(ctx.clock()),
+    }
 
 
-def _same(answer: Mapping[str, Any], status: Mapping[str, Any] | None) -> bool:
-    if status is None:
+def _unreadable(rid: str, what: Unreadable, ctx: AgentContext) -> dict[str, Any]:
+    """The documented answer to an unreadable request or status (docs/agent.md)."""
+    answer = _status(rid, "failed", "", unreadable_message(what, NOT_REBOOTING), ctx)
+    answer["reason"] = UNREADABLE
+    return answer
+
+
+def _same(answer: Mapping[str, Any], status: Status | Unreadable | None) -> bool:
+    if not isinstance(status, Status):
         return False
-    return all(answer.get(k) == status.get(k) for k in ("id", "state", "bootID", "message"))
+    said = (status.id, status.state, status.boot_id, status.message)
+    return said == tuple(answer.get(k) for k in ("id", "state", "bootID", "message"))
 
 
 TASK = RebootTask()

@@ -24,11 +24,17 @@ Why it is built this way:
   "refused" with the pods, processes and devices named, re-checked every round while
   the request stands. Holders that cannot be read (the kubelet does not answer) also
   refuse: unknown is never "free".
-* **Once per id, in two rounds.** The first free round answers "resetting"; the reset
-  runs in a later round, only when the Node shows that "resetting" (the loop wrote it)
-  and this process wrote it. An agent that restarts and finds "resetting" it did not
-  write cannot know whether the reset ran, so it answers "failed" rather than reset
-  again; "done" and "failed" are final for their id.
+* **Once per id, claimed by one conditional write.** The free round writes
+  "resetting" conditionally on the Node it read: a controller that closed the request
+  meanwhile (its ``failed``, "closed by ...") makes that write a Conflict, and the
+  agent, reading again, finds the request final and leaves it. The reset runs only
+  after the claim is on the Node, once the Node as written still shows it and nothing
+  holds the group, and "done" or "failed" follows at once. An agent that finds
+  "resetting" it did not write in this process (it restarted mid-reset) cannot know
+  whether the reset ran, so it answers "failed" rather than reset again; "done" and
+  "failed" are final for their id, whoever wrote them.
+* **An unreadable request or status** (``nodeagent.channel``) is answered "failed"
+  with ``"reason": "unreadable"``, and nothing is reset; the next request is served.
 * **After the reset, look again.** A GPU that still does not answer NVML (or amdsmi)
   makes the answer "failed" (a reboot is the next step), as nvidia-smi's manual
   advises verifying every reset GPU.
@@ -43,7 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +61,17 @@ from accel_common.names import (
 )
 from exporter.backends.nvidia.device import normalize_bus_id
 from exporter.model import PodAssignment
+from nodeagent.channel import (
+    UNREADABLE,
+    Request,
+    Status,
+    Unreadable,
+    cut,
+    raw_value,
+    read_request,
+    read_status,
+    unreadable_message,
+)
 from nodeagent.tasks import AgentContext, NodePatch
 
 log = logging.getLogger("accel_node_agent.reset")
@@ -315,55 +332,13 @@ def _scan_amd(smi: Any, before: Mapping[tuple[str, int], Device]) -> tuple[list[
 # -- the channel ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Request:
-    id: str
-    devices: tuple[str, ...]
-
-
-def parse_request(raw: str) -> Request:
-    """The controller's request; ValueError says what is wrong with it."""
-    try:
-        data = json.loads(raw)
-    except ValueError as e:
-        raise ValueError(f"not JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    rid = data.get("id")
-    if not isinstance(rid, str) or not rid:
-        raise ValueError('no "id" (a non-empty string)')
-    devices = data.get("devices", [])
-    if not isinstance(devices, list) or not all(isinstance(x, str) for x in devices):
-        raise ValueError('"devices" must be a list of device UUIDs')
-    return Request(rid, tuple(devices))
-
-
-def loose_id(raw: str) -> str:
-    """The id of a request that is otherwise unreadable, so the answer names it."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return ""
-    rid = data.get("id") if isinstance(data, dict) else None
-    return rid if isinstance(rid, str) else ""
-
-
-def json_annotation(node: Mapping[str, Any], key: str) -> dict[str, Any] | None:
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(key)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 FINAL = ("done", "failed")
+NOTHING_RESET = "nothing was reset"
+Answer = tuple[dict[str, Any], Callable[[Mapping[str, Any]], NodePatch] | None]
 
 
 class ResetTask:
@@ -373,8 +348,6 @@ class ResetTask:
 
     def __init__(self) -> None:
         self.inventory = Inventory()
-        # The id whose "resetting" this process wrote (the next round resets).
-        self._armed: str | None = None
         # Final answers this process gave, by id: never carried out twice.
         self._final: dict[str, dict[str, Any]] = {}
 
@@ -385,77 +358,95 @@ class ResetTask:
         return NodePatch(annotations={RESET_SCOPE_ANNOTATION: self.inventory.scope()})
 
     def reconcile(self, node: Mapping[str, Any], ctx: AgentContext) -> NodePatch:
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
         patch = NodePatch()
-        raw = annotations.get(RESET_REQUEST_ANNOTATION)
         if not self.inventory.known:
             self.inventory.scan(ctx)
-        if self.inventory.known and annotations.get(RESET_SCOPE_ANNOTATION) != (
+        if self.inventory.known and raw_value(node, RESET_SCOPE_ANNOTATION) != (
             scope := self.inventory.scope()
         ):
             patch.annotations[RESET_SCOPE_ANNOTATION] = scope
-        if not raw:
-            self._armed = None
+        request = read_request(node, RESET_REQUEST_ANNOTATION)
+        if request is None:
             return patch
-        status = json_annotation(node, RESET_STATUS_ANNOTATION)
-        answer = self._answer(str(raw), status, ctx)
-        if answer is not None and not _same(answer, status):
-            patch.annotations[RESET_STATUS_ANNOTATION] = json.dumps(answer, sort_keys=True)
+        status = read_status(node, RESET_STATUS_ANNOTATION)
+        answered = self._answer(request, status, ctx)
+        if answered is None:
+            return patch
+        answer, work = answered
+        if work is None and _same(answer, status):
+            return patch
+        patch.annotations[RESET_STATUS_ANNOTATION] = json.dumps(answer, sort_keys=True)
+        if work is not None:
+            patch.after.append(work)
         return patch
 
     # -- one round of one request ---------------------------------------------------------
 
     def _answer(
-        self, raw: str, status: dict[str, Any] | None, ctx: AgentContext
-    ) -> dict[str, Any] | None:
-        try:
-            req = parse_request(raw)
-        except ValueError as e:
-            return _status(
-                loose_id(raw),
-                "failed",
-                [],
-                f"unreadable {RESET_REQUEST_ANNOTATION}: {e}; nothing was reset",
-                ctx,
-            )
-        if req.id in self._final:
-            return self._final[req.id]
-        if status is not None and status.get("id") == req.id:
-            if status.get("state") in FINAL:
-                return None
-            if status.get("state") == "resetting":
-                if self._armed != req.id:
-                    return self._finish(
-                        req,
-                        _status(
-                            req.id,
-                            "failed",
-                            list(status.get("devices") or []),
-                            "the agent restarted while this reset was in progress; whether it "
-                            "ran is unknown, and it is not carried out twice (ask again with a "
-                            "new id, or reboot)",
-                            ctx,
-                        ),
-                    )
-                return self._carry_out(req, ctx)
-        planned = self._plan(req, ctx)
+        self, request: Request | Unreadable, status: Status | Unreadable | None, ctx: AgentContext
+    ) -> Answer | None:
+        """The answer to write, and the work to run once it is on the Node (only with
+        "resetting"); None when the Node needs no answer."""
+        if isinstance(request, Unreadable):
+            if isinstance(status, Status) and status.id == request.id and status.state in FINAL:
+                return None  # answered already, or closed by the controller
+            return _unreadable(request.id, request, ctx), None
+        if request.id in self._final:
+            return self._final[request.id], None
+        if isinstance(status, Unreadable):
+            # Perhaps the controller's "failed" that closed this request: not carried out.
+            return self._finish(request.id, _unreadable(request.id, status, ctx)), None
+        if status is not None and status.id == request.id:
+            if status.state in FINAL:
+                return None  # answered, or closed by the controller: never carried out
+            if status.state == "resetting":
+                return self._finish(
+                    request.id,
+                    _status(
+                        request.id,
+                        "failed",
+                        list(status.devices),
+                        "the agent restarted while this reset was in progress; whether it "
+                        "ran is unknown, and it is not carried out twice (ask again with a "
+                        "new id, or reboot)",
+                        ctx,
+                    ),
+                ), None
+        planned = self._plan(request, ctx)
         if isinstance(planned, dict):
-            return self._finish(req, planned)
+            return self._finish(request.id, planned), None
         group, scope_note = planned
         blocked = self._blockers(group, ctx)
         uuids = [d.uuid for d in group]
         if blocked:
-            self._armed = None
             return _status(
-                req.id,
+                request.id,
                 "refused",
                 uuids,
                 f"not reset while anything holds a device of the reset group: {blocked}; "
                 f"reset group: {', '.join(uuids)}{scope_note}",
                 ctx,
-            )
-        self._armed = req.id
-        return _status(req.id, "resetting", uuids, f"resetting {', '.join(uuids)}{scope_note}", ctx)
+            ), None
+        claim = _status(
+            request.id, "resetting", uuids, f"resetting {', '.join(uuids)}{scope_note}", ctx
+        )
+        return claim, lambda written: self._claimed(written, request, ctx)
+
+    def _claimed(self, written: Mapping[str, Any], req: Request, ctx: AgentContext) -> NodePatch:
+        """The work after "resetting" is on the Node: look at the Node as written once
+        more, then reset, and say how it went."""
+        now = read_request(written, RESET_REQUEST_ANNOTATION)
+        status = read_status(written, RESET_STATUS_ANNOTATION)
+        if not (
+            isinstance(now, Request)
+            and now.id == req.id
+            and isinstance(status, Status)
+            and (status.id, status.state) == (req.id, "resetting")
+        ):
+            log.warning("reset %s: the Node no longer shows this agent's claim; not reset", req.id)
+            return NodePatch()
+        answer = self._carry_out(req, ctx)
+        return NodePatch(annotations={RESET_STATUS_ANNOTATION: json.dumps(answer, sort_keys=True)})
 
     def _plan(self, req: Request, ctx: AgentContext) -> tuple[list[Device], str] | dict[str, Any]:
         """The reset group and a note on why it is that wide, or a failed answer."""
@@ -467,7 +458,7 @@ class ResetTask:
                 "failed",
                 [],
                 "the agent cannot see this node's devices (NVML and "
-                "amdsmi did not answer); nothing was reset",
+                f"amdsmi did not answer); {NOTHING_RESET}",
                 ctx,
             )
         if req.devices:
@@ -480,7 +471,7 @@ class ResetTask:
                         "failed",
                         list(req.devices),
                         f"device {ident} is not one this agent can reset on node "
-                        f"{ctx.node_name} ({UNSUPPORTED}); nothing was reset",
+                        f"{ctx.node_name} ({UNSUPPORTED}); {NOTHING_RESET}",
                         ctx,
                     )
                 wanted.append(d)
@@ -520,13 +511,12 @@ class ResetTask:
     def _carry_out(self, req: Request, ctx: AgentContext) -> dict[str, Any]:
         planned = self._plan(req, ctx)
         if isinstance(planned, dict):
-            return self._finish(req, planned)
+            return self._finish(req.id, planned)
         group, note = planned
         uuids = [d.uuid for d in group]
         blocked = self._blockers(group, ctx)
         if blocked:
-            # Something arrived between the two rounds: back to refused, not reset.
-            self._armed = None
+            # Something arrived since the check: back to refused, not reset.
             return _status(req.id, "refused", uuids, f"not reset: {blocked}", ctx)
         errors = self._reset(group, req, ctx)
         self.inventory.scan(ctx)
@@ -539,7 +529,7 @@ class ResetTask:
         else:
             answer = _status(req.id, "done", uuids, f"reset {', '.join(uuids)}{note}", ctx)
         log.info("reset %s: %s: %s", req.id, answer["state"], answer["message"])
-        return self._finish(req, answer)
+        return self._finish(req.id, answer)
 
     def _reset(self, group: list[Device], req: Request, ctx: AgentContext) -> list[str]:
         errors: list[str] = []
@@ -571,10 +561,9 @@ class ResetTask:
                 errors.append(f"amdsmi_reset_gpu of {d.uuid}: {type(e).__name__}: {e}")
         return errors
 
-    def _finish(self, req: Request, answer: dict[str, Any]) -> dict[str, Any]:
-        self._armed = None
+    def _finish(self, rid: str, answer: dict[str, Any]) -> dict[str, Any]:
         if answer.get("state") in FINAL:
-            self._final[req.id] = answer
+            self._final[rid] = answer
         return answer
 
 
@@ -609,17 +598,24 @@ def _status(
         "id": rid,
         "state": state,
         "devices": list(devices),
-        "message": message,
+        "message": cut(message),
         "at": iso(ctx.clock()),
     }
 
 
-def _same(answer: Mapping[str, Any], status: Mapping[str, Any] | None) -> bool:
+def _unreadable(rid: str, what: Unreadable, ctx: AgentContext) -> dict[str, Any]:
+    """The documented answer to an unreadable request or status (docs/agent.md)."""
+    answer = _status(rid, "failed", [], unreadable_message(what, NOTHING_RESET), ctx)
+    answer["reason"] = UNREADABLE
+    return answer
+
+
+def _same(answer: Mapping[str, Any], status: Status | Unreadable | None) -> bool:
     """Whether the Node already says this (the time aside): no write every round."""
-    if status is None:
+    if not isinstance(status, Status):
         return False
-    keys = ("id", "state", "devices", "message")
-    return all(answer.get(k) == status.get(k) for k in keys)
+    said = (status.id, status.state, list(status.devices), status.message)
+    return said == tuple(answer.get(k) for k in ("id", "state", "devices", "message"))
 
 
 TASK = ResetTask()
@@ -630,8 +626,6 @@ __all__ = [
     "Device",
     "Inventory",
     "NvidiaSmi",
-    "Request",
     "ResetError",
     "ResetTask",
-    "parse_request",
 ]

@@ -4,6 +4,14 @@ Each kind of node-side work (partition layouts, GPU resets, reboots) is a Task: 
 loop reads the Node, hands it to every task, and merges the NodePatch each returns
 into one merge-patch of the Node's metadata. Tasks never talk to the API server
 themselves, so a test can drive them with a plain dict and fakes in the context.
+
+Work that must not happen unless an answer is on the Node first (a reset only after
+"resetting", a reboot only after "rebooting" with the boot id) rides on the patch as
+``after``: the loop writes the patch conditionally on the resourceVersion it read
+(``nodeagent.agent``), and runs the work only when that write succeeded, handing it
+the Node as written. A controller that closed the request in between makes the write
+a 409 Conflict, and the loop reads again and asks the tasks again, so the check and
+the claim are one conditional write.
 """
 
 from __future__ import annotations
@@ -18,18 +26,23 @@ from exporter.model import PodAssignment
 
 @dataclass
 class NodePatch:
-    """A merge-patch of the Node's metadata; a value of None deletes the key."""
+    """A merge-patch of the Node's metadata; a value of None deletes the key.
+
+    ``after``: work to run once this patch is on the Node, each given the Node as the
+    write returned it and answering with the patch to write next (what it did)."""
 
     labels: dict[str, str | None] = field(default_factory=dict)
     annotations: dict[str, str | None] = field(default_factory=dict)
+    after: list[Callable[[Mapping[str, Any]], NodePatch]] = field(default_factory=list)
 
     def update(self, other: NodePatch) -> None:
         """Merges ``other`` into this patch (later tasks win on the same key)."""
         self.labels.update(other.labels)
         self.annotations.update(other.annotations)
+        self.after.extend(other.after)
 
     def empty(self) -> bool:
-        return not self.labels and not self.annotations
+        return not self.labels and not self.annotations and not self.after
 
 
 @dataclass

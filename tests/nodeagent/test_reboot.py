@@ -1,6 +1,7 @@
 """The reboot task through the real agent loop and client against the fake API server:
-"rebooting" with the boot id first, the reboot in a later round, "done" once the boot id
-changed, once per id; and the production reboot command, bounded."""
+"rebooting" with the boot id on the Node first, the reboot only once that conditional
+write succeeded, "done" once the boot id changed, once per id; and the production
+reboot command, bounded."""
 
 from __future__ import annotations
 
@@ -26,15 +27,20 @@ NODE = "gpu-1"
 class Host:
     """The node as the agent sees it: its boot id, a clock, and the reboots asked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: FakeApiServer | None = None) -> None:
         self.boot = "boot-1"
         self.now = 1_800_000_000.0
         self.reboots = 0
         self.fail: str | None = None
+        self.server = server
+        # The reboot status on the Node at each reboot, as the API server had it.
+        self.seen: list[dict[str, Any]] = []
 
     def reboot(self) -> None:
         if self.fail:
             raise RuntimeError(self.fail)
+        if self.server is not None:
+            self.seen.append(status(self.server))
         self.reboots += 1
 
 
@@ -74,22 +80,30 @@ def status(server: FakeApiServer) -> dict[str, Any]:
     return dict(json.loads(node["metadata"]["annotations"][REBOOT_STATUS_ANNOTATION]))
 
 
+def write_status(server: FakeApiServer, value: dict[str, Any]) -> None:
+    node = server.get("nodes", None, NODE)
+    assert node is not None
+    node["metadata"].setdefault("annotations", {})[REBOOT_STATUS_ANNOTATION] = json.dumps(value)
+    server.add(node)
+
+
 REQUEST = json.dumps({"id": "b1", "requestedAt": "2026-12-01T19:00:00Z", "by": "t"})
 
 
 def test_reboot_is_announced_then_done_after_a_new_boot(
     server: FakeApiServer, tmp_path: Path
 ) -> None:
-    host = Host()
+    host = Host(server)
     a = agent(server, tmp_path, host)
     ask(server, REQUEST)
     a.round()
-    s = status(server)
-    assert (s["id"], s["state"], s["bootID"]) == ("b1", "rebooting", "boot-1")
-    assert host.reboots == 0  # the boot id is on the Node before the host goes down
-    a.round()
-    a.round()
     assert host.reboots == 1
+    # The boot id was on the Node before the host was asked to go down.
+    (s,) = host.seen
+    assert (s["id"], s["state"], s["bootID"]) == ("b1", "rebooting", "boot-1")
+    a.round()
+    a.round()
+    assert host.reboots == 1  # asked once; the host takes its time
     # The host comes back: a new boot, a new agent process.
     host.boot = "boot-2"
     a = agent(server, tmp_path, host)
@@ -103,18 +117,21 @@ def test_reboot_is_announced_then_done_after_a_new_boot(
 def test_an_agent_restarted_before_the_reboot_asks_for_it(
     server: FakeApiServer, tmp_path: Path
 ) -> None:
-    host = Host()
+    host = Host(server)
+    host.fail = "killed before systemctl ran"  # the first process dies at its reboot
     ask(server, REQUEST)
     agent(server, tmp_path, host).round()
+    assert host.reboots == 0
+    write_status(server, {"id": "b1", "state": "rebooting", "bootID": "boot-1", "message": ""})
+    host.fail = None
     agent(server, tmp_path, host).round()  # restarted: same boot, no reboot yet
-    assert host.reboots == 1
+    assert host.reboots == 1 and "asked again" in host.seen[0]["message"]
 
 
 def test_a_host_that_does_not_reboot_fails(server: FakeApiServer, tmp_path: Path) -> None:
     host = Host()
     a = agent(server, tmp_path, host)
     ask(server, REQUEST)
-    a.round()
     a.round()
     host.now += REBOOT_GRACE + 1
     a.round()
@@ -127,7 +144,6 @@ def test_a_failed_reboot_command_fails(server: FakeApiServer, tmp_path: Path) ->
     host.fail = "systemctl exited 1: Access denied"
     a = agent(server, tmp_path, host)
     ask(server, REQUEST)
-    a.round()
     a.round()
     s = status(server)
     assert s["state"] == "failed" and "Access denied" in s["message"]

@@ -1,7 +1,8 @@
 """The reset task on fake NVML (and fake amdsmi), driven by the real agent loop through
 the real ``kubernetes`` client against the fake API server: it resets only once the
-node's device pods are gone, all GPUs of an NVSwitch board together, refuses with a
-message naming the pods and devices while one is held, and acts on an id once."""
+node's device pods are gone and "resetting" is on the Node, all GPUs of an NVSwitch
+board together, refuses with a message naming the pods and devices while one is held,
+and acts on an id once."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ class Node:
     api: FakeApiServer
     agent: Agent
     holders: list[PodAssignment] = field(default_factory=list)
+    # The reset status on the Node (as the API server had it) at each reset.
+    seen: list[str] = field(default_factory=list)
 
     def ask(self, rid: str, devices: list[str]) -> None:
         node = self.api.get("nodes", None, NODE)
@@ -84,6 +87,15 @@ def make_node(
 ) -> Node:
     api = NodeAPI.from_config(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
     pods: list[PodAssignment] = []
+    seen: list[str] = []
+    base = nvidia_reset if nvidia_reset is not None else getattr(nvml, "gpu_reset", None)
+
+    def reset(bus_ids: list[str]) -> None:
+        found = server.get("nodes", None, NODE)
+        assert found is not None and base is not None
+        seen.append(json.loads(found["metadata"]["annotations"][RESET_STATUS_ANNOTATION])["state"])
+        base(bus_ids)
+
     ctx = AgentContext(
         node_name=NODE,
         nvml=nvml,
@@ -93,9 +105,9 @@ def make_node(
         clock=lambda: 1_800_000_000.0,
         boot_id=lambda: "boot-1",
         reboot=lambda: None,
-        nvidia_reset=nvidia_reset if nvidia_reset is not None else getattr(nvml, "gpu_reset", None),
+        nvidia_reset=reset if base is not None else None,
     )
-    return Node(server, Agent(api, ctx, [ResetTask()]), pods)
+    return Node(server, Agent(api, ctx, [ResetTask()]), pods, seen)
 
 
 def nvml(kind: str) -> FakeNVML:
@@ -139,10 +151,9 @@ def test_nvswitch_resets_every_gpu_only_after_the_pods_are_gone(
     assert fake.resets == []
 
     node.holders.clear()
-    assert node.round()["state"] == "resetting"
-    assert fake.resets == []  # the reset comes in the round after "resetting" is on the Node
     status = node.round()
     assert status["state"] == "done", status
+    assert node.seen == ["resetting"]  # the reset came after "resetting" was on the Node
     assert fake.resets == [tuple(g.bus_id for g in fake.gpus)]  # all together, no -i
     assert fake.nvmlDeviceGetUUID(fake.gpu_handle(2)) == fake.gpus[2].uuid  # back again
 
@@ -160,7 +171,6 @@ def test_a_process_outside_pods_refuses_too(server: FakeApiServer, tmp_path: Pat
     status = node.round()
     assert status["state"] == "refused" and "process 4242" in status["message"]
     fake.processes.clear()
-    assert node.round()["state"] == "resetting"
     assert node.round()["state"] == "done"
 
 
@@ -171,7 +181,6 @@ def test_pcie_gpu_resets_alone_beside_busy_neighbours(
     node = make_node(server, tmp_path, nvml=fake)
     node.holders.append(pod("other", fake.gpus[3].uuid))
     node.ask("r1", [fake.gpus[1].uuid])
-    assert node.round()["state"] == "resetting"
     status = node.round()
     assert status["state"] == "done" and status["devices"] == [fake.gpus[1].uuid]
     assert fake.resets == [(fake.gpus[1].bus_id,)]
@@ -196,7 +205,13 @@ def test_restart_while_resetting_fails_rather_than_reset_twice(
     fake = nvml("pcie_node")
     node = make_node(server, tmp_path, nvml=fake)
     node.ask("r1", [fake.gpus[0].uuid])
-    assert node.round()["state"] == "resetting"
+    # What an agent killed between its "resetting" and the reset leaves on the Node.
+    n = server.get("nodes", None, NODE)
+    assert n is not None
+    n["metadata"]["annotations"][RESET_STATUS_ANNOTATION] = json.dumps(
+        {"id": "r1", "state": "resetting", "devices": [fake.gpus[0].uuid], "message": ""}
+    )
+    server.add(n)
     node.restart()
     status = node.round()
     assert status["state"] == "failed" and "restarted" in status["message"]
@@ -232,8 +247,8 @@ def test_a_refused_nvidia_smi_fails_with_its_reason(server: FakeApiServer, tmp_p
 @pytest.mark.parametrize(
     ("raw", "says"),
     [
-        ("not json", "not JSON"),
-        (json.dumps({"devices": []}), 'no "id"'),
+        ("not json", "not bounded JSON"),
+        (json.dumps({"devices": []}), "reset-request.id: expected a string"),
         (json.dumps({"id": "r1", "devices": "GPU-1"}), "list of device UUIDs"),
     ],
 )
