@@ -10,10 +10,13 @@ Go exporters, and a little further:
   recognised on the event loop (``exporter.basicauth``). Only unknown credentials,
   which under attack are wrong passwords, go to bcrypt, in a pool of their own
   (``AuthPool``): one thread, at the lowest CPU priority, taking them in turn from
-  a bounded line with a bounded wait; past either bound the request is refused
-  without bcrypt. A flood of guesses queues behind itself, costs one core at
-  most, never sits in front of a cached scrape, and a valid credential that is not
-  cached yet still gets its turn within seconds.
+  bounded lines, one per client address, with a bounded wait; past either bound
+  the request is refused without bcrypt. A flood of guesses queues behind itself,
+  costs one core at most, never sits in front of a cached scrape, and a valid
+  credential that is not cached yet still gets its turn within seconds, however
+  many addresses the flood comes from: addresses whose guesses failed wait
+  behind those that have not, and a full pool makes room by refusing from the
+  longest line, never a newcomer's.
 * **No connection is held forever.** aiohttp waits an hour for a request on an
   open connection; here a connection must finish its first request's headers
   within ``header_timeout`` and may sit idle between requests for
@@ -38,6 +41,7 @@ import asyncio
 import collections
 import contextlib
 import html
+import ipaddress
 import logging
 import os
 import re
@@ -103,11 +107,15 @@ class Limits(ConnectionLimits):
     exporter, which one or two Prometheus servers and the odd person scrape."""
 
     # bcrypt checks of unknown credentials: threads, checks allowed to wait for
-    # one, and for how long (under Prometheus's default scrape timeout of 10 s).
+    # one (in all, and per client), and for how long (under Prometheus's default
+    # scrape timeout of 10 s).
     auth_workers: int = 1
     auth_queue: int = 256
     auth_queue_per_address: int = 16
     auth_wait: float = 5.0
+    # Clients (addresses, IPv6 /64s) whose last check failed, remembered so that
+    # those not on record go first; the oldest is forgotten past this many.
+    auth_failed_addresses: int = 4096
     # The pause before refusing a check the full line cannot take: it slows a
     # guessing client down without costing a thread or bcrypt.
     refusal_delay: float = 0.25
@@ -179,22 +187,65 @@ def _lowest_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
-def _granted(turn: asyncio.Future[None]) -> bool:
-    return turn.done() and not turn.cancelled()
+def _granted(turn: asyncio.Future[bool]) -> bool:
+    return turn.done() and not turn.cancelled() and turn.result()
+
+
+def client_key(address: str) -> str:
+    """Whom a check counts against: the address, or its /64 for IPv6, since one
+    host is handed a whole /64 and could otherwise be 2^64 new clients."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address  # not an IP (a unix socket's peer): one client
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:  # an IPv4 client of a dual-stack socket
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+Line = collections.deque[asyncio.Future[bool]]
 
 
 class AuthPool:
     """bcrypt checks of credentials the cache does not know, bounded and in turn.
 
     ``workers`` checks run at once (one, as exporter-toolkit's mutex allows); the
-    others wait for at most ``auth_wait``, in one line per client address served
-    in rotation, at most ``auth_queue`` in all and ``auth_queue_per_address`` per
-    address: past a bound a check is refused without bcrypt (after
-    ``refusal_delay`` when a line is full). The rotation is what lets a valid
-    credential that is not cached yet (a restarted exporter, a changed password)
-    in during a flood: it waits behind at most one check of each other address
-    (and its own address's earlier ones), however many requests a flooding host
-    keeps in line.
+    others wait for at most ``auth_wait``, in one line per client (an address, an
+    IPv6 /64) served in rotation, at most ``auth_queue`` in all and
+    ``auth_queue_per_address`` per client. Why each part:
+
+    * **Rotation** lets a valid credential that is not cached yet (a restarted
+      exporter, a changed password) in during a flood from one host: it waits
+      behind at most one check of each other client, however many requests the
+      flooding host keeps in line.
+    * **Clients on record go last.** A client whose check failed is kept on a
+      record (the last ``auth_failed_addresses`` of them, oldest forgotten first;
+      a success takes it off), and the clients not on it are served first. So
+      once each host of a flood from many addresses has had one guess refused,
+      a newcomer waits for the check running and its own, whatever the number
+      of flooding hosts (in rotation alone it would wait for one guess of each:
+      32 hosts at cost 10 are four seconds here, and the line's 5 s wait is
+      reached near 40). While a flood starts, before its hosts are on record, a
+      newcomer is one client among them: no scheduler can tell it from a host
+      it has not heard from. The record keys on clients, not on credentials or
+      user names: guesses are fresh passwords each time, and a line that served
+      existing users first would tell which users exist by its speed.
+    * **The global bound refuses from the longest line**, as fair queues drop
+      from their fattest flow: when ``auth_queue`` checks wait, a newcomer takes
+      the place of the last check of the longest line of a client on record (or,
+      with none on record, of a longer line than the newcomer's own would be),
+      and is refused only when no line is longer than its own. A flood from many
+      addresses fills the queue but cannot keep a client with nothing waiting
+      out of it (today's defect, issue 27, was a newcomer refused because the
+      queue was full). The check pushed out is refused as a full line's is.
+    * **Bounded memory**: the lines hold at most ``auth_queue`` checks (each also
+      an open connection, itself capped), the record ``auth_failed_addresses``
+      keys.
+
+    Past a bound a check is refused without bcrypt, after ``refusal_delay``, which
+    slows a guessing client without costing a thread.
     """
 
     def __init__(self, auth: BasicAuth, limits: Limits) -> None:
@@ -207,46 +258,57 @@ class AuthPool:
         self._workers = limits.auth_workers
         self._max_waiting = limits.auth_queue
         self._max_waiting_per_address = limits.auth_queue_per_address
+        self._max_record = limits.auth_failed_addresses
         self._wait = limits.auth_wait
         self._delay = limits.refusal_delay
         self._running = 0
-        # Waiting checks by client address, in rotation order; each line first
-        # come, first served. Every entry is a check still waiting (a timed-out
-        # or cancelled one leaves its line at once).
-        self._lines: dict[str, collections.deque[asyncio.Future[None]]] = {}
-        self._waiting = 0
+        # Waiting checks by client, in rotation order, clients not on record apart
+        # from those on it; each line first come, first served. Every entry is a
+        # check still waiting (one that timed out, was cancelled or pushed out has
+        # left its line).
+        self._fresh: dict[str, Line] = {}
+        self._suspect: dict[str, Line] = {}
+        # Clients whose last check failed, least recently failed first.
+        self._record: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self.waiting = 0
         self.refused = 0
         self._last_warning = -1e9
         self._refused_since_warning = 0
 
+    def on_record(self, address: str) -> bool:
+        """Whether the client at ``address`` failed its last check (as far as the
+        bounded record remembers)."""
+        return client_key(address) in self._record
+
     async def check(self, authorization: str | None, address: str = "") -> bool:
         """Whether ``authorization`` passes; ``address`` is the client's, whose line
         this check waits in."""
-        if not await self._turn(address):
+        client = client_key(address)
+        if not await self._turn(client):
             return False
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, self._auth.check, authorization)
+            ok = await loop.run_in_executor(self._executor, self._auth.check, authorization)
+            self._remember(client, ok)
+            return ok
         finally:
             self._release()
 
-    async def _turn(self, address: str) -> bool:
-        """Waits for a worker; False (refused) when a line is full or too slow."""
-        if self._running < self._workers and not self._waiting:
+    async def _turn(self, client: str) -> bool:
+        """Waits for a worker; False (refused) when the lines are full, too slow,
+        or this check was pushed out by a newcomer."""
+        if self._running < self._workers and not self.waiting:
             self._running += 1
             return True
-        line = self._lines.get(address)
-        if self._waiting >= self._max_waiting or (
-            line is not None and len(line) >= self._max_waiting_per_address
-        ):
-            self._note_refusal()
-            await asyncio.sleep(self._delay)
-            return False
-        if line is None:
-            line = self._lines[address] = collections.deque()
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        line = self._line(client)
+        if len(line) >= self._max_waiting_per_address or not self._make_room(client, line):
+            return await self._refuse()
+        lines = self._suspect if client in self._record else self._fresh
+        if not line:
+            lines[client] = line
+        turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         line.append(turn)
-        self._waiting += 1
+        self.waiting += 1
         try:
             await asyncio.wait_for(turn, self._wait)
         except TimeoutError:
@@ -259,28 +321,92 @@ class AuthPool:
             if turn in line:
                 # Timed out or cancelled before its turn came: leave the line.
                 line.remove(turn)
-                self._waiting -= 1
-                if not line and self._lines.get(address) is line:
-                    del self._lines[address]
+                self.waiting -= 1
+                self._drop_if_empty(client, line)
         if _granted(turn):
             return True
+        if turn.done() and not turn.cancelled():
+            return await self._refuse()  # pushed out: refused as a full line is
         self._note_refusal()
         return False
 
+    def _line(self, client: str) -> Line:
+        line = self._fresh.get(client)
+        if line is None:
+            line = self._suspect.get(client)
+        return line if line is not None else collections.deque()
+
+    def _make_room(self, client: str, line: Line) -> bool:
+        """Whether a check of ``client`` may wait: there is room, or the last check
+        of a longer line (a line on record before any other) gave its place."""
+        if self.waiting < self._max_waiting:
+            return True
+        newcomer_suspect = client in self._record
+        victim: tuple[str, Line] | None = None
+        if self._suspect:
+            victim = max(self._suspect.items(), key=lambda item: len(item[1]))
+            if newcomer_suspect and len(victim[1]) <= len(line) + 1:
+                victim = None
+        elif not newcomer_suspect and self._fresh:
+            victim = max(self._fresh.items(), key=lambda item: len(item[1]))
+            if len(victim[1]) <= len(line) + 1:
+                victim = None
+        if victim is None:
+            return False
+        address, longest = victim
+        longest.pop().set_result(False)
+        self.waiting -= 1
+        self._drop_if_empty(address, longest)
+        return True
+
+    def _drop_if_empty(self, client: str, line: Line) -> None:
+        if line:
+            return
+        for lines in (self._fresh, self._suspect):
+            if lines.get(client) is line:
+                del lines[client]
+
+    def _remember(self, client: str, ok: bool) -> None:
+        """Puts a client on record when its check failed, takes it off when one
+        passed; its waiting checks move with it."""
+        if ok:
+            self._record.pop(client, None)
+            line = self._suspect.pop(client, None)
+            if line is not None:
+                self._fresh[client] = line
+            return
+        self._record[client] = None
+        self._record.move_to_end(client)
+        while len(self._record) > self._max_record:
+            forgotten, _ = self._record.popitem(last=False)
+            line = self._suspect.pop(forgotten, None)
+            if line is not None:
+                self._fresh[forgotten] = line
+        if client in self._record:
+            line = self._fresh.pop(client, None)
+            if line is not None:
+                self._suspect[client] = line
+
     def _release(self) -> None:
-        """Hands the worker to the first waiter of the next address in rotation, or
-        frees it."""
-        while self._lines:
-            address = next(iter(self._lines))
-            line = self._lines.pop(address)
-            turn = line.popleft()
-            self._waiting -= 1
-            if line:
-                self._lines[address] = line  # to the back of the rotation
-            if not turn.done():  # done: cancelled, its request on the way out
-                turn.set_result(None)
-                return
+        """Hands the worker to the first waiter of the next client in rotation,
+        clients not on record first, or frees it."""
+        for lines in (self._fresh, self._suspect):
+            while lines:
+                client = next(iter(lines))
+                line = lines.pop(client)
+                turn = line.popleft()
+                self.waiting -= 1
+                if line:
+                    lines[client] = line  # to the back of the rotation
+                if not turn.done():  # done: cancelled, its request on the way out
+                    turn.set_result(True)
+                    return
         self._running -= 1
+
+    async def _refuse(self) -> bool:
+        self._note_refusal()
+        await asyncio.sleep(self._delay)
+        return False
 
     def _note_refusal(self) -> None:
         self.refused += 1
