@@ -47,19 +47,20 @@ no second drain. Events: ``RepartitionStarted``, ``Repartitioned`` or
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.clusterjson import ClusterValueError
+from accel_common.clusterjson import text as bounded_text
 from accel_common.gangs import gang_of
 from accel_common.names import (
     PARTITION_APPLIED_LABEL,
     PARTITION_LAYOUT_LABEL,
     PARTITION_STATE_ANNOTATION,
 )
-from autoscaler.actions import gangs
+from autoscaler.actions import gangs, unknown
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -83,7 +84,7 @@ from autoscaler.actions.ownership import (
     update_node,
 )
 from autoscaler.actions.pods import evict_until, summary, uses_devices
-from autoscaler.actions.unknown import answering_unknown
+from autoscaler.actions.unknown import answering_unknown, plausible_time
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -130,14 +131,26 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
     return to_params(params), r.problems
 
 
+STATE_FACT = "partition state"
+
+
 def agent_state(node: Obj) -> dict[str, Any]:
-    """The agent's PARTITION_STATE_ANNOTATION; {} when absent or unreadable."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(PARTITION_STATE_ANNOTATION)
+    """The agent's PARTITION_STATE_ANNOTATION with its fields checked; {} when
+    absent. Anyone who may patch the Node may write it, so one that cannot be read
+    raises ``UnknownFact``: read as "nothing applied" it would drain a node whose
+    layout may be in place."""
+    state = unknown.record(node, PARTITION_STATE_ANNOTATION, STATE_FACT)
+    at = unknown.where({"kind": "Node", **node}, PARTITION_STATE_ANNOTATION)
     try:
-        state = json.loads(raw or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
+        for key in ("layout", "state", "message", "at"):
+            if state.get(key) is not None:
+                bounded_text(state[key], f"{at} field {key}", max_len=4096)
+        devices = state.get("devices")
+        if devices is not None and not isinstance(devices, (dict, list)):
+            raise ClusterValueError(f"{at} field devices", "expected an object or a list")
+    except ClusterValueError as e:
+        raise unknown.UnknownFact(STATE_FACT, e) from None
+    return state
 
 
 def applied(node: Obj, layout: str) -> bool:
@@ -151,13 +164,14 @@ def applied(node: Obj, layout: str) -> bool:
 
 
 def failed_since(node: Obj, layout: str, since: float) -> str | None:
-    """The agent's failure message for ``layout`` when written at or after ``since``."""
+    """The agent's failure message for ``layout`` when written at or after ``since``
+    (a failure whose time cannot be read is not taken as one)."""
     state = agent_state(node)
     if state.get("layout") != layout or state.get("state") != "failed":
         return None
     try:
-        at = parse_iso(str(state.get("at", "")))
-    except ValueError:
+        at = plausible_time(state.get("at"), f"node annotation {PARTITION_STATE_ANNOTATION} at")
+    except ClusterValueError:
         return None
     return str(state.get("message") or "no message") if at >= since else None
 
@@ -190,7 +204,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except NotFound:
         return Outcome("skipped", f"node {name} no longer exists")
     except KubeError as e:
-        return Outcome("failed", f"node {name}: {e}")
+        return Outcome("unknown", f"node {name}: {e}")
 
 
 async def _drain(
@@ -261,14 +275,18 @@ async def _wait(
         if not ctx.leading():
             return Outcome("partial", "this replica lost the leader lease; the new leader resumes")
         node = await ctx.kube.get_node(name)
-        if applied(node, params.layout):
-            break
-        failure = failed_since(node, params.layout, started)
-        if failure is not None:
-            return await _fail(ctx, decision, name, f"the node agent failed: {failure}")
-        state = agent_state(node)
-        if state.get("layout") == params.layout:
-            last = f"{state.get('state')}: {state.get('message')}"
+        try:
+            if applied(node, params.layout):
+                break
+            failure = failed_since(node, params.layout, started)
+            if failure is not None:
+                return await _fail(ctx, decision, name, f"the node agent failed: {failure}")
+            state = agent_state(node)
+            if state.get("layout") == params.layout:
+                last = f"{state.get('state')}: {state.get('message')}"
+        except unknown.UnknownFact as e:
+            # Not an answer: wait on, as for no answer at all (logged where read).
+            last = f"unreadable: {e.error}"
         if ctx.clock() >= deadline:
             said = (
                 f" (last answer: {last})" if last else " (no answer: is accel-node-agent running?)"
@@ -278,7 +296,7 @@ async def _wait(
             )
         await ctx.sleep(min(POLL_SECONDS, max(0.001, deadline - ctx.clock())))
     released = await release(ctx, name, decision.rule)
-    devices = agent_state(node).get("devices") or {}
+    devices = agent_state(node).get("devices") or {}  # read just above: not unknown
     message = f"node {name} repartitioned to {params.layout}" + (
         "; uncordoned" if released.uncordoned else ""
     )

@@ -60,10 +60,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from accel_common.clusterjson import ClusterValueError, annotation_object, annotations_of
 from accel_common.names import CAPI_CLUSTER_NAMESPACE_ANNOTATION as NAMESPACE_ANNOTATION
 from accel_common.names import CAPI_DEPLOYMENT_LABEL as DEPLOYMENT_LABEL
 from accel_common.names import CAPI_MACHINE_ANNOTATION as MACHINE_ANNOTATION
@@ -93,7 +96,7 @@ from autoscaler.actions.ownership import (
     set_phase,
     update_node,
 )
-from autoscaler.actions.unknown import answering_unknown
+from autoscaler.actions.unknown import UnknownFact, answering_unknown, where
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import (
@@ -158,13 +161,33 @@ def _provider_namespace(ctx: ActionContext) -> str | None:
     return namespace if isinstance(namespace, str) and namespace else None
 
 
+# An object name as Kubernetes allows it (a DNS subdomain).
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _named(node: Obj, key: str) -> str:
+    """A name in annotation ``key`` of ``node`` ("" when absent). Anyone who may
+    patch the Node may write it: one that is no object name is unknown
+    (``UnknownFact``), never a reason to look elsewhere for a Machine to delete."""
+    value = annotations_of(node).get(key)
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str) and _NAME.fullmatch(value):
+        return value
+    shown = repr(value)[:80] if isinstance(value, str) else type(value).__name__
+    problem = ClusterValueError(
+        where({"kind": "Node", **node}, key), f"{shown} is not an object name"
+    )
+    log.warning("%s; the Machine is unknown", problem)
+    raise UnknownFact("Machine of the node", problem)
+
+
 async def find_machine(ctx: ActionContext, node: Obj) -> Obj:
     """The one Machine behind ``node`` (module docstring); ``Refused`` otherwise."""
     meta = node.get("metadata") or {}
     name = str(meta.get("name", ""))
-    annotations: Mapping[str, Any] = meta.get("annotations") or {}
-    namespace = str(annotations.get(NAMESPACE_ANNOTATION) or "") or _provider_namespace(ctx)
-    machine_name = str(annotations.get(MACHINE_ANNOTATION) or "")
+    namespace = _named(node, NAMESPACE_ANNOTATION) or _provider_namespace(ctx)
+    machine_name = _named(node, MACHINE_ANNOTATION)
     if not namespace:
         raise Refused(
             f"node {name} has no {NAMESPACE_ANNOTATION} annotation and no Cluster API "
@@ -268,7 +291,7 @@ async def health_check(ctx: ActionContext, machine: Obj) -> str | None:
 
 def _request_id(decision: Decision, node: str, entry: Entry | None, now: float) -> str:
     incident = decision.extra.get("incident")
-    if isinstance(incident, (int, float)):
+    if isinstance(incident, (int, float)) and math.isfinite(incident) and 0 <= incident < 2**33:
         start = iso(float(incident))
     elif isinstance(incident, str) and incident:
         start = incident
@@ -327,10 +350,10 @@ def _asked_already(machine: Obj, request: str, mode: str) -> str | None:
         return "is already being deleted"
     annotations: Mapping[str, Any] = meta.get("annotations") or {}
     if mode == "remediate" and REMEDIATE in annotations:
-        try:
-            asked = json.loads(str(annotations.get(REQUEST) or "{}")).get("id")
-        except (ValueError, AttributeError):
-            asked = None
+        # Bounded: the Machine's annotations are anyone's who may patch it. An
+        # unreadable request is not ours; either way nothing more is asked.
+        request_record = annotation_object(machine, REQUEST, log=log) or {}
+        asked = request_record.get("id")
         return f"already carries {REMEDIATE}" + (
             " (our request)" if asked == request else " (set by someone else)"
         )
@@ -384,7 +407,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             {"node": node_name},
         )
     except KubeError as e:
-        return Outcome("failed", f"node {node_name}: {e}")
+        return Outcome("unknown", f"node {node_name}: {e}")
     mine = entries(node).get(decision.rule)
     entry = mine if mine is not None and ours(mine, ctx) and mine.action == NAME else None
     request = (
@@ -398,7 +421,9 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         await event(ctx, node_ref(node_name), "ReplaceRefused", str(e), warning=True, action=NAME)
         return Outcome("failed", str(e), {"node": node_name, "mode": params.mode})
     except KubeError as e:
-        return Outcome("failed", f"node {node_name}: {e}", {"node": node_name, "mode": params.mode})
+        return Outcome(
+            "unknown", f"node {node_name}: {e}", {"node": node_name, "mode": params.mode}
+        )
 
 
 async def _replace(
