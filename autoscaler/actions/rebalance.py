@@ -69,6 +69,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.clusterjson import ClusterValueError, annotations_of
 from accel_common.dra import EMPTY_STATE, DraState, has_claims
 from accel_common.gangs import gang_of
 from accel_common.names import (
@@ -87,7 +88,7 @@ from autoscaler.actions.base import (
 )
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.nodeops import node_of
-from autoscaler.actions.ownership import NO_REBALANCE, event, iso, parse_iso
+from autoscaler.actions.ownership import NO_REBALANCE, event, iso
 from autoscaler.actions.pods import (
     all_device_requests,
     controller_owner,
@@ -99,7 +100,7 @@ from autoscaler.actions.pods import (
     pod_key,
     uses_devices,
 )
-from autoscaler.actions.unknown import answering_unknown
+from autoscaler.actions.unknown import answering_unknown, plausible_time, where
 from autoscaler.clusterstate import checkpoint_declaration, start_time
 from autoscaler.decision import Decision
 from autoscaler.kube.dra import read_dra
@@ -162,11 +163,12 @@ def _capacity(node: Obj) -> dict[str, int]:
     alloc = (node.get("status") or {}).get("allocatable") or {}
     out: dict[str, int] = {}
     for k, v in alloc.items():
-        if is_device_resource(k):
-            try:
-                out[k] = int(str(v))
-            except ValueError:
-                continue
+        if is_device_resource(k) and isinstance(v, (str, int)) and not isinstance(v, bool):
+            # A device count is a small whole number ("8"); anything else (a
+            # quantity with thousands of digits, "-3") offers nothing here.
+            count = str(v).strip()
+            if count.isdigit() and len(count) <= 6:
+                out[k] = int(count)
     return out
 
 
@@ -178,13 +180,16 @@ def _schedulable(node: Obj) -> bool:
 
 
 def _cooling(node: Obj, now: float, cooldown: float) -> bool:
-    stamp = ((node.get("metadata") or {}).get("annotations") or {}).get(REBALANCED_ANNOTATION)
-    if not stamp:
+    stamp = annotations_of(node).get(REBALANCED_ANNOTATION)
+    if stamp is None or stamp == "":
         return False
     try:
-        return now - parse_iso(stamp) < cooldown
-    except ValueError:
-        return False
+        at = plausible_time(stamp, where({"kind": "Node", **node}, REBALANCED_ANNOTATION))
+    except ClusterValueError as e:
+        # Unknown is not "never rebalanced": the node sits this cycle out.
+        log.warning("%s; the node counts as cooling down", e)
+        return True
+    return now - at < cooldown
 
 
 def movable(pod: Obj, dra: DraState | None = None) -> bool:
@@ -260,7 +265,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except NotFound:
         return Outcome("skipped", f"node {hot_name} is gone")
     except KubeError as e:
-        return Outcome("failed", str(e))
+        return Outcome("unknown", str(e))
     if _cooling(read[hot_name][0], now, params.node_cooldown):
         return Outcome(
             "skipped", f"node {hot_name} gave or received a pod within nodeCooldown; waiting"
@@ -277,7 +282,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         except NotFound:
             continue
         except KubeError as e:
-            return Outcome("failed", str(e))
+            return Outcome("unknown", str(e))
     dra = await _claims(ctx, [p for _, pods in read.values() for p in pods])
     nodes = {name: weigh(name, dra) for name in read}
     hot, on_hot = nodes[hot_name], read[hot_name][1]
@@ -323,7 +328,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             reasons.append(f"{pod_key(pod)}: {e}")
             continue
         except KubeError as e:
-            return Outcome("failed", f"{pod_key(pod)}: {e}")
+            return Outcome("unknown", f"{pod_key(pod)}: {e}")
         moved.append(pod_key(pod))
         share = k / max(1, hot.devices)
         hot_load -= hot.load * share
