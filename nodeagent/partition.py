@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from accel_common import clusterjson
 from accel_common.names import (
     PARTITION_APPLIED_LABEL,
     PARTITION_LAYOUT_LABEL,
@@ -37,6 +38,7 @@ from accel_common.names import (
 )
 from nodeagent import amdpart, mig
 from nodeagent.amdpart import Writer, write_sysfs
+from nodeagent.channel import cut
 from nodeagent.layouts import Layout
 from nodeagent.mig import ApplyError
 from nodeagent.tasks import AgentContext, NodePatch
@@ -46,6 +48,8 @@ log = logging.getLogger("accel_node_agent.partition")
 APPLIED, REFUSED, FAILED = "applied", "refused", "failed"
 RETRY_SECONDS = 300.0
 MAX_NAMED_PODS = 5
+# The state names a layout, a message and one line per device.
+STATE_MAX_BYTES = 64 * 1024
 
 
 def rfc3339(t: float) -> str:
@@ -53,13 +57,32 @@ def rfc3339(t: float) -> str:
 
 
 def read_state(node: Mapping[str, Any]) -> dict[str, Any]:
-    """The node's PARTITION_STATE_ANNOTATION as a dict; {} when absent or not JSON."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    try:
-        state = json.loads(annotations.get(PARTITION_STATE_ANNOTATION) or "{}")
-    except (TypeError, ValueError):
+    """The node's PARTITION_STATE_ANNOTATION as a dict of its string fields; {} when
+    absent or unreadable (``accel_common.clusterjson``: too deep, too large, not an
+    object), which the next answer then replaces. Only strings are kept: the task
+    compares ``layout``, ``state`` and ``message`` with its own, and a value of
+    another type is as good as absent."""
+    state = clusterjson.annotation_object(
+        node, PARTITION_STATE_ANNOTATION, log=log, max_bytes=STATE_MAX_BYTES
+    )
+    if state is None:
         return {}
-    return state if isinstance(state, dict) else {}
+    return {k: v for k, v in state.items() if isinstance(v, str) or k == "devices"}
+
+
+def label(node: Mapping[str, Any], key: str) -> str | None:
+    """A label's value when it is a non-empty string of at most 63 characters (what
+    the API server allows); None otherwise."""
+    value = _labels(node).get(key)
+    if not isinstance(value, str) or not value or len(value) > 63:
+        return None
+    return value
+
+
+def _labels(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = node.get("metadata")
+    found = meta.get("labels") if isinstance(meta, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
 
 
 @dataclass
@@ -79,12 +102,11 @@ class PartitionTask:
         return NodePatch()
 
     def reconcile(self, node: Mapping[str, Any], ctx: AgentContext) -> NodePatch:
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        desired = labels.get(PARTITION_LAYOUT_LABEL)
+        desired = label(node, PARTITION_LAYOUT_LABEL)
         state = read_state(node)
-        if not isinstance(desired, str) or not desired:
-            applied = labels.get(PARTITION_APPLIED_LABEL)
-            self.last = (applied, APPLIED) if isinstance(applied, str) and applied else None
+        if desired is None:
+            applied = label(node, PARTITION_APPLIED_LABEL)
+            self.last = (applied, APPLIED) if applied is not None else None
             return NodePatch()
         if state.get("layout") == desired and state.get("state") == FAILED:
             since = self._failed_at.get(desired)
@@ -149,8 +171,7 @@ class PartitionTask:
         self._failed_at[layout] = ctx.clock()
         patch = self._answer(node, ctx, layout, FAILED, message, force=True)
         # The devices may be half-way: the applied label would no longer be true.
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        if labels.get(PARTITION_APPLIED_LABEL) is not None:
+        if _labels(node).get(PARTITION_APPLIED_LABEL) is not None:
             patch.labels[PARTITION_APPLIED_LABEL] = None
         return patch
 
@@ -170,13 +191,17 @@ class PartitionTask:
         self.last = (layout, state)
         if state != APPLIED:
             log.warning("layout %s %s: %s", layout, state, message)
-        answer = {"layout": layout, "state": state, "message": message, "devices": devices or {}}
+        answer = {
+            "layout": layout,
+            "state": state,
+            "message": cut(message),
+            "devices": devices or {},
+        }
         old = read_state(node)
         patch = NodePatch()
         if force or {k: old.get(k) for k in answer} != answer:
             answer["at"] = rfc3339(ctx.clock())
             patch.annotations[PARTITION_STATE_ANNOTATION] = json.dumps(answer, sort_keys=True)
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        if state == APPLIED and labels.get(PARTITION_APPLIED_LABEL) != layout:
+        if state == APPLIED and _labels(node).get(PARTITION_APPLIED_LABEL) != layout:
             patch.labels[PARTITION_APPLIED_LABEL] = layout
         return patch

@@ -59,6 +59,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from accel_common import clusterjson
 from accel_common.names import (
     DEFAULT_TAINT,
     RESET_REQUEST_ANNOTATION,
@@ -144,15 +145,9 @@ def request_id(decision: Decision, entry_started: str) -> str:
 
 def annotation_json(node: Obj, key: str) -> dict[str, Any] | None:
     """A JSON annotation of the node; None when absent or unreadable (someone else's
-    format is not ours to read)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(key)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+    format is not ours to read). Read with clusterjson: a nested or non-finite value
+    on the agent channel is unknown, never a RecursionError that ends the action."""
+    return clusterjson.annotation_object(node, key, log=log)
 
 
 def own_entry(ctx: ActionContext, node: Obj, decision: Decision) -> Entry | None:
