@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
             "examples:\n"
             "  accel-exporter                                  # every hardware backend on :9835\n"
             "  accel-exporter --backends nvidia --poll-interval 2s\n"
-            "  accel-exporter --backends sim --sim-devices nvidia:8,amd:4 --once\n"
+            "  accel-exporter --sim-devices nvidia:8,amd:4 --once   # simulated devices only\n"
             "  accel-exporter --web.config.file web.yml        # TLS and basic auth\n"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_sim_devices,
         metavar="LIST",
         help="simulated devices as VENDOR:COUNT,..., vendors nvidia, amd, oneapi, gaudi, "
-        "ascend, tpu (e.g. nvidia:8,amd:4 or gaudi:8,ascend:8,tpu:4); implies the sim backend",
+        "ascend, tpu (e.g. nvidia:8,amd:4 or gaudi:8,ascend:8,tpu:4); without --backends, "
+        "the sim backend alone",
     )
     s.add_argument(
         "--sim-script",
@@ -261,6 +262,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="N simulated pods hold the sim devices, for accel_device_pod_info "
         "(default %(default)s)",
     )
+    s.add_argument(
+        "--sim-claims",
+        action="store_true",
+        help="with --sim-pods: every other pod gets its NVIDIA or AMD devices through a "
+        "ResourceClaim, named as the vendors' DRA drivers name them (the claim label of "
+        "accel_device_pod_info)",
+    )
+    s.add_argument(
+        "--sim-sharing",
+        action="store_true",
+        help="with --sim-pods: pods time-slice and share a GPU through MPS, one pod holds "
+        "a GPU idle, and the NVIDIA and AMD devices list their processes, so that "
+        "accel_pod_utilization_ratio shows each pod's use",
+    )
     o = p.add_argument_group("output")
     logs.add_arguments(o)
     o.add_argument(
@@ -276,9 +291,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, WebConfi
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.backends is None:
-        args.backends = backends.default_backends()
-        if args.sim_devices:
-            args.backends.append("sim")
+        # Simulated devices alone: probing every hardware backend beside them only
+        # prints a "backend is down" line for each vendor this host lacks (issue 29).
+        args.backends = ["sim"] if args.sim_devices else backends.default_backends()
     if "sim" in args.backends and not args.sim_devices:
         parser.error("the sim backend needs --sim-devices, e.g. --sim-devices nvidia:8")
     if args.sim_devices and "sim" not in args.backends:
@@ -287,6 +302,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, WebConfi
         parser.error("--sim-script needs --sim-devices")
     if (args.sim_partitions or args.sim_pods) and not args.sim_devices:
         parser.error("--sim-partitions and --sim-pods need --sim-devices")
+    if (args.sim_claims or args.sim_sharing) and not args.sim_pods:
+        parser.error("--sim-claims and --sim-sharing need --sim-pods, e.g. --sim-pods 4")
     if args.sim_pods < 0:
         parser.error(f"--sim-pods must be 0 or more, got {args.sim_pods}")
     if args.dra_resource_slices and not args.dra_node_name:
@@ -325,6 +342,8 @@ def make_backends(args: argparse.Namespace) -> list[Backend]:
         dra_kubeconfig=args.dra_kubeconfig,
         sim_partitions=args.sim_partitions,
         sim_pods=args.sim_pods,
+        sim_claims=args.sim_claims,
+        sim_sharing=args.sim_sharing,
         sim_host=socket.gethostname(),
         oneapi_include_cpu=args.oneapi_include_cpu,
         ascend_dcmi_library=args.ascend_dcmi_library,

@@ -1,5 +1,6 @@
 """``make demo``: the exporter on this host, with its real backends plus a simulated
-8-GPU NVIDIA and 4-GPU AMD node that plays a fault timeline, and where to look.
+8-GPU NVIDIA and 4-GPU AMD node that plays a fault timeline, whose pods hold devices
+through device plugins and ResourceClaims and share GPUs, and where to look.
 
 The demo ends in an exporter in the foreground that runs until Ctrl-C, so its
 first line says so. ``make demo`` runs the fleet simulator first (20 to 50 s), so
@@ -19,6 +20,13 @@ from accel_common.listen import split_listen_address
 from exporter import backends, cli
 
 DEFAULT_ADDRESS = "127.0.0.1:9835"
+# Pods of the simulated node: enough that some hold devices through ResourceClaims.
+DEMO_PODS = 4
+
+
+def fault_script() -> str:
+    """The demo's fault timeline, shipped in the package."""
+    return str(resources.files("exporter") / "data" / "demo-faults.yaml")
 
 
 def address() -> str:
@@ -79,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if check(announce=False) != 0:
         return 2
     where = address()
-    script = resources.files("exporter") / "data" / "demo-faults.yaml"
+    script = fault_script()
     real = backends.default_backends()
     base = f"http://{where}"
     print(
@@ -87,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 accel-exporter demo: serving {base} in the foreground. Ctrl-C to stop.
   real backends : {", ".join(real)} (a missing driver shows accel_exporter_backend_up 0)
   simulated     : nvidia:8 (H100), amd:4 (MI300X), faults from {script}
+                  pods sim/train-*, sim/infer-* (MPS), sim/notebook-0 (idle); some
+                  through ResourceClaims; the last GPU of each vendor partitioned
 
 Where to look:
   {base}/metrics      the exposition Prometheus scrapes
@@ -97,6 +107,8 @@ Try (in another terminal):
   curl -s {base}/metrics | grep -E '^accel_(up|fault_events_total)'
   curl -s {base}/metrics | grep 'severity="fatal"'     # nvidia3's Xid 79 at 30s
   curl -s {base}/metrics | grep accel_exporter_backend_up
+  curl -s {base}/metrics | grep 'accel_device_pod_info.*claim='  # devices from DRA claims
+  curl -s {base}/metrics | grep accel_pod_utilization_ratio    # each pod's use
 
 Timeline: 30s nvidia3 Xid 79 and lost; 45s nvidia6 Xid 13 (info);
           60s amd1 uncorrectable RAS + 2 ECC; 75s nvidia5 pinned at 100%/91C; 120s nvidia3 back.
@@ -105,20 +117,31 @@ table and plots are in demo-out/).
 """,
         flush=True,
     )
-    return cli.main(
-        [
-            "--web.listen-address",
-            where,
-            "--backends",
-            ",".join([*real, "sim"]),
-            "--sim-devices",
-            "nvidia:8,amd:4",
-            "--sim-script",
-            str(script),
-            "--poll-interval",
-            "2s",
-        ]
-    )
+    return cli.main(exporter_args(where, real))
+
+
+def exporter_args(where: str, real: Sequence[str]) -> list[str]:
+    """The demo exporter's flags: ``real`` hardware backends beside the simulated
+    node, whose pods hold devices through device plugins and ResourceClaims, share
+    GPUs (time-slicing, MPS) and list their processes, so that the DRA ``claim`` and
+    the per-pod use (``accel_pod_utilization_ratio``) show without a cluster."""
+    return [
+        "--web.listen-address",
+        where,
+        "--backends",
+        ",".join([*real, "sim"]),
+        "--sim-devices",
+        "nvidia:8,amd:4",
+        "--sim-script",
+        str(fault_script()),
+        "--sim-partitions",
+        "--sim-pods",
+        str(DEMO_PODS),
+        "--sim-claims",
+        "--sim-sharing",
+        "--poll-interval",
+        "2s",
+    ]
 
 
 if __name__ == "__main__":

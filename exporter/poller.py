@@ -179,7 +179,9 @@ class Poller:
         owners: dict[str, dict[int, Owner]] = {}
         for name, r in readings.items():
             if r.processes_listed and r.processes:
-                owners[name] = self.procmap.owners(p.pid for p in r.processes)
+                pids = [p.pid for p in r.processes]
+                known = b.process_owners(pids)
+                owners[name] = dict(known) if known is not None else self.procmap.owners(pids)
         return PollResult(devices, readings, links, pods, time.perf_counter() - start, owners)
 
     async def poll_backend(self, st: _BackendState) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from exporter.model import DeviceInfo, Link, PodAssignment, Reading
+from exporter.procmap import Owner
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class BackendOptions:
     sim_partitions: bool = False
     # How many simulated pods hold the sim devices (accel_device_pod_info); 0: none.
     sim_pods: int = 0
+    # Some simulated pods hold their devices through ResourceClaims (DRA), and some
+    # share devices (time-slicing, MPS) with per-process use listed (sim.py).
+    sim_claims: bool = False
+    sim_sharing: bool = False
     # The host the simulated devices are in: their UUIDs derive from it, so that two
     # simulated nodes differ. The CLI sets this machine's name; "" leaves it out.
     sim_host: str = ""
@@ -91,6 +96,12 @@ class Backend(abc.ABC):
         """Which containers hold which devices, for a backend that knows (the kubelet
         backend, the sim); polled after the devices, every poll."""
         return []
+
+    def process_owners(self, pids: Iterable[int]) -> Mapping[int, Owner] | None:
+        """Who the processes a reading lists belong to, for a backend that knows
+        (the sim, whose processes are made up); None: the poller asks ``/proc``
+        (``exporter.procmap``), as for every real device."""
+        return None
 
     def layout_changed(self) -> bool:
         """Whether the devices found by ``discover`` are no longer the devices there

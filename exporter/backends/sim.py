@@ -68,18 +68,20 @@ import hashlib
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from accel_common import names
 from accel_common.suggest import did_you_mean
 from accel_common.yamlread import ProblemsError, Reader, kind
+from exporter.backends import sim_pods
 from exporter.backends.base import Backend, BackendOptions
 from exporter.backends.sim_models import MODELS, SIMULATED, SimModel, linked, pcie_kind
+from exporter.backends.sim_pods import noise
 from exporter.model import DeviceInfo, DeviceLostError, FaultEvent, Link, PodAssignment, Reading
+from exporter.procmap import Owner
 
 
 class SimScriptError(ProblemsError):
@@ -264,12 +266,6 @@ def _settings(r: Reader, node: Node, ev: SimEvent) -> None:
             ev.set[name] = value
 
 
-def _noise(seed: int, device: str, t: int, what: str) -> float:
-    """A deterministic pseudo-random number in [0, 1) for (seed, device, second)."""
-    h = hashlib.blake2b(f"{seed}/{device}/{t}/{what}".encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") / 2**64
-
-
 @dataclass
 class _DeviceState:
     info: DeviceInfo
@@ -318,12 +314,25 @@ class SimBackend(Backend):
                     driver_version=spec.driver,
                     numa_node=str(0 if i % spec.group < spec.group // 2 else 1),
                 )
-                phase = _noise(options.sim_seed, name, 0, "phase") * 2 * math.pi
+                phase = noise(options.sim_seed, name, 0, "phase") * 2 * math.pi
                 self._devices[name] = _DeviceState(info, spec, i, phase)
             if options.sim_partitions:
                 self._partition(self._devices[f"{vendor}{count - 1}"])
         if options.sim_script is not None:
             self._events = load_script(options.sim_script, set(self._devices))
+        self._layout = sim_pods.layout(
+            [sim_pods.SimDevice(d.info, d.index) for d in self._devices.values()],
+            sim_pods.Options(
+                options.sim_seed,
+                options.sim_pods,
+                options.sim_claims,
+                options.sim_sharing,
+                options.sim_host,
+            ),
+        )
+        if self._layout.idle:
+            # The idle pod's GPU waits; a script's ``set`` still overrides it.
+            self._devices[self._layout.idle].held["utilization"] = sim_pods.IDLE_UTILIZATION
 
     def _partition(self, parent: _DeviceState) -> None:
         """Adds the partitions of one GPU as child devices (see the module docstring);
@@ -356,7 +365,7 @@ class SimBackend(Backend):
                 parent=name,
                 profile=profile,
             )
-            phase = _noise(self.options.sim_seed, child, 0, "phase") * 2 * math.pi
+            phase = noise(self.options.sim_seed, child, 0, "phase") * 2 * math.pi
             self._devices[child] = _DeviceState(
                 info, parent.spec, parent.index, phase, parent=parent, share=share
             )
@@ -400,32 +409,13 @@ class SimBackend(Backend):
         return out
 
     def pods(self) -> list[PodAssignment]:
-        """The pods of ``--sim-pods`` (see the module docstring), the same for a seed."""
-        if self.options.sim_pods <= 0:
-            return []
-        parents = {d.parent.info.device for d in self._devices.values() if d.parent}
-        free = [d for d in self._devices.values() if d.info.device not in parents]
-        out: list[PodAssignment] = []
-        first: PodAssignment | None = None
-        for k in range(self.options.sim_pods):
-            if not free:
-                break
-            want = 1 + int(_noise(self.options.sim_seed, "pods", k, "size") * 4)
-            # A pod asks for one resource (nvidia.com/gpu, one MIG profile...), as
-            # real pods do: it takes only devices of the first free one's kind.
-            kind = _resource(free[0].info)
-            held = [d for d in free if _resource(d.info) == kind][:want]
-            free = [d for d in free if d not in held]
-            pod = f"train-{k}"
-            for d in held:
-                row = PodAssignment("sim", pod, "main", _resource(d.info), d.info.uuid)
-                first = first or row
-                out.append(row)
-        if first is not None and len(out) > 1 and out[-1].pod != first.pod:
-            # Time-slicing: the last pod shares the first pod's first device.
-            last = out[-1].pod
-            out.append(PodAssignment("sim", last, "main", first.resource, first.device_id))
-        return out
+        """The pods of ``--sim-pods`` (``exporter/backends/sim_pods.py``), the same
+        for a seed."""
+        return list(self._layout.rows)
+
+    def process_owners(self, pids: Iterable[int]) -> Mapping[int, Owner]:
+        """The owners of the made-up processes that ``--sim-sharing`` lists."""
+        return sim_pods.owners(self._layout, list(pids), self.options.sim_seed)
 
     def elapsed(self) -> float:
         return self.clock() - self.start
@@ -479,21 +469,23 @@ class SimBackend(Backend):
         faults, d.pending_faults = d.pending_faults, []
         seed, name, sec = self.options.sim_seed, d.info.device, int(now)
         wave = 0.5 + 0.35 * math.sin(2 * math.pi * now / 600.0 + d.phase)
-        util = min(1.0, max(0.0, wave + 0.1 * (_noise(seed, name, sec, "u") - 0.5)))
+        util = min(1.0, max(0.0, wave + 0.1 * (noise(seed, name, sec, "u") - 0.5)))
         total = d.spec.memory_bytes * d.share
-        return Reading(
+        r = Reading(
             utilization=d.held.get("utilization", round(util, 4)),
             memory_used_bytes=float(int(total * d.held.get("memory_used_ratio", 0.2 + 0.6 * wave))),
             memory_total_bytes=total,
             fault_events=faults,
         )
+        self._list_processes(d, r, sec)
+        return r
 
     def _reading(self, d: _DeviceState, now: float, faults: list[FaultEvent]) -> Reading:
         seed, name, sec = self.options.sim_seed, d.info.device, int(now)
         spec = d.spec
         # A slow diurnal-like wave (period 10 min) plus per-second jitter, per device.
         wave = 0.5 + 0.35 * math.sin(2 * math.pi * now / 600.0 + d.phase)
-        util = min(1.0, max(0.0, wave + 0.1 * (_noise(seed, name, sec, "u") - 0.5)))
+        util = min(1.0, max(0.0, wave + 0.1 * (noise(seed, name, sec, "u") - 0.5)))
         util = d.held.get("utilization", round(util, 4))
         mem_ratio = d.held.get("memory_used_ratio", round(0.2 + 0.6 * wave, 4))
         bw = d.held.get("memory_bandwidth", round(min(1.0, 0.8 * util), 4))
@@ -541,6 +533,7 @@ class SimBackend(Backend):
                 r.link_bytes_per_second[(str(link), direction)] = round(link_rate, 0)
             for typ in spec.link_error_types:
                 r.link_errors[(str(link), typ)] = 0.0
+        self._list_processes(d, r, sec)
         if spec.missing:
             # What the vendor's real backend cannot read is absent, never 0.
             blank = Reading()
@@ -549,15 +542,21 @@ class SimBackend(Backend):
                     setattr(r, f.name, getattr(blank, f.name))
         return r
 
+    def _list_processes(self, d: _DeviceState, r: Reading, second: int) -> None:
+        """With ``--sim-sharing``, the processes of the pods that hold the device, as
+        NVML and AMD SMI list them (other vendors' backends list none)."""
+        if not self.options.sim_sharing or d.info.vendor not in sim_pods.LISTS_PROCESSES:
+            return
+        r.processes = sim_pods.processes(
+            self._layout,
+            d.info,
+            r.utilization or 0.0,
+            r.memory_used_bytes or 0.0,
+            self.options.sim_seed,
+            second,
+        )
+        r.processes_listed = True
+
     def close(self) -> None:
         # Release any read blocked in a scripted hang, so shutdown is prompt.
         self._released.set()
-
-
-def _resource(info: DeviceInfo) -> str:
-    """The extended resource a device plugin would advertise the device as."""
-    if info.vendor == "nvidia" and info.parent:
-        # A MIG instance, under the device plugin's ``mixed`` strategy.
-        return names.nvidia_mig_resource(info.profile)
-    # An AMD partition is ``amd.com/gpu`` under the plugin's default ``single`` naming.
-    return names.VENDOR_RESOURCE[info.vendor]

@@ -134,3 +134,25 @@ def test_json_logs(tmp_path: Path) -> None:
     proc = run("--backends", "nvidia", "--once", "--log.format", "json")
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("{") and '"level": "info"' in line and "nvidia" in line
+
+
+def test_sim_devices_alone_poll_only_the_sim_backend() -> None:
+    """--sim-devices without --backends means the sim backend alone: no hardware
+    backend is probed, so no "backend ... is down" line for each vendor this host
+    lacks (issue 29)."""
+    proc = run("--sim-devices", "nvidia:1", "--once")
+    assert proc.returncode == 0, proc.stderr
+    backends = {
+        lb["backend"] for n, lb, _ in parse(proc.stdout) if n == "accel_exporter_backend_up"
+    }
+    assert backends == {"sim"}
+    assert value(proc.stdout, "accel_exporter_backend_up", backend="sim") == 1
+    assert "is down" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--sim-claims", "--sim-sharing"])
+def test_sim_claims_and_sharing_need_pods(flag: str) -> None:
+    proc = run("--sim-devices", "nvidia:2", flag)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert flag in line and "need --sim-pods" in line

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from exporter import cli, demo
+from tests.support.exposition import parse
 from tests.support.paths import REPO
 
 
@@ -112,3 +113,23 @@ def test_the_readme_says_what_the_demo_leaves_running() -> None:
     readme = (REPO / "README.md").read_text()
     [line] = [line for line in readme.splitlines() if line.startswith("make demo")]
     assert "Ctrl-C" in line and "9835" in line
+
+
+def test_the_demo_shows_claims_and_per_pod_use() -> None:
+    """The demo's exporter (its simulated node alone, so that no hardware is probed)
+    publishes devices that ResourceClaims gave, with their claim, and each pod's use
+    of its devices (issue 29: neither could be seen without a cluster)."""
+    args = demo.exporter_args(free_address(), real=[])
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", *args, "--once"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    samples = parse(proc.stdout)
+    claims = {lb["claim"] for n, lb, _ in samples if n == "accel_device_pod_info" and "claim" in lb}
+    used = {lb["pod"] for n, lb, _ in samples if n == "accel_pod_utilization_ratio" and lb["pod"]}
+    assert claims and "infer-mps" in claims
+    assert {"infer-0", "infer-1", "infer-2", "notebook-0"} <= used
