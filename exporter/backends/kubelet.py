@@ -29,6 +29,24 @@ Why it behaves as it does:
 * What the kubelet sends is bounded before it is used: claims per container and
   devices per claim are cut at the API server's own limits, and a name that is
   empty or longer than any valid one drops that device, not the poll.
+* **An answer may be up to ``MAX_ANSWER_BYTES`` (64 MiB), not gRPC's default of
+  4 MiB.** A node's DRA claims make the ``List`` answer large: a container at the
+  caps above holds 4,096 devices, each with its driver, pool, device and CDI names
+  (about 150 bytes when they are short), some 600 KiB; a few such pods pass 4 MiB,
+  and past it gRPC refuses the whole answer (``RESOURCE_EXHAUSTED``), which took
+  every pod's attribution with it (issue 27). 64 MiB holds 110 pods (the kubelet's
+  default ``maxPods``) each with one such container, and bounds what one poll may
+  hold in memory; the kubelet's own clients ask for 16 MiB.
+* **An answer over that drops only what does not fit.** When ``List`` is refused
+  for its size, the pods are read one by one with ``Get`` (PodResources v1; on by
+  default with the DRA part of ``List``, from kubelet 1.34), by the names the last
+  answer that fit gave: a pod whose own answer is over the limit is dropped, and
+  the pods that ended are skipped. What was dropped is in ``missing`` (the
+  exporter's missing-field bookkeeping, under ``pods``) and in one warning per
+  pod; pods started since the last answer that fit have no attribution until
+  ``List`` fits again, which the log says too. With no answer that fit yet (the
+  exporter started on a node already that full) or a kubelet without ``Get``, the
+  backend is down with a message saying so, as before.
 """
 
 from __future__ import annotations
@@ -39,18 +57,19 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from accel_common.names import DRA_AMD_GPU
 from exporter import dra
-from exporter.backends.base import Backend, BackendOptions
+from exporter.backends.base import Backend, BackendOptions, MissingFields
 from exporter.model import BackendUnavailableError, DeviceInfo, PodAssignment, Reading
 
 if TYPE_CHECKING:
     import grpc
 
+    from exporter.kubelet import podresources_pb2 as pb
     from exporter.kubelet.podresources_pb2_grpc import PodResourcesListerStub
 
 log = logging.getLogger("accel_exporter.kubelet")
@@ -73,6 +92,18 @@ MAX_CLAIMS = 128
 MAX_CLAIM_DEVICES = 32
 MAX_NAME = 253
 MAX_POOL = 1024
+
+# The largest answer the PodResources client accepts (gRPC's channel option
+# grpc.max_receive_message_length; its default is 4 MiB). See the module docstring.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# The pods read one by one when List is over the limit: the names the last List
+# that fit gave, at most this many (a kubelet's maxPods may be raised to 250 and
+# beyond, rarely past 1,000), and all of them within ONE_BY_ONE_SECONDS.
+MAX_KNOWN_PODS = 2048
+ONE_BY_ONE_SECONDS = 5.0
+# Where missing.note files the pods that were dropped (the bookkeeping is per device;
+# the kubelet backend has none of its own).
+PODS = "pods"
 
 # How often the node's ResourceSlices are listed again, and how soon when a device
 # the kubelet names is not in them (a driver that just published it).
@@ -185,6 +216,41 @@ def _usable(value: str, limit: int = MAX_NAME) -> bool:
     return 0 < len(value) <= limit
 
 
+def _too_large(e: Exception) -> bool:
+    """Whether a call failed because its answer is over the receive limit."""
+    import grpc
+
+    return (
+        isinstance(e, grpc.RpcError)
+        and isinstance(e, grpc.Call)
+        and e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    )
+
+
+def _claimed(
+    pod: pb.PodResources, container: pb.ContainerResources
+) -> Iterator[tuple[PodAssignment, dra.DraDevice]]:
+    """The DRA rows of one container, within the caps, with the device each names."""
+    for dyn in container.dynamic_resources[:MAX_CLAIMS]:
+        # The claim is in the pod's namespace (a pod can name no other), so
+        # claim_namespace adds nothing to the row.
+        if not _usable(dyn.claim_name):
+            continue
+        for res in dyn.claim_resources[:MAX_CLAIM_DEVICES]:
+            ref = dra.DraDevice(res.driver_name, res.pool_name, res.device_name)
+            if not (_usable(ref.driver) and _usable(ref.device) and len(ref.pool) <= MAX_POOL):
+                continue
+            row = PodAssignment(
+                namespace=pod.namespace,
+                pod=pod.name,
+                container=container.name,
+                resource=ref.driver,
+                device_id=ref.device,
+                claim=dyn.claim_name,
+            )
+            yield row, ref
+
+
 class KubeletBackend(Backend):
     name = "kubelet"
     # Polled by default: on a node without a kubelet it costs one stat per poll and
@@ -196,9 +262,17 @@ class KubeletBackend(Backend):
         options: BackendOptions,
         timeout: float = RPC_TIMEOUT_SECONDS,
         slices: ResourceSlices | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         super().__init__(options)
         self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
+        # Pods of the last List that fit, read one by one while List does not.
+        self._known: list[tuple[str, str]] = []
+        self._one_by_one = False
+        # pod ("namespace/name") -> why it has no attribution in this poll's rows.
+        self.missing = MissingFields(log)
+        self.missing.begin(PODS, {})
         self._channel: grpc.Channel | None = None
         self._stub: PodResourcesListerStub | None = None
         # close() runs on the event loop's thread, the calls on the poll thread.
@@ -240,7 +314,10 @@ class KubeletBackend(Backend):
 
         with self._lock:
             if self._stub is None:
-                self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
+                self._channel = grpc.insecure_channel(
+                    f"unix://{self.socket_path}",
+                    options=[("grpc.max_receive_message_length", self.max_answer_bytes)],
+                )
                 self._stub = PodResourcesListerStub(self._channel)
             return self._stub
 
@@ -314,10 +391,87 @@ class KubeletBackend(Backend):
         try:
             resp = self._lister().List(pb.ListPodResourcesRequest(), timeout=self.timeout)
         except Exception as e:
-            raise self._failed(e) from None
+            if not _too_large(e):
+                raise self._failed(e) from None
+            return self._rows(self._pods_one_by_one())
+        self.missing.begin(PODS, {})
+        if self._one_by_one:
+            log.info(
+                "kubelet pod-resources List fits in %d bytes again: every pod is attributed",
+                self.max_answer_bytes,
+            )
+            self._one_by_one = False
+        self._known = [(p.namespace, p.name) for p in resp.pod_resources[:MAX_KNOWN_PODS]]
+        return self._rows(resp.pod_resources)
+
+    def _pods_one_by_one(self) -> list[pb.PodResources]:
+        """The pods of the last List that fit, each from its own ``Get``: what fits
+        of a node whose whole answer does not."""
+        import grpc
+
+        from exporter.kubelet import podresources_pb2 as pb
+
+        where = f"kubelet pod-resources at {self.socket_path}"
+        if not self._known:
+            raise KubeletError(
+                f"{where}: the List answer is over {self.max_answer_bytes} bytes and no "
+                "earlier answer named the pods to read one by one; pod attribution is "
+                "off until the node's pods and claims fit"
+            )
+        if not self._one_by_one:
+            log.warning(
+                "%s: the List answer is over %d bytes; reading the %d pods of the last "
+                "answer that fit one by one (pods started since are not attributed "
+                "until it fits again)",
+                where,
+                self.max_answer_bytes,
+                len(self._known),
+            )
+            self._one_by_one = True
+        self.missing.begin(PODS, {})
+        deadline = time.monotonic() + ONE_BY_ONE_SECONDS
+        found: list[pb.PodResources] = []
+        for namespace, name in self._known:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._drop(namespace, name, "not read: reading pods one by one took too long")
+                continue
+            request = pb.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
+            try:
+                answer = self._lister().Get(request, timeout=min(self.timeout, left))
+            except grpc.RpcError as e:
+                code = e.code() if isinstance(e, grpc.Call) else None
+                if code == grpc.StatusCode.NOT_FOUND:
+                    continue  # the pod ended since
+                if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    self._drop(
+                        namespace, name, f"its own answer is over {self.max_answer_bytes} bytes"
+                    )
+                    continue
+                # Get is off (a kubelet before 1.34 without its feature gate answers
+                # UNKNOWN "Get method disabled"), or the kubelet is failing.
+                failure = self._failed(e)
+                raise KubeletError(
+                    f"{failure}; reading pods one by one because the List answer is over "
+                    f"{self.max_answer_bytes} bytes"
+                ) from None
+            found.append(answer.pod_resources)
+        return found
+
+    def _drop(self, namespace: str, name: str, reason: str) -> None:
+        pod = f"{namespace}/{name}"
+        self.missing.note(PODS, [pod], reason)
+        self.missing.warn_once(
+            ("dropped", pod, reason),
+            "kubelet pod-resources: pod %s has no attribution: %s",
+            pod,
+            reason,
+        )
+
+    def _rows(self, pods: Iterable[pb.PodResources]) -> list[PodAssignment]:
         out: list[PodAssignment] = []
         claimed: list[tuple[PodAssignment, dra.DraDevice]] = []
-        for pod in resp.pod_resources:
+        for pod in pods:
             for container in pod.containers:
                 for dev in container.devices:
                     out.extend(
@@ -330,28 +484,7 @@ class KubeletBackend(Backend):
                         )
                         for device_id in dev.device_ids
                     )
-                for dyn in container.dynamic_resources[:MAX_CLAIMS]:
-                    # The claim is in the pod's namespace (a pod can name no other),
-                    # so claim_namespace adds nothing to the row.
-                    if not _usable(dyn.claim_name):
-                        continue
-                    for res in dyn.claim_resources[:MAX_CLAIM_DEVICES]:
-                        ref = dra.DraDevice(res.driver_name, res.pool_name, res.device_name)
-                        if not (
-                            _usable(ref.driver)
-                            and _usable(ref.device)
-                            and len(ref.pool) <= MAX_POOL
-                        ):
-                            continue
-                        row = PodAssignment(
-                            namespace=pod.namespace,
-                            pod=pod.name,
-                            container=container.name,
-                            resource=ref.driver,
-                            device_id=ref.device,
-                            claim=dyn.claim_name,
-                        )
-                        claimed.append((row, ref))
+                claimed.extend(_claimed(pod, container))
         out.extend(self._identify(claimed))
         return out
 

@@ -144,7 +144,12 @@ class _Servicer(pb_grpc.PodResourcesListerServicer):
         self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext
     ) -> pb.GetPodResourcesResponse:
         with self.kubelet.lock:
+            self.kubelet.get_calls += 1
             pods = list(self.kubelet.pods)
+            if not self.kubelet.get_supported:
+                # What a kubelet answers without its KubeletPodResourcesGet feature
+                # gate (off by default before 1.34): a plain Go error, UNKNOWN.
+                context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
         for p in pods:
             if (p.namespace, p.name) == (request.pod_namespace, request.pod_name):
                 return pb.GetPodResourcesResponse(pod_resources=_pod_resources(p))
@@ -178,6 +183,8 @@ class FakeKubelet:
         self.allocatable_supported = allocatable_supported
         self.list_calls = 0
         self.list_delay = 0.0
+        self.get_calls = 0
+        self.get_supported = True
         self._server: grpc.Server | None = None
 
     def start(self) -> None:
@@ -223,6 +230,15 @@ class FakeKubelet:
         )
         with self.lock:
             self.pods.append(pod)
+
+    def answer_bytes(self, *pods: FakePod) -> int:
+        """The size of the List answer for ``pods`` (all of this kubelet's when none
+        are named), as it goes over the wire."""
+        with self.lock:
+            chosen = list(pods or self.pods)
+        return pb.ListPodResourcesResponse(
+            pod_resources=[_pod_resources(p) for p in chosen]
+        ).ByteSize()
 
     def remove_pod(self, namespace: str, name: str) -> None:
         with self.lock:
