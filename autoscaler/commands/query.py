@@ -19,7 +19,7 @@ from autoscaler.commands.flags import byte_size
 from autoscaler.promql.errors import EvalError, ExprError
 from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.openmetrics import FILE_LIMIT, OpenMetricsError, load
-from autoscaler.promql.query import result_json
+from autoscaler.promql.query import ordered, result_json
 
 _PROG = "accel-autoscaler query"
 
@@ -75,5 +75,6 @@ def query(expr: str, series_file: str, time: str, size_limit: int = FILE_LIMIT) 
         result = evaluator.instant(expr, t)
     except EvalError as e:
         return _fail(str(e), 1)
-    print(result_json(result))
+    # Sorting by labels would undo what sort, sort_desc, topk and bottomk asked for.
+    print(result_json(result, keep_order=ordered(expr)))
     return 0

@@ -14,8 +14,9 @@ Semantics follow ``aggregation()`` in ``promql/engine.go`` at v2.42.0:
   bits), the incremental loop only for the groups where it is not.
 * ``stddev``/``stdvar`` are the population deviation/variance.
 * ``topk``/``bottomk`` keep whole samples (names included), ordered within each
-  group (largest first for ``topk``, smallest first for ``bottomk``, NaN last),
-  groups in order of first appearance; ``k < 1`` gives nothing.
+  group (largest first for ``topk``, smallest first for ``bottomk``), groups in
+  order of first appearance; ``k < 1`` gives nothing. Where a group has equal
+  values or NaN, 2.42's heap decides which stay and in what order (``goorder``).
 * ``quantile`` interpolates between the closest ranks, NaN sorted first,
   φ < 0 gives -Inf and φ > 1 +Inf.
 * ``count_values`` counts each value written as Go's ``FormatFloat(v, 'f', -1)``.
@@ -29,6 +30,7 @@ import re
 import numpy as np
 
 from autoscaler.promql.errors import EvalError
+from autoscaler.promql.goorder import needs_heap, top_rows
 from autoscaler.promql.plans import Aggregate
 from autoscaler.promql.symbols import F64, I64, Symbols
 from autoscaler.promql.vectors import Vec, empty, groups_of, label_key
@@ -166,6 +168,9 @@ def _top(vec: Vec, key: I64, k: float, bottom: bool) -> Vec:
     limit = int(min(k, 2**62))
     first, group = groups_of(key)
     v = vec.values
+    if needs_heap(v, group):
+        # Ties or NaN: which sample stays and which comes first follow 2.42's heap.
+        return vec.take(np.asarray(top_rows(v, group, limit, bottom), dtype=np.int64))
     nan = np.isnan(v)
     # Within a group: best first, NaN last; groups in order of first appearance.
     value_key = np.where(nan, 0.0, v if bottom else -v)

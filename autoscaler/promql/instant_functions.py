@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler.promql.errors import EvalError
+from autoscaler.promql.goorder import INSERTION_MAX, reverse_sort, reverse_value_less, value_less
 from autoscaler.promql.matchers import RegexError, compile_go_regex
 from autoscaler.promql.symbols import F64, I64, Symbols
 from autoscaler.promql.vectors import Vec, check_unique, drop_name, empty
@@ -108,8 +109,13 @@ def vector_function(name: str, vec: Vec, args: list[float | str], symbols: Symbo
 
 
 def _sort(vec: Vec, descending: bool) -> Vec:
-    """``funcSort``/``funcSortDesc``: by value, NaN last; names are kept."""
+    """``funcSort``/``funcSortDesc``: by value, NaN last; names are kept. Up to
+    12 samples, ties and NaNs come out as Go's insertion sort leaves them
+    (``goorder``); longer vectors keep the input order among equal values."""
     v = vec.values
+    if len(v) <= INSERTION_MAX:
+        less = value_less if descending else reverse_value_less
+        return vec.take(np.asarray(reverse_sort(v.tolist(), less), dtype=np.int64))
     key = -v if descending else v
     # NaN sorts last in numpy's ordering already, whichever the direction.
     order = np.argsort(key, kind="stable")

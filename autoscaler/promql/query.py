@@ -11,6 +11,11 @@ there is a fraction). A scalar is the exception, as in Prometheus 2.42: Go's
 ``encoding/json`` writes its time as a plain float and its value always in
 ``'f'`` format. So a rule's author can run the same file through ``promtool tsdb
 create-blocks-from openmetrics`` and Prometheus, and diff the two answers.
+
+Series come sorted by labels, except where the expression orders them
+(``ordered``): then the evaluator's order is Prometheus's order (``sort``,
+``sort_desc``, ``topk``, ``bottomk``, see ``goorder``) and sorting by labels
+would undo exactly what was asked for.
 """
 
 from __future__ import annotations
@@ -19,7 +24,13 @@ import json
 import math
 from decimal import Decimal
 
-from autoscaler.types import Labels, Matrix, Scalar, Vector
+import promql_parser
+
+from autoscaler.promql.guard import parse
+from autoscaler.types import Labels, Matrix, Sample, Scalar, Vector
+
+_ORDERING_FUNCTIONS = frozenset({"sort", "sort_desc"})
+_ORDERING_AGGREGATIONS = frozenset({"topk", "bottomk"})
 
 
 def _shortest_f(v: float) -> str:
@@ -68,8 +79,34 @@ def _point(t: float, v: float) -> str:
     return f'[{format_timestamp(t)},"{format_value(v)}"]'
 
 
-def result_json(result: Vector | Scalar | Matrix) -> str:
-    """The ``data`` object of ``/api/v1/query`` for a result; series sorted by labels."""
+def ordered(expr: str) -> bool:
+    """Whether the answer to ``expr`` is in an order that it asked for: its
+    outermost operation is ``sort``, ``sort_desc``, ``topk`` or ``bottomk``, or
+    an operation with a number that keeps the order of its vector side (as
+    ``topk(3, x) > 0`` does in Prometheus). ``expr`` must parse."""
+    return _orders(parse(expr))
+
+
+def _orders(node: object) -> bool:
+    while isinstance(node, promql_parser.ParenExpr):
+        node = node.expr
+    if isinstance(node, promql_parser.Call):
+        return str(node.func.name) in _ORDERING_FUNCTIONS
+    if isinstance(node, promql_parser.AggregateExpr):
+        return str(node.op) in _ORDERING_AGGREGATIONS
+    if isinstance(node, promql_parser.UnaryExpr):
+        return _orders(node.expr)
+    if isinstance(node, promql_parser.BinaryExpr):
+        if isinstance(node.rhs, promql_parser.NumberLiteral):
+            return _orders(node.lhs)
+        if isinstance(node.lhs, promql_parser.NumberLiteral):
+            return _orders(node.rhs)
+    return False
+
+
+def result_json(result: Vector | Scalar | Matrix, keep_order: bool = False) -> str:
+    """The ``data`` object of ``/api/v1/query`` for a result; series sorted by
+    labels unless ``keep_order`` (the expression ordered them: ``ordered``)."""
     if isinstance(result, Scalar):
         # A scalar goes through Go's encoding/json: the time is a plain float and
         # the value is always 'f'-formatted.
@@ -78,7 +115,7 @@ def result_json(result: Vector | Scalar | Matrix) -> str:
     if isinstance(result, Vector):
         items = [
             f'{{"metric":{_metric(s.labels)},"value":{_point(s.timestamp, s.value)}}}'
-            for s in sorted(result.samples, key=lambda s: s.labels)
+            for s in (result.samples if keep_order else sorted(result.samples, key=_by_labels))
         ]
         return '{"resultType":"vector","result":[' + ",".join(items) + "]}"
     items = [
@@ -88,3 +125,7 @@ def result_json(result: Vector | Scalar | Matrix) -> str:
         for s in sorted(result.series, key=lambda s: s.labels)
     ]
     return '{"resultType":"matrix","result":[' + ",".join(items) + "]}"
+
+
+def _by_labels(sample: Sample) -> Labels:
+    return sample.labels
