@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from accel_common.clusterjson import annotations_of
 from accel_common.dra import VENDOR_DRIVER, driver_vendor
 from accel_common.names import (
     AMD_GPU,
@@ -94,10 +95,12 @@ def dra_requests(pod: Obj, dra: DraView | None) -> dict[str, int]:
 
 
 def _count(value: Any) -> int:
-    try:
-        return int(str(value).strip())
-    except ValueError:
+    """A device count in allocatable ("8"); anything that is not a small whole
+    number (a quantity with thousands of digits, "-3", an object) offers none."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
         return 0
+    digits = str(value).strip()
+    return int(digits) if digits.isdigit() and len(digits) <= 6 else 0
 
 
 def node_devices(node: Obj, dra: DraView | None = None) -> dict[str, int]:
@@ -179,28 +182,51 @@ def readiness(
     return Readiness(tuple(ready), tuple(warming), tuple(notready))
 
 
+# What one declared shape may hold: a node has a few devices (1024 is far above any
+# machine's), and a few labels and taints; the values are kept as Kubernetes keeps them.
+MAX_DEVICES = 1024
+MAX_PARTS = 64
+MAX_VALUE = 253
+
+
+def _shown(value: Any) -> str:
+    """A value for a message, cut short: an annotation may be 256 KiB."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def _parts(raw: str, where: str, key: str) -> list[str]:
+    if len(raw) > MAX_PARTS * (2 * MAX_VALUE + 20):
+        raise ValueError(f"{where}: {key}: {len(raw)} characters is far too long for a shape")
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if len(parts) > MAX_PARTS:
+        raise ValueError(f"{where}: {key}: {len(parts)} entries (at most {MAX_PARTS})")
+    for p in parts:
+        if len(p) > 2 * MAX_VALUE + 20:
+            raise ValueError(f"{where}: {key}: {_shown(p)} is too long for a label or taint")
+    return parts
+
+
 def _labels(raw: str, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    for part in (p.strip() for p in raw.split(",")):
+    for part in _parts(raw, where, CAPI_CAPACITY_LABELS):
         if not part:
             continue
         key, eq, value = part.partition("=")
         if not eq or not key.strip():
-            raise ValueError(f"{where}: {CAPI_CAPACITY_LABELS}: {part!r} is not key=value")
+            raise ValueError(f"{where}: {CAPI_CAPACITY_LABELS}: {_shown(part)} is not key=value")
         out[key.strip()] = value.strip()
     return out
 
 
 def _taints(raw: str, where: str) -> tuple[tuple[str, str, str], ...]:
     out: list[tuple[str, str, str]] = []
-    for part in (p.strip() for p in raw.split(",")):
-        if not part:
-            continue
+    for part in _parts(raw, where, CAPI_CAPACITY_TAINTS):
         spec, colon, effect = part.rpartition(":")
         key, _, value = spec.partition("=")
         if not colon or not key or effect not in EFFECTS:
             raise ValueError(
-                f"{where}: {CAPI_CAPACITY_TAINTS}: {part!r} is not key=value:Effect "
+                f"{where}: {CAPI_CAPACITY_TAINTS}: {_shown(part)} is not key=value:Effect "
                 f"(Effect one of {', '.join(EFFECTS)})"
             )
         out.append((key, value, effect))
@@ -211,20 +237,34 @@ def read_shape(obj: Obj) -> NodeShape | None:
     """The node shape a MachineDeployment's or MachineSet's capacity annotations
     declare; None when they declare no devices (no ``gpu-count``, or 0). Raises
     ValueError, naming the object and the annotation, on a value it cannot read."""
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
     where = f"{obj.get('kind', 'object')} {meta.get('namespace', '')}/{meta.get('name', '')}"
-    annotations: Mapping[str, Any] = meta.get("annotations") or {}
+    annotations: Mapping[str, Any] = annotations_of(obj)
+    for key in (CAPI_CAPACITY_GPU_COUNT, CAPI_CAPACITY_DRA_DRIVER, CAPI_CAPACITY_GPU_TYPE):
+        value = annotations.get(key)
+        if value is not None and (not isinstance(value, str) or len(value) > MAX_VALUE):
+            raise ValueError(f"{where}: {key}={_shown(value)} is not a short string")
+    for key in (CAPI_CAPACITY_LABELS, CAPI_CAPACITY_TAINTS):
+        if not isinstance(annotations.get(key) or "", str):
+            raise ValueError(f"{where}: {key}={_shown(annotations.get(key))} is not a string")
     raw_count = annotations.get(CAPI_CAPACITY_GPU_COUNT)
     if raw_count is None or str(raw_count).strip() == "":
         return None
-    try:
-        count = int(str(raw_count).strip())
-    except ValueError:
+    digits = str(raw_count).strip()
+    if digits.startswith("-") and digits[1:].isdigit():
+        raise ValueError(f"{where}: {CAPI_CAPACITY_GPU_COUNT}={_shown(raw_count)} is negative")
+    if not digits.isdigit() or len(digits) > 6:
         raise ValueError(
-            f"{where}: {CAPI_CAPACITY_GPU_COUNT}={raw_count!r} is not a whole number"
-        ) from None
-    if count < 0:
-        raise ValueError(f"{where}: {CAPI_CAPACITY_GPU_COUNT}={raw_count!r} is negative")
+            f"{where}: {CAPI_CAPACITY_GPU_COUNT}={_shown(raw_count)} is not a whole number "
+            f"of devices (0..{MAX_DEVICES})"
+        )
+    count = int(digits)
+    if count > MAX_DEVICES:
+        raise ValueError(
+            f"{where}: {CAPI_CAPACITY_GPU_COUNT}={count} is more devices than one node has "
+            f"(at most {MAX_DEVICES})"
+        )
     if count == 0:
         return None
     driver = str(annotations.get(CAPI_CAPACITY_DRA_DRIVER) or "").strip()
@@ -232,14 +272,14 @@ def read_shape(obj: Obj) -> NodeShape | None:
         resource = driver
         if driver_vendor(driver) is None:
             raise ValueError(
-                f"{where}: {CAPI_CAPACITY_DRA_DRIVER}={driver!r} is not an accelerator "
+                f"{where}: {CAPI_CAPACITY_DRA_DRIVER}={_shown(driver)} is not an accelerator "
                 "DRA driver this controller knows"
             )
     else:
         resource = str(annotations.get(CAPI_CAPACITY_GPU_TYPE) or "").strip() or NVIDIA_GPU
         if not is_device_resource(resource):
             raise ValueError(
-                f"{where}: {CAPI_CAPACITY_GPU_TYPE}={resource!r} is not an accelerator "
+                f"{where}: {CAPI_CAPACITY_GPU_TYPE}={_shown(resource)} is not an accelerator "
                 f"resource (e.g. {NVIDIA_GPU}, {AMD_GPU})"
             )
     return NodeShape(

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from accel_common.clusterjson import ClusterValueError, whole
 from accel_common.names import CAPI_DELETE_MACHINE_ANNOTATION as DELETE_MACHINE
 from accel_common.names import CAPI_DEPLOYMENT_LABEL as DEPLOYMENT_LABEL
 from accel_common.names import CAPI_MAX_SIZE_ANNOTATION as MAX_SIZE
@@ -68,6 +69,10 @@ class PoolRefused(ValueError):
     its bounds, no such node); the message says why and what to do."""
 
 
+# Far above any pool of accelerator nodes: a larger bound is garbage, not a plan.
+MAX_POOL_SIZE = 100_000
+
+
 @dataclass(frozen=True)
 class Bounds:
     min_size: int
@@ -89,12 +94,19 @@ def read_bounds(md: Obj) -> Bounds | str:
     values: dict[str, int] = {}
     for key in (MIN_SIZE, MAX_SIZE):
         raw = annotations[key]
-        try:
-            values[key] = int(str(raw).strip())
-        except ValueError:
-            return f"{where}: annotation {key}={raw!r} is not a whole number"
-        if values[key] < 0:
-            return f"{where}: annotation {key}={raw!r} must not be negative"
+        # Anyone who may patch the MachineDeployment writes these: a bounded,
+        # small whole number or the pool is not autoscaled (said, not raised).
+        digits = raw.strip() if isinstance(raw, str) and len(raw) <= 32 else None
+        shown = repr(raw) if digits is not None else f"a value of type {type(raw).__name__}"
+        if isinstance(raw, str) and len(raw) > 32:
+            shown = f"{raw[:20]!r}... ({len(raw)} characters)"
+        if digits is not None and digits.startswith("-") and digits[1:].isdigit():
+            return f"{where}: annotation {key}={shown} must not be negative"
+        if digits is None or not digits.isdigit():
+            return f"{where}: annotation {key}={shown} is not a whole number"
+        values[key] = int(digits)
+        if values[key] > MAX_POOL_SIZE:
+            return f"{where}: annotation {key}={shown} is above {MAX_POOL_SIZE} nodes"
     if values[MIN_SIZE] > values[MAX_SIZE]:
         return (
             f"{where}: annotation {MIN_SIZE}={values[MIN_SIZE]} is above "
@@ -172,7 +184,16 @@ class ClusterAPIProvider:
                 scalable.append((name, bounds))
         self._refusals = refusals
         shapes = {str((md.get("metadata") or {}).get("name", "")): self._shape(md) for md in mds}
-        scales = await asyncio.gather(*(self._replicas(name) for name, _ in scalable))
+        read = await asyncio.gather(*(self._replicas(name) for name, _ in scalable))
+        for (name, _), got in zip(scalable, read, strict=True):
+            if isinstance(got, str):
+                refusals[name] = got
+        scales = [got for got in read if not isinstance(got, str)]
+        scalable = [
+            (name, b)
+            for (name, b), got in zip(scalable, read, strict=True)
+            if not isinstance(got, str)
+        ]
         counted = {
             name: count_machines(replicas, by_deployment.get(name, []))
             for (name, _), replicas in zip(scalable, scales, strict=True)
@@ -205,6 +226,8 @@ class ClusterAPIProvider:
             return read_shape(obj)
         except ValueError as e:
             if str(e) not in self._bad_shapes:
+                if len(self._bad_shapes) >= 1000:  # bounded: a new problem logs again
+                    self._bad_shapes.clear()
                 self._bad_shapes.add(str(e))
                 log.warning("%s; the pool cannot be scaled from zero until it is fixed", e)
             return None
@@ -290,11 +313,17 @@ class ClusterAPIProvider:
             CAPI_GROUP, CAPI_VERSION, self.namespace, plural, label_selector=selector
         )
 
-    async def _replicas(self, pool: str) -> int:
+    async def _replicas(self, pool: str) -> int | str:
+        """The pool's replicas, or why they cannot be read (that pool only)."""
         scale = await self.kube.get_scale(
             CAPI_GROUP, CAPI_VERSION, self.namespace, MACHINE_DEPLOYMENTS, pool
         )
-        return int((scale.get("spec") or {}).get("replicas") or 0)
+        spec = scale.get("spec")
+        value = spec.get("replicas") if isinstance(spec, Mapping) else None
+        try:
+            return whole(value or 0, f"MachineDeployment {self.namespace}/{pool} scale replicas")
+        except ClusterValueError as e:
+            return f"{e}; a pool whose size is unknown is not scaled"
 
 
 __all__ = [
