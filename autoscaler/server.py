@@ -8,21 +8,31 @@ when none is, since anyone who can reach the port could otherwise re-open the
 fleet to remediation during a fault storm. Without one, ``run`` serves the webhook
 only on a loopback address, or where ``--api.allow-unauthenticated`` says so
 (``commands/run.py`` checks that before anything listens).
+
+The webhook takes bodies of up to ``--alerts.body-size-limit`` (4 MiB: thousands
+of alerts) from a network it does not control, on the event loop that also runs
+the evaluation cycle. So a body is read chunk by chunk up to its limit, decoded
+(JSON and every check) in a worker thread of its own pool, at most
+``DECODE_WORKERS`` at a time, and applied on the loop a slice at a time
+(``sources/alertmanager.py``): however many large bodies arrive, the loop keeps
+turning. The connection bounds (header and idle timeouts, the connection cap)
+are ``accel_common.httpbounds``, set where the server starts (``commands/run.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from accel_common import jsonread
 from accel_common.exposition import Exposition
 from accel_common.names import REMEDIATION_ANNOTATION
 from accel_common.secrets import read_basic_auth, read_token
@@ -30,11 +40,16 @@ from autoscaler import __version__, clusterstate
 from autoscaler.controller import Controller
 from autoscaler.engine.state import reset_breaker
 from autoscaler.ruleset.model import Rule
-from autoscaler.sources.alertmanager import MAX_BODY, PayloadError
+from autoscaler.sources.alertmanager import MAX_BODY, Notices, PayloadError, decode
 
 log = logging.getLogger("accel_autoscaler.api")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Webhook bodies decoded at once. Decoding is CPU work under the GIL, so more
+# threads would not finish sooner; two keep one slow body from holding up the
+# next, and bound the memory the parsed bodies take.
+DECODE_WORKERS = 2
 
 
 def render_metrics(c: Controller) -> str:
@@ -249,9 +264,18 @@ class Auth:
 
 
 def make_app(
-    c: Controller, token_file: Path | None = None, basic_auth_file: Path | None = None
+    c: Controller,
+    token_file: Path | None = None,
+    basic_auth_file: Path | None = None,
+    *,
+    max_body: int = MAX_BODY,
 ) -> web.Application:
+    """The API as an aiohttp application; ``max_body``: the largest webhook body
+    read, in bytes."""
     auth = Auth(token_file, basic_auth_file)
+    # The webhook's own threads: a queue of large bodies never takes the default
+    # pool's threads, which the Kubernetes client's requests run in.
+    decoder = ThreadPoolExecutor(max_workers=DECODE_WORKERS, thread_name_prefix="webhook-decode")
 
     def refuse(status: int, reason: str) -> web.Response:
         return web.json_response({"status": "error", "error": reason}, status=status)
@@ -301,29 +325,24 @@ def make_app(
             response = refuse(503, "this replica is standing by; the leader takes alerts")
             response.force_close()
             return response
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            return refuse(413, f"body larger than {MAX_BODY} bytes")
-        raw = bytearray()
+        raw = await read_body(request)
+        if isinstance(raw, web.Response):
+            return raw
         try:
-            # Chunk by chunk until the end or the limit: a body is never held whole
-            # past MAX_BODY, with or without a Content-Length.
-            async for chunk in request.content.iter_chunked(64 * 1024):
-                raw += chunk
-                if len(raw) > MAX_BODY:
-                    return refuse(413, f"body larger than {MAX_BODY} bytes")
-        except (ValueError, web.RequestPayloadError) as e:
-            # A chunked encoding or a Content-Encoding that does not decode.
-            return refuse(400, f"cannot read the body: {str(e).strip()}")
-        except ConnectionError:  # the sender went away; there is no one to answer
-            return refuse(400, "the connection closed before the body was read")
-        try:
-            payload = jsonread.loads(bytes(raw), max_bytes=MAX_BODY)
-        except jsonread.JSONBodyError as e:
-            return refuse(400, f"malformed JSON: {e}")
-        try:
-            done = c.alerts.ingest(payload, c.clock())
-        except PayloadError as e:
+            # Off the loop: a 4 MiB body takes a few hundred milliseconds to check.
+            body: Notices = await asyncio.get_running_loop().run_in_executor(
+                decoder, decode, raw, max_body
+            )
+        except PayloadError as e:  # BodyError included: its message says "malformed JSON"
             return refuse(400, str(e))
+        done = await c.alerts.apply_in_slices(body, c.clock())
+        if not c.leading():
+            # It stood down while this body was decoded or applied: what it holds
+            # now is as stale as what step-down dropped (Alertmanager retries).
+            c.alerts.clear()
+            response = refuse(503, "this replica stood down while taking the alerts")
+            response.force_close()
+            return response
         # Dropped alerts (stale replays, over the limit) still answer 200: a retry
         # would be dropped the same way.
         return web.json_response(
@@ -334,6 +353,26 @@ def make_app(
                 "dropped": dict(done.dropped),
             }
         )
+
+    async def read_body(request: web.Request) -> bytes | web.Response:
+        """The whole body, or the answer that refuses it."""
+        too_big = f"body larger than {max_body} bytes"
+        if request.content_length is not None and request.content_length > max_body:
+            return refuse(413, too_big)
+        raw = bytearray()
+        try:
+            # Chunk by chunk until the end or the limit: a body is never held whole
+            # past max_body, with or without a Content-Length.
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                raw += chunk
+                if len(raw) > max_body:
+                    return refuse(413, too_big)
+        except (ValueError, web.RequestPayloadError) as e:
+            # A chunked encoding or a Content-Encoding that does not decode.
+            return refuse(400, f"cannot read the body: {str(e).strip()}")
+        except ConnectionError:  # the sender went away; there is no one to answer
+            return refuse(400, "the connection closed before the body was read")
+        return bytes(raw)
 
     async def breaker_reset(request: web.Request) -> web.StreamResponse:
         if not auth.configured:
@@ -361,7 +400,11 @@ def make_app(
             )
         )
 
-    app = web.Application(client_max_size=MAX_BODY)
+    async def stop_decoding(app: web.Application) -> None:
+        decoder.shutdown(wait=False, cancel_futures=True)
+
+    app = web.Application(client_max_size=max_body)
+    app.on_cleanup.append(stop_decoding)
     app.router.add_get("/", landing)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
