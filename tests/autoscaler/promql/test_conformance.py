@@ -1,23 +1,34 @@
 """Prometheus 2.42's own PromQL test suite, run through the built-in evaluator.
 
-The ``.test`` files under ``testdata/prometheus-v2.42.0`` are Prometheus's
-``promql/testdata`` at tag v2.42.0 (see the NOTICE there); ``conformance.py``
-reads and runs them. Every instant-query case is run; a case is skipped only for
-a reason in ``SKIP_REASONS``, and each skip is listed. The counts are printed
-(``-s`` shows them) and may never get worse than the recorded ones.
+The ``.test`` files are Prometheus's ``promql/testdata`` at tag v2.42.0. They
+are another project's data, so they are not kept in this tree: they are read
+from ``<repo>/../shared/peers/promql/v2.42.0/`` (with the LICENSE, NOTICE and
+SOURCE.txt one level up), which CI provides; where that folder is absent the
+tests skip and say where they looked. ``conformance.py`` reads and runs them.
+Every instant-query case is run; a case is skipped only for a reason in
+``SKIP_REASONS``, and each skip is listed. The counts are printed (``-s`` shows
+them) and may never get worse than the recorded ones.
+
+The newest upstream files (``../shared/peers/promql/main/``) are run by
+``test_upstream.py``, the compliance tester's queries by ``test_compliance.py``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
-
 import pytest
 
 from tests.autoscaler.promql.conformance import NATIVE_HISTOGRAM, run_file
+from tests.support.paths import REPO
 
-TESTDATA = Path(__file__).parent / "testdata" / "prometheus-v2.42.0"
+PEERS = REPO.parent / "shared" / "peers" / "promql"
+TESTDATA = PEERS / "v2.42.0"
 FILES = sorted(TESTDATA.glob("*.test"))
+pytestmark = pytest.mark.skipif(
+    not FILES,
+    reason=f"Prometheus 2.42's PromQL test files are not in {TESTDATA} (CI puts "
+    "prometheus/prometheus promql/testdata at v2.42.0 there; see SOURCE.txt)",
+)
 SKIP_REASONS = frozenset({NATIVE_HISTOGRAM})
 
 # Every case agrees: nothing refused, nothing answered differently, nothing skipped
@@ -46,7 +57,14 @@ def test_the_suite_is_all_there() -> None:
             "trig_functions",
         )
     }
-    assert (TESTDATA / "NOTICE").is_file() and (TESTDATA / "LICENSE").is_file()
+    assert (PEERS / "NOTICE").is_file() and (PEERS / "LICENSE").is_file()
+    assert "v2.42.0" in (PEERS / "SOURCE.txt").read_text()
+
+
+def test_no_copy_in_the_tree() -> None:
+    """The suite is read from ../shared, never copied into the project."""
+    here = REPO / "tests"
+    assert not [p for p in here.rglob("*.test") if p.read_text().lstrip().startswith("load")]
 
 
 def test_prometheus_v2_42_suite(capsys: pytest.CaptureFixture[str]) -> None:
