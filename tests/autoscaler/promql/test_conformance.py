@@ -16,6 +16,7 @@ The newest upstream files (``../shared/peers/promql/main/``) are run by
 from __future__ import annotations
 
 from collections import Counter
+
 import pytest
 
 from tests.autoscaler.promql.conformance import NATIVE_HISTOGRAM, run_file
