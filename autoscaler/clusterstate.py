@@ -33,8 +33,9 @@ What the series mean, and the simplifications chosen:
 - ``accel_job_age_seconds``: running device-using pods, from ``status.startTime``.
   ``accel_job_timeout_seconds``: the pod's ``accel-fleet.io/timeout`` annotation (a
   duration, ``2h``), else its owner Job's ``activeDeadlineSeconds``; no series when
-  neither is set. A bad annotation is logged (namespace/pod and the value) and the
-  Job's deadline is used instead. ``job`` is the owner Job's name, or empty.
+  neither is set. A bad annotation is logged (namespace/pod and what is wrong, once
+  per value) and the Job's deadline is used instead. ``job`` is the owner Job's
+  name, or empty.
 - Gangs (``accel_common/gangs.py`` says what makes a pod a gang member, from its
   labels and ownerReferences alone, so no API call is made per pod):
   ``accel_gang_info{namespace, pod, node, gang, kind}`` is 1 for every running
@@ -78,13 +79,15 @@ What the series mean, and the simplifications chosen:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from accel_common.clusterjson import ClusterValueError, annotations_of, number
 from accel_common.dra import DraState, driver_counts, has_claims
 from accel_common.durations import parse_duration
 from accel_common.exposition import Exposition
@@ -221,11 +224,12 @@ _TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
 def _count(value: Any) -> int:
-    """An extended resource quantity ("2"); those are whole numbers by definition."""
-    try:
-        return int(str(value).strip())
-    except ValueError:
+    """An extended resource quantity ("2"); those are whole numbers by definition.
+    Anything else (a quantity with thousands of digits, "-3", an object) counts 0."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
         return 0
+    digits = str(value).strip()
+    return int(digits) if digits.isdigit() and len(digits) <= 6 else 0
 
 
 def _container_devices(container: Obj) -> dict[str, int]:
@@ -301,33 +305,67 @@ def _owner_job(pod: Obj) -> str:
 
 
 def _annotated_timeout(pod: Obj) -> float | None:
-    meta = pod.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get(TIMEOUT_ANNOTATION)
+    raw = annotations_of(pod).get(TIMEOUT_ANNOTATION)
     if raw is None:
         return None
     try:
-        return parse_duration(str(raw))
+        return parse_duration(_short(raw))
     except ValueError as e:
-        log.warning(
-            "pod %s/%s: annotation %s: %s; using its Job's activeDeadlineSeconds if any",
-            meta.get("namespace"),
-            meta.get("name"),
-            TIMEOUT_ANNOTATION,
-            e,
-        )
+        _report(pod, TIMEOUT_ANNOTATION, raw, f"{e}; using its Job's activeDeadlineSeconds if any")
         return None
+
+
+# The longest annotation value read as a duration or a time: longer is garbage.
+# Times are plausible between 2000 and 2100 (year 9999 would keep a stall
+# rule quiet for ever).
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC).timestamp()
+LATEST = datetime(2100, 1, 1, tzinfo=UTC).timestamp()
+_MAX_VALUE = 64
+
+
+def _short(raw: Any) -> str:
+    """``raw`` when it is a string short enough to be a duration or a time;
+    ValueError saying what is wrong otherwise (without the whole value)."""
+    if not isinstance(raw, str):
+        raise ValueError(f"expected a string, got {type(raw).__name__}")
+    if len(raw) > _MAX_VALUE:
+        raise ValueError(f"a value of {len(raw)} characters (at most {_MAX_VALUE})")
+    return raw
+
+
+def _report(pod: Obj, annotation: str, raw: Any, why: str) -> None:
+    """Log a bad annotation once per pod and value (a hash of it: a value may be
+    256 KiB), not every cycle; again only if it changes."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    digest = hashlib.sha256(str(raw).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    key = (
+        str(meta.get("namespace", ""))[:253],
+        str(meta.get("name", ""))[:253],
+        annotation,
+        digest,
+    )
+    if key in _REPORTED:
+        return
+    if len(_REPORTED) >= _MAX_REPORTED:
+        _REPORTED.clear()
+    _REPORTED.add(key)
+    log.warning("pod %s/%s: annotation %s: %s", key[0], key[1], annotation, why)
 
 
 def _rfc3339(raw: str) -> float:
     """An RFC 3339 time (``2026-01-02T03:04:05Z``) as unix seconds; one without a
     time zone is refused, as its instant would be a guess."""
     try:
-        at = datetime.fromisoformat(raw)
-    except ValueError:
-        raise ValueError(f"not an RFC 3339 time: {raw!r}") from None
+        at = datetime.fromisoformat(_short(raw))
+    except ValueError as e:
+        raise ValueError(f"not an RFC 3339 time: {str(e)[:120]}") from None
     if at.tzinfo is None:
         raise ValueError(f"no time zone in {raw!r} (end it with Z or +00:00)")
-    return at.timestamp()
+    t = at.timestamp()
+    if not EARLIEST <= t <= LATEST:
+        raise ValueError(f"{raw!r} is not a plausible time (2000..2100)")
+    return t
 
 
 @dataclass(frozen=True)
@@ -382,28 +420,15 @@ _MAX_REPORTED = 10_000
 def _declared(pod: Obj, what: _Declared) -> float | None:
     """The pod's value of ``what``, or None when it declares none or declares
     something unreadable (logged once per pod and value; counts as undeclared)."""
-    meta = pod.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get(what.annotation)
+    raw = annotations_of(pod).get(what.annotation)
     if raw is None:
         return None
     try:
-        value = what.parse(str(raw))
+        return what.parse(_short(raw))
     except ValueError as e:
-        key = (str(meta.get("namespace", "")), str(meta.get("name", "")), what.annotation, str(raw))
-        if key not in _REPORTED:
-            if len(_REPORTED) >= _MAX_REPORTED:
-                _REPORTED.clear()
-            _REPORTED.add(key)
-            log.warning(
-                "pod %s/%s: annotation %s: %s; the stall rules treat it as not declared (write %s)",
-                key[0],
-                key[1],
-                what.annotation,
-                e,
-                what.example,
-            )
+        why = f"{e}; the stall rules treat it as not declared (write {what.example})"
+        _report(pod, what.annotation, raw, why)
         return None
-    return value
 
 
 def checkpoint_declaration(pod: Obj, annotation: str) -> float | None:
@@ -460,8 +485,15 @@ async def _job_deadlines(
         except KubeError as e:
             log.warning("job %s/%s: cannot read activeDeadlineSeconds: %s", key[0], key[1], e)
             return None
-        deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
-        return float(deadline) if isinstance(deadline, (int, float)) else None
+        spec = job.get("spec")
+        deadline = spec.get("activeDeadlineSeconds") if isinstance(spec, Mapping) else None
+        if deadline is None:
+            return None
+        try:  # an int past float's range would raise OverflowError in float()
+            return number(deadline, f"job {key[0]}/{key[1]} spec.activeDeadlineSeconds", lo=0)
+        except ClusterValueError as e:
+            log.warning("%s; the job has no deadline this cycle", e)
+            return None
 
     keys = sorted(set(jobs))
     found = await asyncio.gather(*(one(k) for k in keys))
