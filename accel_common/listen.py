@@ -14,12 +14,15 @@ closes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import ssl
 from types import TracebackType
 
 from aiohttp import web
+
+from accel_common.httpbounds import BoundedAppRunner, ConnectionLimits
 
 # The signals that stop a server; SIGHUP is left to the commands that reload on it.
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
@@ -62,18 +65,25 @@ class Listener:
         *,
         ssl_context: ssl.SSLContext | None = None,
         stop: asyncio.Event | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> Listener:
         """Binds and serves ``app``; raises ListenError when the address cannot be
-        bound. ``stop`` is the event to wait on (a new one when not given)."""
+        bound. ``stop`` is the event to wait on (a new one when not given).
+        ``limits``: the connection bounds an application is served with (a
+        low-level server brings its own)."""
         # aiohttp's own signal handling is off: the signals set ``stop`` instead, so
         # that the command decides what runs before the server goes.
         # A low-level web.Server (the exporter's, which needs per-connection hooks)
         # brings its own handler settings.
-        runner: web.BaseRunner = (
-            web.ServerRunner(app, handle_signals=False)
-            if isinstance(app, web.Server)
-            else web.AppRunner(app, access_log=None, handle_signals=False)
-        )
+        runner: web.BaseRunner
+        if isinstance(app, web.Server):
+            runner = web.ServerRunner(app, handle_signals=False)
+        elif limits is not None:
+            runner = BoundedAppRunner(
+                app, limits=limits, logger=logging.getLogger("aiohttp.server")
+            )
+        else:
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
         listener = cls(runner, host, port, stop or asyncio.Event())

@@ -2,6 +2,12 @@
 running controller: the source, the Kubernetes API (or a dry-run in front of it),
 the executor, leader election, the cluster-state reader and the HTTP server.
 
+The HTTP server gets the connection bounds every server of ours has
+(``accel_common.httpbounds``: header timeout, idle timeout, a connection cap
+under the descriptor limit), so slow-header sockets cannot keep Alertmanager out;
+leader election runs in a thread of its own (``ElectionThread``), so a busy event
+loop cannot make the leader miss its renewals.
+
 Nothing here decides anything: the controller (``autoscaler/controller.py``)
 evaluates, the executor acts, and this module only builds and starts them.
 """
@@ -20,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accel_common import logs
+from accel_common.httpbounds import ConnectionLimits, fd_headroom, raise_fd_limit
 from accel_common.listen import Listener, ListenError, split_listen_address
 from accel_common.names import REMEDIATION_ANNOTATION, STATE_CONFIGMAP_SUFFIX
 from accel_common.secrets import SecretError, redact
@@ -29,6 +36,7 @@ from autoscaler.clusterstate import collect
 from autoscaler.commands.flags import (
     add_source_arguments,
     basic_auth_file,
+    byte_size,
     duration,
     source_options,
     token_file,
@@ -46,12 +54,12 @@ from autoscaler.executor import Executor
 from autoscaler.kube.cache import CachedKube
 from autoscaler.kube.client import ClientKube, KubeConfigError
 from autoscaler.kube.dryrun import DryRunKube
-from autoscaler.kube.leader import LeaderElector
+from autoscaler.kube.leader import ElectionThread, LeaderElector
 from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.ruleset.loader import RuleSetError
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.server import make_app
-from autoscaler.sources.alertmanager import DEFAULT_LIMIT, DEFAULT_TTL, AlertReceiver
+from autoscaler.sources.alertmanager import DEFAULT_LIMIT, DEFAULT_TTL, MAX_BODY, AlertReceiver
 from autoscaler.sources.base import Source
 from autoscaler.sources.build import build_source
 from autoscaler.sources.scrape import parse_targets
@@ -114,6 +122,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="serve the Alertmanager webhook without auth on a non-loopback address "
         "(refused otherwise; a warning at every start)",
     )
+    bounds = ConnectionLimits()
+    p.add_argument(
+        "--web.header-timeout",
+        dest="header_timeout",
+        type=duration,
+        default=bounds.header_timeout,
+        metavar="DURATION",
+        help="a connection that has not sent its first request's headers within this is "
+        "closed, so half-sent requests cannot hold sockets (default 10s)",
+    )
+    p.add_argument(
+        "--web.idle-timeout",
+        dest="idle_timeout",
+        type=duration,
+        default=bounds.idle_timeout,
+        metavar="DURATION",
+        help="a keep-alive connection with no request for this long is closed (default 75s)",
+    )
+    p.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=_alert_limit,
+        default=bounds.max_connections,
+        metavar="N",
+        help="most open connections; past it the oldest idle one is closed. Lowered to what "
+        "the file descriptor limit leaves (default %(default)s)",
+    )
     alerts = p.add_argument_group("alertmanager webhook")
     alerts.add_argument(
         "--alerts.ttl",
@@ -133,6 +168,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="most firing alerts held; new ones beyond it are dropped and counted "
         "(default %(default)s)",
+    )
+    alerts.add_argument(
+        "--alerts.body-size-limit",
+        dest="alerts_body_size_limit",
+        type=byte_size,
+        default=MAX_BODY,
+        metavar="SIZE",
+        help="largest webhook body read (sizes as 512KiB, 4MiB, or bytes); a larger one "
+        "gets 413. Alertmanager sends a group's alerts in one body (default 4MiB)",
     )
     kube = p.add_argument_group("kubernetes")
     kube.add_argument(
@@ -279,10 +323,17 @@ def _source_location(args: argparse.Namespace) -> str:
     return ""
 
 
-async def _serve(controller: Controller, args: argparse.Namespace, elector: Any = None) -> int:
+async def _serve(
+    controller: Controller, args: argparse.Namespace, elector: LeaderElector | None = None
+) -> int:
     host, port = split_listen_address(args.listen_address)
     try:
-        app = make_app(controller, token_file=args.token_file, basic_auth_file=args.basic_auth_file)
+        app = make_app(
+            controller,
+            token_file=args.token_file,
+            basic_auth_file=args.basic_auth_file,
+            max_body=args.alerts_body_size_limit,
+        )
     except SecretError as e:  # the file changed since the flags were checked
         log.error("%s", e)
         return 2
@@ -295,8 +346,22 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
             )
         else:
             log.info("no API auth: the webhook answers on loopback (%s) only", host)
+    raise_fd_limit()
+    limits = fd_headroom(
+        ConnectionLimits(
+            header_timeout=args.header_timeout,
+            idle_timeout=args.idle_timeout,
+            max_connections=args.max_connections,
+        )
+    )
+    if limits.max_connections < args.max_connections:
+        log.info(
+            "--web.max-connections lowered to %d: the file descriptor limit leaves no room "
+            "for more",
+            limits.max_connections,
+        )
     try:
-        listener = await Listener.start(app, host, port)
+        listener = await Listener.start(app, host, port, limits=limits)
     except ListenError as e:
         log.error("%s", e)
         return 1
@@ -316,7 +381,7 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
     )
     tasks = [asyncio.create_task(controller.run_forever())]
     executor = controller.executor
-    election: asyncio.Task[None] | None = None
+    election: ElectionThread | None = None
     if elector is not None and executor is not None:
 
         async def lead() -> None:
@@ -341,7 +406,9 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
             await label.set(True)
             await lead()
 
-        election = asyncio.create_task(elector.run(lead_and_label, step_down))
+        # Renewals in a thread of their own: no request on this loop can starve them.
+        election = ElectionThread(elector)
+        election.start(lead_and_label, step_down)
     elif executor is not None:
         await controller.restore()
     await listener.wait()
@@ -349,11 +416,8 @@ async def _serve(controller: Controller, args: argparse.Namespace, elector: Any 
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     if election is not None:
-        elector.stop()  # steps down and clears the Lease, so a standby takes over at once
-        try:
-            await asyncio.wait_for(election, timeout=5)
-        except (TimeoutError, Exception) as e:
-            log.warning("leader election did not stop cleanly: %s", e)
+        # Steps down and clears the Lease, so that a standby takes over at once.
+        await election.stop(timeout=5)
     if executor is not None:
         await executor.stop()
     await controller.source.close()
@@ -411,7 +475,7 @@ def main(args: argparse.Namespace) -> int:
 
 async def _main(args: argparse.Namespace, watcher: RuleWatcher, source: Source, kube: Any) -> int:
     executor: Executor | None = None
-    elector: Any = None
+    elector: LeaderElector | None = None
     leading: Callable[[], bool] = always_leading
     cluster_state: ClusterState | None = None
     record: StateRecord | None = None

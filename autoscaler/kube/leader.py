@@ -29,6 +29,28 @@ drains of one node would race. The protocol is client-go's ``leaderelection``:
 
 Every API call is bounded by the time left before the deadline, so a hung API
 server cannot keep a stale leader believing it leads.
+
+Where the renewals run: ``ElectionThread`` runs the elector in a thread of its
+own, on an event loop of its own, with its own worker threads for the API calls.
+On the controller's loop it shared the turn with everything else: the webhook,
+the evaluation cycle, the actions. Any of them holding the loop for longer than
+the renew deadline (a 4 MiB Alertmanager body took up to a second, and they came
+one after another) made the leader miss its renewals, step down and drop every
+alert it held, with nothing wrong but a busy loop. In its own thread a renewal
+waits only for the API server and, between bytecodes, for the interpreter lock,
+which no request holds for long. The rest stays as it was:
+
+- ``is_leader()`` reads two values that only the election thread writes, a flag
+  and a monotonic timestamp, each assigned whole; read from any thread it says
+  no as soon as the deadline passes, whether or not the election thread has
+  noticed. A reader that sees the flag set with an older timestamp answers no
+  early, never yes late;
+- the terms reach the controller's loop in order, through a queue: the work of a
+  term (``on_started_leading``) runs there as a task, is cancelled when the term
+  ends, and ``on_stopped_leading`` runs after it, before the next term starts;
+- work that fails ends the replica's candidacy: the election thread is stopped
+  and releases the Lease, so that another replica takes over, as when the
+  elector ran on the controller's loop.
 """
 
 from __future__ import annotations
@@ -36,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
@@ -363,4 +386,128 @@ class LeaderElector:
         log.info("leader election: %s released the lease", self.identity)
 
 
-__all__ = ["LeaderElector", "Observed", "lease_record", "micro_time", "parse_time"]
+Work = Callable[[], Coroutine[Any, Any, None]]
+
+
+class ElectionThread:
+    """Runs a ``LeaderElector`` in a thread with its own event loop (module
+    docstring), and brings its terms to the loop that called ``start``.
+
+    The elector must be used by this thread alone once started (its ``stop`` too:
+    ``stop`` here hands it over); ``is_leader()`` may be called from anywhere."""
+
+    def __init__(self, elector: LeaderElector) -> None:
+        self.elector = elector
+        self._loop: asyncio.AbstractEventLoop | None = None  # the election thread's
+        self._thread = threading.Thread(target=self._campaign, name="leader-election", daemon=True)
+        self._home: asyncio.AbstractEventLoop | None = None
+        # True: a term began; False: it ended; None: the election thread ended.
+        self._terms: asyncio.Queue[bool | None] = asyncio.Queue()
+        self._follower: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    def is_leader(self) -> bool:
+        return self.elector.is_leader()
+
+    def start(self, on_started_leading: Work, on_stopped_leading: Work | None = None) -> None:
+        """Starts campaigning; the terms' work runs on the calling loop."""
+        self._home = asyncio.get_running_loop()
+        self._loop = asyncio.new_event_loop()  # run, and closed, by the thread
+        self._follower = asyncio.create_task(
+            self._follow(on_started_leading, on_stopped_leading), name="leader-terms"
+        )
+        self._thread.start()
+
+    async def stop(self, timeout: float) -> None:
+        """Steps down, releases the Lease and waits (at most ``timeout`` seconds)
+        for the thread and the last term's ``on_stopped_leading``."""
+        self._stop_thread()
+        if self._follower is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._follower), timeout)
+        except TimeoutError:
+            log.warning("leader election did not stop within %gs", timeout)
+            self._follower.cancel()
+
+    # -- the election thread
+
+    def _campaign(self) -> None:
+        loop = self._loop
+        assert loop is not None  # start() made it before starting the thread
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self.elector.run(self._hold))
+        except Exception as e:  # on a thread: nobody else would see it
+            log.error("leader election stopped: %s", e, exc_info=e)
+            self.error = e
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_default_executor())
+            loop.close()
+            self._tell(None)
+
+    async def _hold(self) -> None:
+        """The elector's work for a term, on the election thread: tell the home
+        loop when the term begins and ends."""
+        self._tell(True)
+        try:
+            await asyncio.Event().wait()  # until the elector cancels it
+        finally:
+            self._tell(False)
+
+    def _tell(self, term: bool | None) -> None:
+        if self._home is not None and not self._home.is_closed():
+            with contextlib.suppress(RuntimeError):  # the home loop closed meanwhile
+                self._home.call_soon_threadsafe(self._terms.put_nowait, term)
+
+    # -- the home loop
+
+    async def _follow(self, on_started: Work, on_stopped: Work | None) -> None:
+        """Runs each term's work on this loop, in the order the terms came."""
+        work: asyncio.Task[None] | None = None
+        try:
+            while (term := await self._terms.get()) is not None:
+                if term and work is None:
+                    work = asyncio.create_task(on_started(), name="leader-work")
+                    work.add_done_callback(self._work_done)
+                elif not term and work is not None:
+                    await self._end_term(work, on_stopped)
+                    work = None
+        finally:
+            if work is not None:
+                await self._end_term(work, on_stopped)
+
+    async def _end_term(self, work: asyncio.Task[None], on_stopped: Work | None) -> None:
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        if on_stopped is not None:
+            await on_stopped()
+
+    def _work_done(self, work: asyncio.Task[None]) -> None:
+        if work.cancelled() or work.exception() is None:
+            return
+        error = work.exception()
+        log.error(
+            "leader election: the leader's work failed (%s); stepping down for good",
+            error,
+            exc_info=error,
+        )
+        self.error = error
+        self._stop_thread()
+
+    def _stop_thread(self) -> None:
+        """Hands ``elector.stop`` to the election thread, which alone uses it."""
+        if self._loop is not None and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # its loop closed just now
+                self._loop.call_soon_threadsafe(self.elector.stop)
+
+
+__all__ = [
+    "ElectionThread",
+    "LeaderElector",
+    "Observed",
+    "lease_record",
+    "micro_time",
+    "parse_time",
+]
