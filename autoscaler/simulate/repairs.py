@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from accel_common import clusterjson
 from accel_common.names import (
     CAPI_REMEDIATE_MACHINE_ANNOTATION,
     REBOOT_REQUEST_ANNOTATION,
@@ -326,13 +327,17 @@ class Repairs:
             if raw is None:
                 continue
             try:
-                request = json.loads(raw)
-                rid = str(request["id"])
-            except (ValueError, KeyError, TypeError):
+                # Bounded, as the agent reads it: a nested request is refused, not a
+                # RecursionError that ends the simulation.
+                request = clusterjson.loads_object(raw, f"node {name} annotation {key}")
+                rid = clusterjson.text(
+                    request.get("id"), f"node {name} annotation {key} field id", max_len=253
+                )
+            except clusterjson.ClusterValueError as e:
                 status = RESET_STATUS_ANNOTATION
                 if key == REBOOT_REQUEST_ANNOTATION:
                     status = REBOOT_STATUS_ANNOTATION
-                message = f"{key} is not a JSON object with an id: {raw[:80]!r}"
+                message = f"unreadable: {str(e)[:200]}"
                 self._status(node, status, {"id": "", "state": "failed", "message": message})
                 continue
             if rid in self.answered.get((name, key), set()):
