@@ -59,6 +59,10 @@ VOLCANOJOB: Final = "VolcanoJob"
 LABELLED: Final = "label"
 KINDS: Final = (JOBSET, TRAINJOB, PYTORCHJOB, MPIJOB, VOLCANOJOB, LABELLED)
 
+# The longest object name Kubernetes allows: a longer one is no gang's (a label
+# value is at most 63, so the API server never hands over longer ones).
+MAX_NAME = 253
+
 # Replica types of a PyTorchJob, as training-operator v1 writes them into the
 # replica-type label (lower case; older releases wrote "Master", "Worker").
 _PYTORCH_REPLICAS: Final = frozenset({"master", "worker"})
@@ -96,7 +100,8 @@ def gang_of(pod: Mapping[str, Any]) -> GangRef | None:
     meta = pod.get("metadata")
     if not isinstance(meta, Mapping):
         return None
-    namespace = str(meta.get("namespace") or "")
+    namespace = meta.get("namespace")
+    namespace = namespace if isinstance(namespace, str) and len(namespace) <= MAX_NAME else ""
     refs = meta.get("ownerReferences")
     if isinstance(refs, list):
         # The controlling owner first: it is the one that recreates the pod.
@@ -106,8 +111,8 @@ def gang_of(pod: Mapping[str, Any]) -> GangRef | None:
         )
         for ref in ordered:
             kind = _owner_gang(ref)
-            name = str(ref.get("name") or "")
-            if kind is not None and name:
+            name = ref.get("name")
+            if kind is not None and isinstance(name, str) and 0 < len(name) <= MAX_NAME:
                 return GangRef(kind, namespace, name)
     labels = meta.get("labels")
     if not isinstance(labels, Mapping):
@@ -115,7 +120,7 @@ def gang_of(pod: Mapping[str, Any]) -> GangRef | None:
 
     def label(key: str) -> str:
         value = labels.get(key)
-        return value if isinstance(value, str) else ""
+        return value if isinstance(value, str) and len(value) <= MAX_NAME else ""
 
     if jobset := label(JOBSET_NAME_LABEL):
         return GangRef(JOBSET, namespace, jobset)
