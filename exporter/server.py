@@ -201,7 +201,8 @@ def client_key(address: str) -> str:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:  # an IPv4 client of a dual-stack socket
             return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+        # The /64 by its number: a link-local address's %zone is no other host.
+        return f"{ipaddress.IPv6Address(int(ip) >> 64 << 64)}/64"
     return str(ip)
 
 
