@@ -8,10 +8,13 @@ from their own ``label_values(...)`` queries, Grafana's interval variables are
 replaced, and each query must parse and return data: a panel that would show "No
 data" on a fleet that has what it charts fails, named by dashboard and panel.
 
-The sim exporters publish no per-pod use, so their devices are billed by head count;
-a third node, ``node-c``, is the real exporter code (NVIDIA backend on the fake NVML,
-processes mapped to pods through a ``/proc`` and kubelet log tree) with two pods
-time-slicing a GPU, so the chargeback's measured path has data too.
+The chargeback dashboard has a custom variable, the billing policy: every panel is
+run under each of its values. ``node-a`` runs the sim with ``--sim-claims
+--sim-sharing`` (pods on ResourceClaims, MPS, time-slicing, an idle GPU, per-pod use
+from the sim's processes), ``node-b`` without per-pod use, and a third node,
+``node-c``, is the real exporter code (NVIDIA backend on the fake NVML, processes
+mapped to pods through a ``/proc`` and kubelet log tree) with two pods time-slicing a
+GPU, so every path of every policy has data.
 """
 
 from __future__ import annotations
@@ -106,6 +109,8 @@ NODES = {
         "--sim-partitions",
         "--sim-pods",
         "6",
+        "--sim-claims",
+        "--sim-sharing",
         "--sim-seed",
         "1",
     ],
@@ -450,18 +455,32 @@ class Query:
         return f"{self.dashboard} / {self.panel}"
 
 
+def custom_choices(board: dict[str, Any]) -> list[dict[str, str]]:
+    """Every combination of the board's custom variables' options (the chargeback's
+    billing policy): each panel must have data under each of them."""
+    choices: list[dict[str, str]] = [{}]
+    for var in board["templating"]["list"]:
+        if var["type"] == "custom":
+            options = [o["value"] for o in var["options"]]
+            assert options == var["query"].split(","), var["name"]
+            choices = [c | {var["name"]: value} for c in choices for value in options]
+    return choices
+
+
 def queries(prom: str, all_value: bool) -> list[Query]:
     out: list[Query] = []
     for board in committed().values():
         variables = resolve_variables(prom, board, all_value)
-        for p in panels(board):
-            values = dict(variables.values)
-            if p.get("repeat"):
-                values[p["repeat"]] = variables.first[p["repeat"]]
-            panel = p["title"] + (" (All)" if all_value else "")
-            for t in p["targets"]:
-                expr = substitute(t["expr"], values)
-                out.append(Query(board["title"], panel, expr, bool(t.get("instant"))))
+        for choice in custom_choices(board):
+            for p in panels(board):
+                values = variables.values | choice
+                if p.get("repeat"):
+                    values[p["repeat"]] = variables.first[p["repeat"]]
+                panel = p["title"] + (" (All)" if all_value else "")
+                panel += "".join(f" [{k}={v}]" for k, v in choice.items())
+                for t in p["targets"]:
+                    expr = substitute(t["expr"], values)
+                    out.append(Query(board["title"], panel, expr, bool(t.get("instant"))))
     return out
 
 
@@ -526,35 +545,73 @@ def test_every_panel_query_returns_data(fleet: str) -> None:
     assert len(qs) >= 2 * n_panels
 
 
-def test_chargeback_bills_measured_and_head_count_devices(fleet: str) -> None:
-    """The chargeback's billed share: node-c's time-sliced GPU bills each pod what it
-    used (what the fake set), the sim nodes' devices 1/N by head count; both paths
-    return data through the same query the panels use."""
-    gen = load_generator()
-    values = dict(BUILTINS) | {"cluster": ".*", "node": ".*", "vendor": ".*", "namespace": ".*"}
+# What node-c's two pods are billed under each policy: their use; their use plus
+# half of what neither used (1 - 0.7); or half the GPU each.
+POLICY_SHARES = {
+    "measured": MEASURED_SHARES,
+    "measured-with-idle-split": {"train-a": 0.65, "infer-b": 0.35},
+    "held": {"train-a": 0.5, "infer-b": 0.5},
+}
+
+
+def billed(prom: str, gen: ModuleType, policy: str) -> list[tuple[dict[str, str], float]]:
+    """The chargeback's billed shares under ``policy``, once every node has some."""
+    values = dict(BUILTINS) | {
+        "cluster": ".*",
+        "node": ".*",
+        "vendor": ".*",
+        "namespace": ".*",
+        "policy": policy,
+    }
     expr = substitute(gen.BILLED, values)
     deadline = time.monotonic() + 30
     while True:
-        body = api(fleet, "/api/v1/query", query=expr)
+        body = api(prom, "/api/v1/query", query=expr)
         assert body["status"] == "success", body
         rows = [(r["metric"], float(r["value"][1])) for r in body["data"]["result"]]
-        measured = {m["pod"]: v for m, v in rows if m.get("node") == MEASURED_NODE}
-        head_count = [v for m, v in rows if m.get("node") in NODES]
-        if measured and head_count:
-            break
-        assert time.monotonic() < deadline, f"billed shares: {rows}"
+        if {m.get("node") for m, _ in rows} >= {*NODES, MEASURED_NODE}:
+            return rows
+        assert time.monotonic() < deadline, f"{policy}: billed shares: {rows}"
         time.sleep(1)
-    assert measured == pytest.approx(MEASURED_SHARES, abs=0.05)
-    # Head count: each share is 1/N of a device, and each device is billed once.
-    assert all(0 < v <= 1 for v in head_count)
+
+
+@pytest.mark.parametrize("policy", list(POLICY_SHARES))
+def test_chargeback_bills_by_each_policy(fleet: str, policy: str) -> None:
+    """The billed share under each policy, through the query the panels use: node-c's
+    time-sliced GPU (the real NVIDIA backend) bills its pods as the policy says; on
+    the sim nodes (node-a with ResourceClaims, MPS, time-slicing and an idle pod,
+    node-b without per-pod use) held and measured-with-idle-split bill each device
+    in full, and measured no more than the device did."""
+    gen = load_generator()
+    assert gen.DEFAULT_POLICY == "measured-with-idle-split"
+    rows = billed(fleet, gen, policy)
+    measured = {m["pod"]: v for m, v in rows if m.get("node") == MEASURED_NODE}
+    assert measured == pytest.approx(POLICY_SHARES[policy], abs=0.05)
     by_device: dict[tuple[str, str], float] = {}
     for m, v in rows:
         if m.get("node") in NODES:
+            assert 0 <= v <= 1, (policy, m, v)
             key = (m["node"], m["uuid"])
             by_device[key] = by_device.get(key, 0.0) + v
-    assert by_device and all(v == pytest.approx(1.0) for v in by_device.values())
+    assert by_device
+    if policy == "measured":
+        assert all(v <= 1 + 1e-6 for v in by_device.values())
+        assert any(v < 0.999 for v in by_device.values()), "idle time billed under measured"
+    else:
+        assert all(v == pytest.approx(1.0) for v in by_device.values()), by_device
+    # node-a's sharing: the MPS pods (one shared claim) and the idle notebook.
+    pods = {m["pod"]: v for m, v in rows if m.get("node") == "node-a"}
+    assert {"infer-0", "infer-1", "infer-2", "notebook-0"} <= pods.keys()
+    idle = pods["notebook-0"]
+    assert idle == pytest.approx(0.02, abs=1e-3) if policy == "measured" else idle == 1.0
     for name in ("MEASURED_DEVICES", "HEAD_COUNT_DEVICES"):
-        body = api(fleet, "/api/v1/query", query=substitute(getattr(gen, name), values))
+        body = api(
+            fleet,
+            "/api/v1/query",
+            query=substitute(
+                getattr(gen, name), {**BUILTINS, "cluster": ".*", "node": ".*", "vendor": ".*"}
+            ),
+        )
         assert body["status"] == "success" and body["data"]["result"], (name, body)
         assert float(body["data"]["result"][0]["value"][1]) >= 1, name
-    print(f"\nbilled: measured {measured}, head count on {len(by_device)} devices")
+    print(f"\n{policy}: node-c {measured}, {len(by_device)} sim devices billed")
