@@ -232,8 +232,18 @@ def check_layouts(path: Path | None) -> int:
     except layouts.LayoutsError as e:
         print(e, file=sys.stderr)
         return 1
-    for name, layout in sorted(found.items()):
-        print(f"{name}: {layout.model} ({layout.vendor}) {layout.describe()}")
+    try:
+        for name, layout in sorted(found.items()):
+            print(f"{name}: {layout.model} ({layout.vendor}) {layout.describe()}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped reading (``| head``): it has what it wanted, and the file
+        # is still valid. Python would flush stdout again at exit and print a
+        # traceback; pointing stdout at /dev/null leaves that flush nowhere to fail
+        # (Python's signal module documentation, "Note on SIGPIPE").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     return 0
 
 

@@ -18,6 +18,13 @@ Format::
 ("H100" matches "NVIDIA H100 80GB HBM3"). An NVIDIA layout has ``mig`` (a list of
 ``<profile>`` or ``<profile> x<count>``, or ``off``); an AMD layout has ``compute``
 and optionally ``memory``.
+
+A layout must fit its model (``nodeagent.budgets``: NVIDIA's MIG placements, amdgpu's
+compute and memory mode pairs), or the file check refuses it at its position. A MIG
+item is read by a scan that looks at each character once and a count is at most
+three digits, so no file up to the reader's size limit costs more than a linear pass:
+a count of thousands of digits once ended the check in a ValueError, and an item with
+a megabyte of inner whitespace took minutes in a backtracking pattern.
 """
 
 from __future__ import annotations
@@ -30,12 +37,18 @@ from pathlib import Path
 from yaml.nodes import Node, ScalarNode
 
 from accel_common.yamlread import ProblemsError, Reader
+from nodeagent import budgets
 
 # A layout name is a label value: the node's PARTITION_LAYOUT_LABEL carries it.
 NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 # A MIG profile as nvidia-smi and NVML name it: 1g.10gb, 3g.40gb, 1g.10gb+me, 7g.80gb.
 MIG_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb(\+me)?$")
-_MIG_ITEM = re.compile(r"^\s*(?P<profile>\S+?)\s*(?:[x×*]\s*(?P<count>[0-9]+))?\s*$")
+_PROFILE_PREFIX = re.compile(r"[1-8]g\.[0-9]{1,4}gb(\+me)?")
+_TIMES = "x×*"
+# Enough digits for any count this file accepts (1 to MAX_INSTANCES), and a message
+# that names the count without carrying it whole.
+COUNT_DIGITS = 3
+SHOWN = 40
 COMPUTE_MODES = ("SPX", "DPX", "TPX", "QPX", "CPX")
 MEMORY_MODES = ("NPS1", "NPS2", "NPS4", "NPS8")
 MAX_INSTANCES = 8
@@ -138,6 +151,10 @@ def _layout(r: Reader, name: str, node: Node) -> Layout | None:
         memory = r.choice(m["memory"][1], f"{what}: memory", MEMORY_MODES) if "memory" in m else ""
         if compute is None or memory is None:
             return None
+        refused = budgets.amd_problem(model, compute, memory)
+        if refused:
+            r.problem(m["memory"][1] if memory else m["compute"][1], f"{what}: {refused}")
+            return None
         return Layout(name, model, "amd", compute=compute, memory=memory)
     mig_node = m["mig"][1]
     if isinstance(mig_node, ScalarNode) and r.text(mig_node).lower() in ("off", "false"):
@@ -152,17 +169,11 @@ def _layout(r: Reader, name: str, node: Node) -> Layout | None:
         text = r.written(item, f"{what}: a MIG profile (e.g. 1g.10gb or 3g.40gb x2)")
         if text is None:
             continue
-        found = _MIG_ITEM.match(text)
-        if found is None or not MIG_PROFILE.match(found.group("profile")):
-            r.problem(item, f"{what}: {text!r} is not a MIG profile (e.g. 1g.10gb, 3g.40gb x2)")
+        parsed = mig_item(text)
+        if isinstance(parsed, str):
+            r.problem(item, f"{what}: {parsed}")
             continue
-        count = int(found.group("count") or 1)
-        if not 1 <= count <= MAX_INSTANCES:
-            r.problem(
-                item, f"{what}: {count} instances of {found.group('profile')}; 1 to {MAX_INSTANCES}"
-            )
-            continue
-        profiles += [found.group("profile")] * count
+        profiles += [parsed[0]] * parsed[1]
     if not profiles:
         if not r.problems:
             r.problem(mig_node, f"{what}: mig lists no profile; write 'mig: off' for whole GPUs")
@@ -172,4 +183,34 @@ def _layout(r: Reader, name: str, node: Node) -> Layout | None:
             mig_node, f"{what}: {len(profiles)} MIG instances; a GPU holds at most {MAX_INSTANCES}"
         )
         return None
+    refused = budgets.mig_problem(model, profiles)
+    if refused:
+        shown = ", ".join(f"{n}x {p}" for p, n in count_profiles(tuple(profiles)))
+        r.problem(mig_node, f"{what}: {shown} {refused}")
+        return None
     return Layout(name, model, "nvidia", mig=tuple(profiles))
+
+
+def mig_item(text: str) -> tuple[str, int] | str:
+    """One item of a ``mig`` list, ``<profile>`` or ``<profile> x<count>`` (also
+    ``×`` or ``*``), as (profile, count); or what is wrong with it. Each character is
+    looked at once: no pattern here can backtrack over the text."""
+    item = text.strip()
+    shown = repr(item if len(item) <= SHOWN else item[: SHOWN - 3] + "...")
+    found = _PROFILE_PREFIX.match(item)
+    if found is None:
+        return f"{shown} is not a MIG profile (e.g. 1g.10gb, 3g.40gb x2)"
+    profile = found.group(0)
+    rest = item[found.end() :].lstrip()
+    if not rest:
+        return profile, 1
+    if rest[0] not in _TIMES:
+        return f"{shown} is not a MIG profile (e.g. 1g.10gb, 3g.40gb x2)"
+    digits = rest[1:].lstrip()
+    if not digits or not (digits.isascii() and digits.isdigit()):
+        return f"{shown}: the count after {rest[0]!r} must be a whole number (e.g. {profile} x2)"
+    if len(digits) > COUNT_DIGITS or not 1 <= int(digits) <= MAX_INSTANCES:
+        if len(digits) > COUNT_DIGITS:
+            return f"a count of {len(digits)} digits for {profile}; 1 to {MAX_INSTANCES}"
+        return f"{int(digits)} instances of {profile}; 1 to {MAX_INSTANCES}"
+    return profile, int(digits)
