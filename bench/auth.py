@@ -16,7 +16,9 @@ How:
   whose one user has a bcrypt hash of cost 10, what ``htpasswd -nBC 10`` writes.
 * **The attackers run in their own process** (this module with ``--attack``), so
   that their client work does not run on the measuring client's event loop, and
-  connect from 127.0.0.2, as another host would; they are paused (SIGSTOP) for
+  connect from 127.0.0.2, as another host would (with ``--attack-addresses N``,
+  from 127.0.0.2 onwards, N hosts sharing the clients in turn: the flood from many
+  addresses that used to fill the auth queue, issue 27); they are paused (SIGSTOP) for
   the no-attack rounds and resumed (SIGCONT) for the attack rounds. Every guess
   is a new random password, so no cache can help: each one is either checked
   with bcrypt in its turn or refused by the full auth queue.
@@ -35,6 +37,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import ipaddress
 import json
 import os
 import secrets
@@ -64,9 +67,10 @@ from bench.scrape import (
 
 USER = "prometheus"
 LATE_USER = "late"  # a second user, first seen during an attack round
-# The attackers' address: another host, as far as the exporter can tell (Linux
-# routes all of 127.0.0.0/8 to the loopback device).
+# The attackers' first address: another host, as far as the exporter can tell (Linux
+# routes all of 127.0.0.0/8 to the loopback device); more go on from it.
 ATTACK_FROM = "127.0.0.2"
+MAX_ATTACK_ADDRESSES = 250  # 127.0.0.2 .. 127.0.0.251
 COST = 10  # htpasswd -nBC 10, the hint the web config's errors give
 DEVICES = "nvidia:8"
 READY_TIMEOUT = 15.0
@@ -74,6 +78,11 @@ REQUEST_TIMEOUT = 30.0
 RAMP = 0.5  # seconds of attack before a round's scrapes are timed
 DRAIN = 1.0  # seconds after pausing the attackers, for queued bcrypt checks to finish
 ACCEPTANCE_RATIO = 2.0
+
+
+def attack_addresses(n: int) -> list[str]:
+    first = ipaddress.IPv4Address(ATTACK_FROM)
+    return [str(first + i) for i in range(n)]
 
 
 def basic(user: str, password: str) -> str:
@@ -87,20 +96,26 @@ def ready_marker(report: Path) -> Path:
     return report.with_name(report.name + ".ready")
 
 
-async def attack(url: str, clients: int, report: Path) -> None:
+async def attack(url: str, clients: int, report: Path, addresses: int = 1) -> None:
     """``clients`` loops of wrong-password requests, each on its own connection,
-    until SIGTERM; then writes the count of answers by status to ``report``. The
-    ready marker appears once the first guess has been answered."""
+    from ``addresses`` source addresses in turn, until SIGTERM; then writes the
+    count of answers by status to ``report``. The ready marker appears once the
+    first guess has been answered."""
     statuses: dict[int, int] = {}
     errors = 0
     marker = ready_marker(report)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
-    connector = aiohttp.TCPConnector(limit=0, local_addr=(ATTACK_FROM, 0))
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    sessions = [
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, local_addr=(address, 0)), timeout=timeout
+        )
+        for address in attack_addresses(addresses)
+    ]
+    try:
 
-        async def client() -> None:
+        async def client(session: aiohttp.ClientSession) -> None:
             nonlocal errors
             while not stop.is_set():
                 wrong = {"Authorization": basic(USER, secrets.token_hex(12))}
@@ -114,11 +129,14 @@ async def attack(url: str, clients: int, report: Path) -> None:
                     errors += 1
                     await asyncio.sleep(0.05)
 
-        tasks = [asyncio.create_task(client()) for _ in range(clients)]
+        tasks = [asyncio.create_task(client(sessions[i % len(sessions)])) for i in range(clients)]
         await stop.wait()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        for session in sessions:
+            await session.close()
     report.write_text(json.dumps({"statuses": statuses, "errors": errors}))
 
 
@@ -247,6 +265,7 @@ def summarize(
             "scrapes": args.scrapes,
             "rounds": args.rounds,
             "attackers": args.attackers,
+            "attack_addresses": args.attack_addresses,
             "bcrypt_cost": args.cost,
             "devices": DEVICES,
         },
@@ -277,7 +296,8 @@ def render_table(r: dict[str, Any]) -> str:
     verdict = "met" if r["acceptance"]["met"] else "NOT met"
     lines = [
         f"accel-exporter with basic auth (bcrypt cost {s['bcrypt_cost']}, sim {s['devices']}): "
-        f"correct scrapes alone and while {s['attackers']} clients guess passwords",
+        f"correct scrapes alone and while {s['attackers']} clients guess passwords"
+        f" from {s['attack_addresses']} address(es)",
         f"machine: {m['nproc']} CPUs, {m['cpu_model']}, Python {m['python']}, {m['platform']}",
         f"client:  aiohttp {m['aiohttp']}, one keep-alive connection, Accept-Encoding: gzip, "
         f"{s['scrapes']} scrapes each side in {s['rounds']} interleaved rounds",
@@ -291,7 +311,12 @@ def render_table(r: dict[str, Any]) -> str:
         f"({', '.join(f'{k}: {v}' for k, v in sorted(g['statuses'].items()))}), "
         f"{g['per_second']:.0f}/s while attacking; client errors {g['errors']}",
         f"a valid credential first seen during the attack: answered {nc['status']} "
-        f"after {nc['seconds'] * ms:.0f} ms (its turn for bcrypt behind the guesses)",
+        f"after {nc['seconds'] * ms:.0f} ms "
+        + (
+            "(its turn for bcrypt behind the guesses)"
+            if nc["status"] == 200
+            else "(LOCKED OUT: the flood kept it from its turn for bcrypt)"
+        ),
         f"acceptance (p99 under attack within {ACCEPTANCE_RATIO:g}x of p99 without): "
         f"{verdict}, {q['p99']:.2f}x",
     ]
@@ -331,6 +356,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                 sys.executable, "-m", "bench.auth",
                 "--attack", server.url,
                 "--attackers", str(args.attackers),
+                "--attack-addresses", str(args.attack_addresses),
                 "--report", str(report),
             ],
             port, workdir, stack,
@@ -397,6 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="clients guessing passwords during attack rounds (default %(default)s)",
     )
     p.add_argument(
+        "--attack-addresses",
+        type=int,
+        default=1,
+        metavar="N",
+        help="source addresses the attackers share, from 127.0.0.2 (default %(default)s)",
+    )
+    p.add_argument(
         "--cost",
         type=int,
         default=COST,
@@ -416,12 +449,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.attack:
-        asyncio.run(attack(args.attack, args.attackers, args.report))
+        asyncio.run(attack(args.attack, args.attackers, args.report, args.attack_addresses))
         return 0
     if args.scrapes < args.rounds or args.rounds < 1:
         parser.error("--rounds must be at least 1 and --scrapes at least --rounds")
     if args.attackers < 1 or not 4 <= args.cost <= 31:
         parser.error("--attackers must be at least 1 and --cost between 4 and 31")
+    if not 1 <= args.attack_addresses <= min(args.attackers, MAX_ATTACK_ADDRESSES):
+        parser.error(
+            f"--attack-addresses must be between 1 and --attackers ({args.attackers}), "
+            f"at most {MAX_ATTACK_ADDRESSES}"
+        )
     os.chdir(REPO)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
