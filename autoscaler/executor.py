@@ -49,7 +49,7 @@ from autoscaler.kube.names import target_problems
 log = logging.getLogger("accel_autoscaler.executor")
 
 HISTORY = 500
-STATUSES = ("done", "partial", "skipped", "failed")
+STATUSES = ("done", "partial", "skipped", "failed", "unknown")
 
 # Where an outcome goes besides the history (the controller's engine state).
 OnOutcome = Callable[[Decision, Outcome], None]
@@ -170,9 +170,9 @@ class Executor:
         started = self.ctx.clock()
         bad_names = target_problems(d.target)
         if spec is None or spec.execute is None:
-            outcome = Outcome("failed", f"action {d.action} cannot be executed")
+            outcome = Outcome("unknown", f"action {d.action} cannot be executed")
         elif bad_names:  # before any API call: a label like n1/status must not reach a path
-            outcome = Outcome("failed", "refused before any API call: " + "; ".join(bad_names))
+            outcome = Outcome("unknown", "refused before any API call: " + "; ".join(bad_names))
         else:
             try:
                 await self._step_event(ctx, d)
@@ -181,10 +181,11 @@ class Executor:
                 log.info("%s on %s stopped (leadership lost or shutting down)", d.action, d.target)
                 raise
             except KubeError as e:
-                outcome = Outcome("failed", f"Kubernetes API: {e}")
+                # An API error says nothing about whether the remedy works.
+                outcome = Outcome("unknown", f"Kubernetes API: {e}")
             except Exception as e:  # one broken action must not take the controller down
                 log.exception("action %s for rule %s failed", d.action, d.rule)
-                outcome = Outcome("failed", f"{type(e).__name__}: {e}")
+                outcome = Outcome("unknown", f"{type(e).__name__}: {e}")
         duration = time.perf_counter() - submitted
         self.outcomes[(d.rule, d.action, outcome.status)] += 1
         if first:
@@ -196,7 +197,7 @@ class Executor:
                 self.on_outcome(d, outcome)
             except Exception:  # the outcome is kept above; the ladder times out instead
                 log.exception("reporting the outcome of %s for rule %s failed", d.action, d.rule)
-        level = logging.WARNING if outcome.status == "failed" else logging.INFO
+        level = logging.WARNING if outcome.status in ("failed", "unknown") else logging.INFO
         log.log(
             level,
             "action %s %s: rule=%s target=%s%s: %s",

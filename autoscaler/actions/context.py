@@ -23,7 +23,7 @@ from autoscaler.kube.protocol import Kube
 from autoscaler.pools.base import NodePoolProvider
 from autoscaler.types import QueryResult
 
-Status = Literal["done", "partial", "skipped", "failed"]
+Status = Literal["done", "partial", "skipped", "failed", "unknown"]
 
 
 def _always() -> bool:
@@ -57,7 +57,15 @@ class ActionContext:
 class Outcome:
     """What an action did. ``status``: ``done`` (all of it), ``partial`` (some of it,
     e.g. pods a PDB kept until drainTimeout), ``skipped`` (nothing to do, or not
-    allowed: a node someone else cordoned), ``failed`` (an API error stopped it)."""
+    allowed: a node someone else cordoned), ``failed`` (it ran and the cluster says it
+    did not work: the agent answered failed, a PodDisruptionBudget kept the pods, the
+    node did not come back; the evidence is in ``message`` and the Event), or
+    ``unknown`` (an API error, an exception, an unreadable value or a missing fact
+    stopped it: nothing says the remedy failed).
+
+    The difference matters to escalation ladders (``engine/ladder.py``): a ``failed``
+    step goes on to the next at once, an ``unknown`` one waits for its timeout, so
+    that garbage or an API outage can never take a ladder to a reboot."""
 
     status: Status
     message: str

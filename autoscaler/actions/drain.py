@@ -207,7 +207,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except NotFound:
         return Outcome("skipped", f"node {name} no longer exists")
     except KubeError as e:
-        return Outcome("failed", f"node {name}: {e}")
+        return Outcome("unknown", f"node {name}: {e}")
     started = parse_iso(claimed.entry.started)
     deadline = started + params.drain_timeout
     await event(
@@ -243,7 +243,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             force_after_deadline=params.force_delete_after_timeout,
         )
     except KubeError as e:
-        return Outcome("failed", f"node {name}: {e}")
+        return Outcome("unknown", f"node {name}: {e}")
     ganged.held_back(result)
     return await finish(
         ctx,
@@ -307,7 +307,7 @@ async def abandon(ctx: ActionContext, node: str, rule: str, entry: Entry) -> Out
     except NotFound:
         return Outcome("skipped", f"node {node} no longer exists")
     except KubeError as e:
-        return Outcome("failed", f"node {node}: could not record phase {phase}: {e}")
+        return Outcome("unknown", f"node {node}: could not record phase {phase}: {e}")
     await event(ctx, node_ref(node), "DrainAbandoned", message, warning=True, action=entry.action)
     return Outcome("skipped", message, {"phase": phase})
 

@@ -197,7 +197,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except NotFound:
         return Outcome("skipped", f"node {name} no longer exists")
     except KubeError as e:
-        return Outcome("failed", f"node {name}: {e}")
+        return Outcome("unknown", f"node {name}: {e}")
     deadline = parse_iso(claimed.entry.started) + params.drain_timeout
     await event(
         ctx,
@@ -274,7 +274,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             recreated.extend(settled.recreated)
             result.waiting.update(settled.waiting)
     except KubeError as e:
-        return Outcome("failed", f"node {name}: {e}")
+        return Outcome("unknown", f"node {name}: {e}")
     ganged.held_back(result)
     return await finish(
         ctx,
@@ -309,7 +309,7 @@ async def _unknown_holders(
     except NotFound:
         return Outcome("skipped", message, details)
     except KubeError as e:
-        return Outcome("failed", f"{message}; finishing earlier bare-pod moves: {e}", details)
+        return Outcome("unknown", f"{message}; finishing earlier bare-pod moves: {e}", details)
     if settled.recreated:
         details["recreated"] = settled.recreated
         message += f"; recreated {len(settled.recreated)} bare pod(s) an earlier run evicted"

@@ -218,7 +218,7 @@ async def node_step(
     except NotFound:
         return Outcome("skipped", f"node {name} no longer exists")
     except KubeError as e:
-        return Outcome("failed", f"node {name}: {e}")
+        return Outcome("unknown", f"node {name}: {e}")
     what = "cordoned" if cordon else f"tainted {taint}"
     if c.changed:
         message = f"{what} by rule {decision.rule}"

@@ -184,7 +184,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except NotFound:
         return Outcome("skipped", f"node {name} no longer exists")
     except KubeError as e:
-        return Outcome("failed", f"node {name}: {e}")
+        return Outcome("unknown", f"node {name}: {e}")
 
 
 def _record(cr_or_node: Obj) -> dict[str, Any] | None:
@@ -282,7 +282,8 @@ async def _ask(
                 "not this rule's (NodeHealthCheck's, or a person's): not rebooting over it"
             )
             await set_phase(ctx, name, decision.rule, "reboot-failed", message)
-            return Outcome("failed", message)
+            # Someone else remediates the node: no evidence that a reboot fails.
+            return Outcome("unknown", message)
         asked.cr_uid = str((cr.get("metadata") or {}).get("uid") or "")
     how = (
         f"{SNR_KIND} {params.snr_namespace}/{name}"

@@ -224,7 +224,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except NotFound:
         return Outcome("skipped", f"pod {namespace}/{pod_name} is gone already")
     except KubeError as e:
-        return Outcome("failed", f"pod {namespace}/{pod_name}: {e}")
+        return Outcome("unknown", f"pod {namespace}/{pod_name}: {e}")
     if gang_of(pod) is not None:
         return await _requeue_gang(ctx, decision, pod, params)
     owner = controller_owner(pod)
@@ -243,7 +243,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except NotFound:
         return Outcome("skipped", f"job {namespace}/{job_name} is gone")
     except KubeError as e:
-        return Outcome("failed", f"job {namespace}/{job_name}: {e}")
+        return Outcome("unknown", f"job {namespace}/{job_name}: {e}")
     if refused is not None:
         limit = "maxRequeues" in refused
         message = f"not requeuing job {namespace}/{job_name} (pod {pod_name}): {refused}"
@@ -263,7 +263,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except Conflict:
         pass  # a new pod under that name: the old one, our target, is gone
     except KubeError as e:
-        return Outcome("failed", f"pod {namespace}/{pod_name}: {e}")
+        return Outcome("unknown", f"pod {namespace}/{pod_name}: {e}")
     try:
         count = int(_record(job).get("count", 0))
     except unknown.UnknownFact:
@@ -308,7 +308,7 @@ async def _requeue_gang(
             ctx, gang, rule=decision.rule, why=decision.reason, last=key, limit=limit
         )
     except KubeError as e:
-        return Outcome("failed", f"pod {key}: gang restart: {e}")
+        return Outcome("unknown", f"pod {key}: gang restart: {e}")
     status: Status = "done" if done.status in ("restarted", "resumed") else "skipped"
     details = {"gang": done.gang, "restart": done.status, "deleted": done.deleted}
     return Outcome(status, done.message, details)

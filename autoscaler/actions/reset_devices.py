@@ -27,11 +27,15 @@ Execution, recorded in the node's ``accel-fleet.io/remediation`` entry:
    restarts (``kill -9``) finds its own request and only waits: no second request,
    no second move.
 3. It waits up to ``wait`` from the request for the agent's answer with that id:
-   ``done`` ends ``done`` (phase ``reset``); ``failed``, or a ``refused`` or missing
-   answer at the deadline, ends ``failed`` (phase ``reset-failed``), which an
-   escalation ladder takes as the signal to go on at once. A request given up on is
-   closed with a ``failed`` status written by the controller, so the agent never
-   carries it out later.
+   ``done`` ends ``done`` (phase ``reset``); ``failed``, or a ``refused`` answer
+   still standing at the deadline, ends ``failed`` (phase ``reset-failed``), which
+   an escalation ladder takes as the signal to go on at once: the agent's own word
+   that the reset did not work. No answer at all by the deadline ends ``unknown``
+   (the agent may not run there): the ladder then waits for the step's timeout. A
+   request given up on is closed with a ``failed`` status written by the
+   controller, so the agent never carries it out later. A device whose UUID is
+   unknown, or another open request on the node, also ends ``unknown``, with
+   nothing asked.
 
 The taint stays until the rule's ``recover`` removes it. Events: those of the move,
 then ``ResetRequested``, and ``DevicesReset`` or ``DeviceResetFailed`` on the node.
@@ -221,7 +225,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except NotFound:
         return Outcome("skipped", f"node {name} no longer exists")
     except KubeError as e:
-        return Outcome("failed", f"node {name}: {e}")
+        return Outcome("unknown", f"node {name}: {e}")
 
 
 async def _execute(
@@ -263,7 +267,7 @@ async def _ask(
         )
     ):
         return Outcome(
-            "failed",
+            "unknown",
             f"node {name}: another reset request ({pending.get('id')}, by {pending.get('by')}) "
             "is still open; not asking over it",
         )
@@ -278,7 +282,7 @@ async def _ask(
             whole = True  # the agent resets the whole board anyway
         else:
             return Outcome(
-                "failed",
+                "unknown",
                 f"node {name}: the UUID of {decision.target.get('device')} is unknown (no uuid "
                 "label and no accel_device_info series), so the agent cannot be told which "
                 "device to reset",
@@ -414,7 +418,12 @@ async def _give_up(
         return await _end(ctx, decision, name, rid, {**status, "state": "failed", "message": why})
     if status is not None and status.get("id") == rid and status.get("state") in FINAL:
         return await _end(ctx, decision, name, rid, status)  # the agent's, or ours
-    return await _end(ctx, decision, name, rid, closed)
+    ended = await _end(ctx, decision, name, rid, closed)
+    if last is None:
+        # No answer at all (is the agent running there?): nothing says that a reset
+        # fails, so a ladder waits for its step's timeout rather than go on at once.
+        return Outcome("unknown", ended.message, ended.details)
+    return ended
 
 
 SPEC = ActionSpec(

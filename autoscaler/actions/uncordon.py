@@ -63,7 +63,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     except NotFound:
         return Outcome("skipped", f"node {name} no longer exists")
     except KubeError as e:
-        return Outcome("failed", f"node {name}: {e}")
+        return Outcome("unknown", f"node {name}: {e}")
     uncordoned = any(r.uncordoned for r in released)
     message = (
         f"uncordoned by rule {decision.rule} (cordoned by {', '.join(mine)})"

@@ -136,8 +136,17 @@ def evaluate(
     _forget(ruleset, state, now)
     recovered, unknown = _recover(ruleset, recover_results or {}, state, now, dry_run)
     done = {(d.rule, _labels(d.target)) for d in recovered}
-    escalated = escalate(ruleset, state, now, unknown=unknown, recovered=done, dry_run=dry_run)
-    fired = _fire(ruleset, results, state, now, done)
+    present = {r.name: _present(r, results.get(r.name), state, "expr") for r in ruleset.rules}
+    escalated = escalate(
+        ruleset,
+        state,
+        now,
+        unknown=unknown,
+        recovered=done,
+        observed={name: None if p is None else frozenset(p) for name, p in present.items()},
+        dry_run=dry_run,
+    )
+    fired = _fire(ruleset, present, state, now, done)
     _close_window_breaker(ruleset.limits, fired, state, cluster, now)
     acted = _gate(ruleset.limits, fired, state, cluster, now, dry_run)
     state.last_evaluation = now
@@ -366,14 +375,14 @@ def _recover(
 
 def _fire(
     ruleset: RuleSet,
-    results: Mapping[str, QueryResult],
+    present_by_rule: Mapping[str, dict[Labels, _Seen] | None],
     state: EngineState,
     now: float,
     recovered: set[TargetKey],
 ) -> list[_Fired]:
     fired: list[_Fired] = []
     for rule in ruleset.rules:
-        present = _present(rule, results.get(rule.name), state, "expr")
+        present = present_by_rule.get(rule.name)
         if present is None:
             continue
         for key in [k for k in state.incidents if k[0] == rule.name and k[1] not in present]:
@@ -551,7 +560,7 @@ def _gate(
         # The alert's identity leaves the sample with the bookkeeping labels; the
         # reason keeps it, so that the log says which incident acted.
         incident = f"; incident {', '.join(f.ids)}" if f.ids else ""
-        extra = start(rule, f.key, state, now) if rule.escalate else {}
+        extra = start(rule, f.key, state, now, f.sample.labels) if rule.escalate else {}
         decisions.append(
             _decision(
                 rule,

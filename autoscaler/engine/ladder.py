@@ -22,9 +22,20 @@ Semantics (docs/rules.md says the same for rule authors):
   ladder ends.
 - The next step starts when the current step's ``timeout`` has passed since it
   started without success, or at once when the executor reported the step's
-  action ``failed`` (``EngineState.report``). A timeout never escalates on a cycle
-  whose success result is unknown (the source is down): unknown is not "failed
-  to recover", and a reboot is no answer to a broken scrape.
+  action ``failed`` (``EngineState.report``): evidence from the cluster that it did
+  not work. An ``unknown`` outcome (an API error, an exception, an unreadable
+  value, a missing fact such as a device's UUID) is no such evidence: the step
+  waits for its timeout. A timeout never escalates on a cycle whose success result
+  is unknown (the source is down): unknown is not "failed to recover", and a
+  reboot is no answer to a broken scrape.
+- Nothing escalates, failed or timed out, on a cycle whose fault result (the
+  rule's ``expr``, or its alert) is unknown. A step that would reboot or replace
+  (``DESTRUCTIVE``) starts only while the fault is *observed*: the rule's ``expr``
+  holds for the target at that very cycle. "Not recovered" is not enough: a
+  device whose exporter went away is not recovered either.
+- Every step's decision carries the labels of the sample that started the ladder
+  (``Ladder.labels``: the device's ``uuid``, say), so a later step never knows less
+  than the first.
 - Limits on the steps after the first: they are not held by the rule's cooldown,
   ``maxConcurrent``, ``maxConcurrentDrains`` or the breaker's count (the target is
   already active and its node already counted: escalating adds no node), but they
@@ -43,12 +54,17 @@ acted) and the step's action type and parameters.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from dataclasses import replace
 
 from accel_common.durations import format_whole
 from autoscaler.decision import Decision
 from autoscaler.engine.state import EngineState, Ladder, Note, TargetKey
 from autoscaler.ruleset.model import Limits, Rule, RuleSet
+from autoscaler.types import Labels
+
+# Steps that take a machine away: they start only while the fault is observed.
+DESTRUCTIVE = frozenset({"reboot_node", "replace_machine"})
 
 
 def success_key(rule: Rule, step: int) -> str:
@@ -77,12 +93,15 @@ def escalate(
     *,
     unknown: set[TargetKey],
     recovered: set[TargetKey],
+    observed: Mapping[str, Set[Labels] | None],
     dry_run: bool,
 ) -> list[Decision]:
     """The cycle's escalations: the act decisions of every ladder's next step that
     is due and allowed, in rule and then target order. ``unknown``: targets whose
     success result was unknown this cycle; ``recovered``: targets that recovered
-    this cycle (their ladder has ended). Mutates ``state``."""
+    this cycle (their ladder has ended); ``observed``: by rule, the targets its
+    ``expr`` holds for this cycle, None where that result is unknown. Mutates
+    ``state``."""
     decisions: list[Decision] = []
     for rule in ruleset.rules:
         if not rule.escalate:
@@ -99,6 +118,18 @@ def escalate(
             if not (failed or timed_out):
                 continue
             what = f"step {step} ({current.action.type})"
+            faults = observed.get(rule.name)
+            if faults is None:
+                state.notes.append(
+                    Note(
+                        rule.name,
+                        "unknown",
+                        f"{what} {'failed' if failed else 'timed out'} but whether the fault "
+                        "is still there is unknown; not escalating",
+                        key[1],
+                    )
+                )
+                continue
             if not failed and key in unknown:
                 state.notes.append(
                     Note(
@@ -111,6 +142,19 @@ def escalate(
                 continue
             if step == last:
                 _exhaust(rule, key, state, what, now)
+                continue
+            following = rule.escalate[step].action.type
+            if following in DESTRUCTIVE and key[1] not in faults:
+                state.notes.append(
+                    Note(
+                        rule.name,
+                        "held",
+                        f"escalation from {what} to {following}: the fault is not observed "
+                        "now (the rule's expr does not hold for the target), and a "
+                        f"{following} starts only on a fault seen at that moment",
+                        key[1],
+                    )
+                )
                 continue
             held = _held(ruleset.limits, rule, state)
             if held is not None:
@@ -126,10 +170,12 @@ def escalate(
     return decisions
 
 
-def start(rule: Rule, key: TargetKey, state: EngineState, now: float) -> dict[str, float | int]:
-    """A rule with a ladder acted (its first step): start the ladder. The decision's
-    extra."""
-    state.ladders[key] = Ladder(1, now, now)
+def start(
+    rule: Rule, key: TargetKey, state: EngineState, now: float, labels: Labels = ()
+) -> dict[str, float | int]:
+    """A rule with a ladder acted (its first step) on a sample with ``labels``: start
+    the ladder. The decision's extra."""
+    state.ladders[key] = Ladder(1, now, now, labels=labels)
     return {"step": 1, "incident": now}
 
 
@@ -175,7 +221,7 @@ def _step(
     why: str,
 ) -> Decision:
     action = rule.escalate[step - 1].action
-    state.ladders[key] = Ladder(step, now, ladder.started)
+    state.ladders[key] = Ladder(step, now, ladder.started, labels=ladder.labels)
     # What held before this step acted says nothing about it.
     state.recovering.pop(key, None)
     active = state.active.get(key)
@@ -190,7 +236,7 @@ def _step(
         action=action.type,
         params=dict(action.params),
         target=dict(key[1]),
-        sample_labels=key[1],
+        sample_labels=ladder.labels or key[1],
         sample_value=0.0,
         at=now,
         dry_run=dry_run,
@@ -200,4 +246,4 @@ def _step(
     )
 
 
-__all__ = ["escalate", "has_success", "start", "step_of", "success_key"]
+__all__ = ["DESTRUCTIVE", "escalate", "has_success", "start", "step_of", "success_key"]

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autoscaler.decision import Decision
@@ -90,8 +90,12 @@ class Ladder:
     since: float  # when this step started
     started: float  # when step 1 started
     # The step's action outcome as the executor reported it ("done", "partial",
-    # "skipped", "failed"); None until it does. "failed" escalates at once.
+    # "skipped", "failed", "unknown"); None until it does. Only "failed" (evidence
+    # from the cluster that the step did not work) escalates at once.
     outcome: str | None = None
+    # The labels of the sample that started the ladder (a device's uuid, say), which
+    # every later step's decision carries: a step must not know less than the first.
+    labels: Labels = ()
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,7 @@ class EngineState:
         ladder = self.ladders.get(key)
         if ladder is None or ladder.step != step:
             return False
-        self.ladders[key] = Ladder(ladder.step, ladder.since, ladder.started, status)
+        self.ladders[key] = replace(ladder, outcome=status)
         return True
 
     def to_json(self) -> dict[str, Any]:
@@ -218,7 +222,14 @@ class EngineState:
                 for k, a in sorted(self.active.items())
             ],
             "ladders": [
-                _entry(k, step=v.step, since=v.since, started=v.started, outcome=v.outcome)
+                _entry(
+                    k,
+                    step=v.step,
+                    since=v.since,
+                    started=v.started,
+                    outcome=v.outcome,
+                    labels=dict(v.labels),
+                )
                 for k, v in sorted(self.ladders.items())
             ],
             "cooldowns": [_entry(k, lastActedAt=v) for k, v in sorted(self.last_acted.items())],
@@ -313,8 +324,15 @@ def _ladder(entry: Mapping[str, Any]) -> Ladder:
     step = entry["step"]
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"ladder step must be a whole number from 1, got {step!r}")
+    labels = entry.get("labels") or {}
+    if not isinstance(labels, Mapping):
+        raise TypeError(f"ladder labels must be a mapping, got {type(labels).__name__}")
     return Ladder(
-        step, float(entry["since"]), float(entry["started"]), _opt_str(entry.get("outcome"))
+        step,
+        float(entry["since"]),
+        float(entry["started"]),
+        _opt_str(entry.get("outcome")),
+        labels_of({str(k): str(v) for k, v in labels.items()}),
     )
 
 

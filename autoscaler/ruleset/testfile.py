@@ -123,7 +123,7 @@ class InputOutcome:
     position: Position
 
 
-OUTCOME_STATUSES = ("done", "partial", "skipped", "failed")
+OUTCOME_STATUSES = ("done", "partial", "skipped", "failed", "unknown")
 
 
 @dataclass(frozen=True)

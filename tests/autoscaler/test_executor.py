@@ -272,11 +272,11 @@ async def test_a_failure_is_an_outcome_and_the_next_decision_still_runs(
     await ex.wait(10)
     assert first.exception() is None
     bad, good = ex.history
-    assert bad.outcome.status == "failed"
+    assert bad.outcome.status == "unknown"
     assert bad.outcome.message.startswith(message), bad.outcome.message
     assert good.outcome.status == "done"
     assert ex.outcomes == {
-        ("bad", failing.action, "failed"): 1,
+        ("bad", failing.action, "unknown"): 1,
         ("good", "probe", "done"): 1,
     }
 
@@ -291,7 +291,7 @@ async def test_every_outcome_is_counted_timed_and_kept(
     ex.submit(probe_decision("caller", {"pool": "p"}, rule="caller", pause=0.05, read="n1"))
     await ex.wait(10)
 
-    assert set(STATUSES) == {"done", "partial", "skipped", "failed"}
+    assert set(STATUSES) == {"done", "partial", "skipped", "failed", "unknown"}
     assert ex.outcomes == {
         **{(s, "probe", s): 1 for s in STATUSES},
         ("caller", "probe", "done"): 1,

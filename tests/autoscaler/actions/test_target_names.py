@@ -117,14 +117,14 @@ async def test_a_bad_target_name_makes_no_api_call(
             where = f"{what} in {target}"
             queries = Queries()
             outcome, executor = await execute(kube, decide(action, kind, target), queries)
-            assert outcome.status == "failed", where
+            assert outcome.status == "unknown", where
             assert "refused before any API call" in outcome.message, where
             assert "is not a valid Kubernetes name" in outcome.message, where
             assert repr(bad if len(bad) <= 80 else bad[:60] + "...") in outcome.message, where
             assert api.requests == [], [f"{r.method} {r.path}" for r in api.requests]
             assert queries.asked == [], where
             assert executor.history[0].first_call is None, where
-            assert executor.outcomes[("r", action, "failed")] == 1, where
+            assert executor.outcomes[("r", action, "unknown")] == 1, where
 
 
 @pytest.mark.parametrize("bad", BAD_NAMES.values(), ids=BAD_NAMES.keys())
@@ -134,7 +134,7 @@ async def test_a_dry_run_refuses_it_the_same_way(
     populate(api)
     dry = DryRunKube(kube)
     outcome, _ = await execute(dry, decide("drain", "act", {"node": bad}), Queries())
-    assert outcome.status == "failed" and "not a valid Kubernetes name" in outcome.message
+    assert outcome.status == "unknown" and "not a valid Kubernetes name" in outcome.message
     assert dry.writes == [] and api.requests == []
 
 

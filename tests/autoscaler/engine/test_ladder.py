@@ -168,14 +168,14 @@ def test_an_open_breaker_and_hourly_limits_hold_escalation(tmp_path: Path) -> No
     rules = ruleset(tmp_path, text)
     state = EngineState()
     ev(rules, down(), state, 0.0)
-    assert ev(rules, {}, state, 300.0) == []
+    assert ev(rules, down(), state, 300.0) == []
     assert any("escalation: global maxActionsPerHour" in n.reason for n in state.notes)
     state.actions.clear()
     state.breaker_open, state.breaker_reason = True, "storm"
-    assert ev(rules, {}, state, 360.0) == []
+    assert ev(rules, down(), state, 360.0) == []
     assert any("escalation: circuit breaker open: storm" in n.reason for n in state.notes)
     state.breaker_open = False
-    assert [d.action for d in ev(rules, {}, state, 420.0)] == ["cordon"]
+    assert [d.action for d in ev(rules, down(), state, 420.0)] == ["cordon"]
 
 
 def test_an_unknown_success_never_escalates_by_timeout_but_a_failure_does(
@@ -185,23 +185,90 @@ def test_an_unknown_success_never_escalates_by_timeout_but_a_failure_does(
     state = EngineState()
     ev(rules, down(), state, 0.0)
     unknown = {"broken": Unknown("source down")}
-    assert evaluate(rules, unknown, state, 300.0, recover_results=unknown) == []
+    assert evaluate(rules, down(), state, 300.0, recover_results=unknown) == []
     assert any("success is unknown; not escalating" in n.reason for n in state.notes)
     assert state.report("broken", {"node": "n1"}, 1, "failed")
     assert not state.report("broken", {"node": "n1"}, 2, "done")  # not at step 2
-    decisions = evaluate(rules, unknown, state, 310.0, recover_results=unknown)
+    decisions = evaluate(rules, down(), state, 310.0, recover_results=unknown)
     assert [d.action for d in decisions] == ["cordon"]
     assert "step 1 (taint) failed" in decisions[0].reason
+
+
+def test_nothing_escalates_while_the_fault_itself_is_unknown(tmp_path: Path) -> None:
+    rules = ruleset(tmp_path)
+    state = EngineState()
+    ev(rules, down(), state, 0.0)
+    state.report("broken", {"node": "n1"}, 1, "failed")
+    unknown = {"broken": Unknown("source down")}
+    for now in (60.0, 300.0, 900.0):  # failed, then timed out too: still nothing
+        assert evaluate(rules, unknown, state, now, recover_results=NOT_WELL) == []
+        assert any("whether the fault is still there is unknown" in n.reason for n in state.notes)
+    assert state.ladders[("broken", N1)].step == 1
+    assert [d.action for d in ev(rules, down(), state, 960.0)] == ["cordon"]
+
+
+def test_an_unknown_outcome_waits_for_the_timeout(tmp_path: Path) -> None:
+    rules = ruleset(tmp_path)
+    state = EngineState()
+    ev(rules, down(), state, 0.0)
+    assert state.report("broken", {"node": "n1"}, 1, "unknown")
+    assert ev(rules, down(), state, 60.0) == []
+    assert ev(rules, down(), state, 299.0) == []
+    assert [d.action for d in ev(rules, down(), state, 300.0)] == ["cordon"]
+
+
+DESTRUCTIVE_RULES = """\
+apiVersion: accel-fleet/v1
+kind: RuleSet
+spec:
+  evaluationInterval: 1m
+  rules:
+    - name: broken
+      expr: accel_up == 0
+      target: device
+      escalate:
+        - action: {type: migrate_jobs}
+          timeout: 5m
+        - action: {type: reboot_node}
+          timeout: 30m
+      recover: {expr: accel_up == 1, for: 5m}
+"""
+
+
+def test_a_reboot_needs_the_fault_observed_and_carries_the_first_labels(
+    tmp_path: Path,
+) -> None:
+    rules = ruleset(tmp_path, DESTRUCTIVE_RULES)
+    state = EngineState()
+    first = labels_of({"node": "n1", "device": "nvidia0", "uuid": "GPU-1", "code": "79"})
+    fault: dict[str, QueryResult] = {"broken": Vector((Sample(first, 0.0, 0.0),))}
+    recover: dict[str, QueryResult] = {"broken": Vector(())}
+
+    def at(results: dict[str, QueryResult], now: float) -> list[Decision]:
+        return evaluate(rules, results, state, now, recover_results=recover, cluster=CLUSTER)
+
+    assert [d.action for d in at(fault, 0.0)] == ["migrate_jobs"]
+    state.report("broken", {"node": "n1", "device": "nvidia0"}, 1, "failed")
+    # Failed, but the fault is not seen now (the exporter went away: not recovered
+    # either): no reboot, a held note says why.
+    assert at({"broken": Vector(())}, 60.0) == []
+    assert any("the fault is not observed now" in n.reason for n in state.notes)
+    assert at({"broken": Vector(())}, 600.0) == []
+    # Seen again: the reboot, with the labels of the sample that started the ladder.
+    later = labels_of({"node": "n1", "device": "nvidia0"})
+    (reboot,) = at({"broken": Vector((Sample(later, 0.0, 0.0),))}, 660.0)
+    assert reboot.action == "reboot_node" and dict(reboot.sample_labels)["uuid"] == "GPU-1"
+    assert state.ladders[("broken", later)].labels == first
 
 
 def test_an_exhausted_ladder_releases_its_target(tmp_path: Path) -> None:
     rules = ruleset(tmp_path)
     state = EngineState()
     ev(rules, down(), state, 0.0)
-    ev(rules, {}, state, 300.0)
-    ev(rules, {}, state, 900.0)
+    ev(rules, down(), state, 300.0)
+    ev(rules, down(), state, 900.0)
     assert state.ladders[("broken", N1)].step == 3
-    assert ev(rules, {}, state, 900.0 + 1800.0) == []
+    assert ev(rules, down(), state, 900.0 + 1800.0) == []
     assert ("broken", N1) not in state.active and not state.ladders
     assert [n.kind for n in state.notes if n.kind != "unknown"] == ["exhausted"]
 
@@ -210,14 +277,14 @@ def test_a_ladder_survives_a_json_round_trip_mid_way(tmp_path: Path) -> None:
     rules = ruleset(tmp_path)
     state = EngineState()
     ev(rules, down(), state, 0.0)
-    ev(rules, {}, state, 300.0)
+    ev(rules, down(), state, 300.0)
     state.report("broken", {"node": "n1"}, 2, "done")
     again = EngineState.from_json(json.loads(json.dumps(state.to_json())))
     assert again.ladders == state.ladders
     assert [d.extra for d in again.decisions] == [d.extra for d in state.decisions]
     # It goes on from step 2: the next step after step 2's timeout, nothing before.
-    assert ev(rules, {}, again, 899.0) == []
-    assert [d.action for d in ev(rules, {}, again, 900.0)] == ["drain"]
+    assert ev(rules, down(), again, 899.0) == []
+    assert [d.action for d in ev(rules, down(), again, 900.0)] == ["drain"]
 
 
 # -- restore ----------------------------------------------------------------------------
@@ -245,7 +312,7 @@ def _mid_ladder(tmp_path: Path) -> tuple[RuleSet, EngineState]:
     rules = ruleset(tmp_path)
     state = EngineState()
     ev(rules, down(), state, 0.0)
-    ev(rules, {}, state, 300.0)
+    ev(rules, down(), state, 300.0)
     return rules, parse_record(record_text(state))
 
 
@@ -258,8 +325,8 @@ def test_a_ladder_comes_back_from_the_record_while_its_node_holds_our_entry(
     assert state.ladders[("broken", N1)] == record.ladders[("broken", N1)]
     assert state.active[("broken", N1)].action == "cordon"
     # It goes on at step 2: the drain after step 2's timeout, and nothing before.
-    assert ev(rules, {}, state, 899.0) == []
-    assert [d.action for d in ev(rules, {}, state, 900.0)] == ["drain"]
+    assert ev(rules, down(), state, 899.0) == []
+    assert [d.action for d in ev(rules, down(), state, 900.0)] == ["drain"]
 
 
 def test_a_node_away_being_replaced_stays_counted_and_a_released_one_does_not(

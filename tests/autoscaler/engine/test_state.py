@@ -365,6 +365,7 @@ def test_to_json_is_the_documented_shape() -> None:
                 "since": 15.0,
                 "started": 5.0,
                 "outcome": "failed",
+                "labels": {},
             }
         ],
         "cooldowns": [{"rule": "a", "target": {"node": "n3"}, "lastActedAt": 5.0}],
