@@ -64,7 +64,8 @@ from autoscaler.actions.ownership import entries, parse_iso
 from autoscaler.clusterstate import ingest
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import NODES_QUERY, run_cycle, source_cluster
-from autoscaler.engine.restore import RecordError, parse_record, record_text, restore
+from autoscaler.engine.record import RecordError, parse_record, record_text
+from autoscaler.engine.restore import restore
 from autoscaler.engine.state import EngineState
 from autoscaler.executor import Executor
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
@@ -104,6 +105,15 @@ class CycleStats:
     unrestored: int = 0
     # Failed reads and writes of the state record.
     state_record_errors: int = 0
+    # Cycles that failed (an exception, or the state not rebuilt from the cluster).
+    failed_cycles: int = 0
+    # The failures in a row so far, and the last one's reason: /healthz reads them.
+    failed_in_a_row: int = 0
+    last_failure: str = ""
+    record_failures_in_a_row: int = 0
+    last_record_failure: str = ""
+    # State record entries refused when read (and dropped, never written back).
+    record_refused: int = 0
 
 
 # The cluster-state series as (metric, labels, value) rows (autoscaler/clusterstate.py).
@@ -113,6 +123,16 @@ ClusterState = Callable[[float], Awaitable[ClusterRows]]
 
 def always_leading() -> bool:
     return True
+
+
+def no_watches() -> list[str]:
+    return []
+
+
+# /healthz turns red after this many failed evaluation cycles in a row, or failed
+# writes of the state record in a row: one is a blip, three are a controller that
+# cannot do its job (and a restart, or a person, is the answer).
+MAX_FAILURES_IN_A_ROW = 3
 
 
 class StateRecord:
@@ -125,29 +145,39 @@ class StateRecord:
     answers False, and the controller rebuilds its state from the cluster, the new
     record included, before its next write."""
 
-    def __init__(self, kube: Kube, namespace: str, name: str) -> None:
+    def __init__(
+        self, kube: Kube, namespace: str, name: str, clock: Callable[[], float] = time.time
+    ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.name = name
+        self.clock = clock
         self._version: str | None = None
         self._written: str | None = None
+        # Entries refused by the last read (each logged).
+        self.refused = 0
 
     async def read(self) -> EngineState | None:
         """The state the record holds; None when there is none (or it cannot be
-        read as a record: logged, and overwritten by the next write). KubeError
-        when the API server does not answer."""
+        read as a record: logged, and overwritten by the next write). Entries
+        that cannot be read are dropped, each named in a warning
+        (``engine/record.py``). KubeError when the API server does not answer."""
         try:
             cm = await self.kube.get_configmap(self.namespace, self.name)
         except NotFound:
             self._version = self._written = None
             return None
-        self._version = str((cm.get("metadata") or {}).get("resourceVersion") or "") or None
-        text = (cm.get("data") or {}).get(STATE_DATA_KEY)
-        self._written = text
+        meta = cm.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        self._version = str(version) if isinstance(version, (str, int)) and version else None
+        data = cm.get("data")
+        text = data.get(STATE_DATA_KEY) if isinstance(data, dict) else None
+        self._written = None
         if not text:
             return None
+        problems: list[str] = []
         try:
-            return parse_record(text)
+            state = parse_record(text, now=self.clock(), problems=problems)
         except RecordError as e:
             log.warning(
                 "configmap %s/%s: the state record cannot be read, starting from the node "
@@ -156,15 +186,43 @@ class StateRecord:
                 self.name,
                 e,
             )
-            self._written = None
             return None
+        for problem in problems:
+            log.warning("configmap %s/%s: state record %s", self.namespace, self.name, problem)
+        self.refused = len(problems)
+        # What was refused is left out of the next write: never written back.
+        self._written = None if problems else text
+        return state
 
     async def write(self, state: EngineState) -> bool:
-        """Store ``state``'s record if it changed since the last read or write.
-        True when the record is current afterwards."""
+        """Store ``state``'s record if it changed since the last read or write, and
+        recreate it (with what memory holds) when someone deleted it. True when the
+        record is current afterwards; False when someone else wrote it since (the
+        caller rebuilds its state from the cluster before writing again)."""
         text = record_text(state)
         if text == self._written:
-            return True
+            # Unchanged here: still there, and still ours? A record deleted behind
+            # our back would otherwise never be written again, and the next restart
+            # would forget the hourly limits and a manually reset breaker.
+            try:
+                cm = await self.kube.get_configmap(self.namespace, self.name)
+            except NotFound:
+                log.warning(
+                    "configmap %s/%s: the state record was deleted; writing it again",
+                    self.namespace,
+                    self.name,
+                )
+                self._version = self._written = None
+            else:
+                meta = cm.get("metadata")
+                version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+                if str(version) == self._version:
+                    return True
+                self._version = self._written = None
+                log.warning(
+                    "configmap %s/%s changed under us; reading it again", self.namespace, self.name
+                )
+                return False
         body: Obj = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -172,24 +230,28 @@ class StateRecord:
             "data": {STATE_DATA_KEY: text},
         }
         try:
-            if self._version is None:
-                try:
-                    stored = await self.kube.create_configmap(self.namespace, body)
-                except Conflict as e:
-                    if not e.already_exists:
-                        raise
-                    current = await self.kube.get_configmap(self.namespace, self.name)
-                    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                    stored = await self.kube.replace_configmap(self.namespace, self.name, body)
-            else:
+            if self._version is not None:
                 body["metadata"]["resourceVersion"] = self._version
-                stored = await self.kube.replace_configmap(self.namespace, self.name, body)
+                try:
+                    stored = await self.kube.replace_configmap(self.namespace, self.name, body)
+                except NotFound:
+                    log.warning(
+                        "configmap %s/%s: the state record was deleted; writing it again",
+                        self.namespace,
+                        self.name,
+                    )
+                    del body["metadata"]["resourceVersion"]
+                    self._version = None
+            if self._version is None:
+                # Created, never replaced blindly: one that exists already is
+                # someone else's write (a Conflict), read before ours.
+                stored = await self.kube.create_configmap(self.namespace, body)
         except Conflict as e:
             # Someone else wrote it (a new leader): read it again before writing.
             self._version = self._written = None
             log.warning("configmap %s/%s changed under us: %s", self.namespace, self.name, e)
             return False
-        self._version = str(stored["metadata"]["resourceVersion"])
+        self._version = str((stored.get("metadata") or {}).get("resourceVersion") or "") or None
         self._written = text
         return True
 
@@ -207,6 +269,7 @@ class Controller:
         leading: Callable[[], bool] = always_leading,
         cluster_state: ClusterState | None = None,
         record: StateRecord | None = None,
+        lost_watches: Callable[[], list[str]] = no_watches,
     ) -> None:
         self.watcher = watcher
         self.source = source
@@ -216,6 +279,8 @@ class Controller:
         self.executor = executor
         self.leading = leading
         self.cluster_state = cluster_state
+        # The informers' watches that are lost (their reasons), for /healthz.
+        self.lost_watches = lost_watches
         self.cluster_rows: ClusterRows = []
         self.cluster_nodes: dict[str, float] = {}
         # (node, rule, action, phase) of this controller's remediation entries.
@@ -243,6 +308,31 @@ class Controller:
     @property
     def ruleset(self) -> RuleSet:
         return self.watcher.current
+
+    def health(self) -> list[str]:
+        """Why this controller cannot do its job now; empty when it can. ``/healthz``
+        answers 503 with these (docs/controller.md, "What a probe sees"): failed
+        evaluation cycles in a row, failed writes of the state record in a row, and
+        lost watches. A source that is down is not among them: that is the
+        source's state (``accel_autoscaler_source_up``), and no restart fixes it."""
+        reasons: list[str] = []
+        s = self.stats
+        if s.failed_in_a_row >= MAX_FAILURES_IN_A_ROW:
+            reasons.append(
+                f"{s.failed_in_a_row} evaluation cycles in a row failed; the last: {s.last_failure}"
+            )
+        if s.record_failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
+            reasons.append(
+                f"the state record could not be written {s.record_failures_in_a_row} times in "
+                f"a row; the last: {s.last_record_failure}"
+            )
+        reasons.extend(self.lost_watches())
+        return reasons
+
+    def _failed(self, why: str) -> None:
+        self.stats.failed_cycles += 1
+        self.stats.failed_in_a_row += 1
+        self.stats.last_failure = why[:500]
 
     def interval(self) -> float:
         """Seconds between cycles: the rule set's ``evaluationInterval``, clamped
@@ -407,7 +497,7 @@ class Controller:
                     action=action.type,
                     params=dict(action.params),
                     target=dict(target),
-                    sample_labels=target,
+                    sample_labels=ladder.labels or target,
                     sample_value=0.0,
                     at=self.clock(),
                     dry_run=self.dry_run,
@@ -451,11 +541,14 @@ class Controller:
         try:
             nodes = await ctx.kube.list_nodes()
             record = await self.record.read() if self.record is not None else None
-        except KubeError as e:
+            found = restore(self.state, nodes, record, ctx.controller, self.ruleset, self.clock())
+        except Exception as e:  # KubeError, or anything one object could raise
             self.stats.state_record_errors += 1
+            self._failed(f"cannot rebuild the remediation state from the cluster: {e}")
             log.warning("cannot rebuild the remediation state from the cluster yet: %s", e)
             return False
-        found = restore(self.state, nodes, record, ctx.controller, self.ruleset, self.clock())
+        if self.record is not None:
+            self.stats.record_refused += self.record.refused
         log.info("remediation state rebuilt from the cluster: %s", found.summary())
         return True
 
@@ -466,8 +559,11 @@ class Controller:
             current = await self.record.write(self.state)
         except KubeError as e:
             self.stats.state_record_errors += 1
+            self.stats.record_failures_in_a_row += 1
+            self.stats.last_record_failure = str(e)[:500]
             log.warning("cannot write the state record: %s", e)
             return
+        self.stats.record_failures_in_a_row = 0
         if not current:
             # Another replica wrote the record: this one's memory is stale. Take the
             # cluster's word (without resuming anything: its own tasks still run).
@@ -491,7 +587,7 @@ class Controller:
                 return []
             if not await self._restore():
                 self.stats.unrestored += 1
-                return []
+                return []  # counted as failed by _rebuild
             start = time.perf_counter()
             if self._retained is not self.ruleset:
                 self._retain()
@@ -513,6 +609,7 @@ class Controller:
             for name in result.unknown:
                 self.stats.unknown[name] += 1
             self.stats.cycles += 1
+            self.stats.failed_in_a_row = 0
             self.stats.last_duration = time.perf_counter() - start
             self.stats.last_timestamp = now
             await self._persist()
@@ -532,7 +629,8 @@ class Controller:
                     await self.cycle()
                 except asyncio.CancelledError:
                     raise
-                except Exception:  # the loop must outlive any one bad cycle
+                except Exception as e:  # the loop must outlive any one bad cycle
+                    self._failed(f"{type(e).__name__}: {e}")
                     log.exception("evaluation cycle failed")
                 left = self.interval() - (loop.time() - started)
                 if left > 0:

@@ -39,7 +39,9 @@ How the two are merged with what the process remembers (``restore``): active
 targets come from the cluster alone (memory may be stale: another replica led
 meanwhile, a person undid a remediation); cooldowns and the hourly actions are the
 later of the record and memory (a lost write must not shorten a cooldown); the
-breaker is the record's when there is one, else memory's; pending ``for:`` and
+breaker is the record's when there is one, else memory's; without a record, every
+node entry started in the last hour counts as an action of its rule, so that a
+deleted record does not reset ``maxActionsPerHour``; pending ``for:`` and
 ``recover.for`` waits start again (they are seconds, and starting them again
 delays an action, never adds one).
 
@@ -49,77 +51,26 @@ the nodes and the record, and writes the record back (``autoscaler/controller.py
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from autoscaler.actions.ownership import entries, parse_iso
 from autoscaler.engine.breaker import UNHEALTHY_ACTIONS
+from autoscaler.engine.record import (
+    NODE_RECORDED,
+    RECORD_VERSION,
+    RecordError,
+    parse_record,
+    record_of,
+    record_text,
+)
 from autoscaler.engine.state import Active, EngineState, Ladder, TargetKey
 from autoscaler.kube.protocol import Obj
 from autoscaler.ruleset.model import RuleSet
 from autoscaler.types import labels_of
 
-# The record's format; a record of another version is not read (see ``parse_record``).
-RECORD_VERSION = 1
-
-# Actions whose remediation is recorded on its node (nodeops.claim): for these the
-# node entry, not the state record, says whether a target is under remediation.
-NODE_RECORDED = UNHEALTHY_ACTIONS
-
 # How long an action counts towards maxActionsPerHour.
 HOUR = 3600.0
-
-
-class RecordError(ValueError):
-    """A state record that cannot be read (hand-edited, another version)."""
-
-
-def record_of(state: EngineState) -> dict[str, Any]:
-    """What the state record keeps of ``state``: the parts of ``EngineState.to_json``
-    that the node entries cannot tell (see the module docstring)."""
-    # Without the decision log and the notes, which the record does not keep and
-    # which would make this cost a thousand decisions per cycle.
-    doc = dataclasses.replace(state, decisions=deque(), notes=[]).to_json()
-    return {
-        "version": RECORD_VERSION,
-        "breaker": doc["breaker"],
-        "cooldowns": doc["cooldowns"],
-        "actions": doc["actions"],
-        "incidents": [i for i in doc.get("incidents", []) if i.get("handledAt") is not None],
-        "active": [a for a in doc["active"] if a["action"] not in NODE_RECORDED],
-        "ladders": doc["ladders"],
-    }
-
-
-def record_text(state: EngineState) -> str:
-    """The record as it is stored (stable key order, so an unchanged state writes
-    the same text and the controller can skip the write)."""
-    return json.dumps(record_of(state), sort_keys=True, separators=(",", ":"))
-
-
-def parse_record(text: str) -> EngineState:
-    """The state that a record holds (every other part empty). RecordError when the
-    text is not a record of this version."""
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise RecordError(f"not JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise RecordError(f"expected a JSON object, got {type(doc).__name__}")
-    if doc.get("version") != RECORD_VERSION:
-        raise RecordError(f"version {doc.get('version')!r}, this controller reads {RECORD_VERSION}")
-    full = EngineState().to_json()
-    for part in ("breaker", "cooldowns", "actions", "incidents", "active", "ladders"):
-        if part in doc and part in full:
-            full[part] = doc[part]
-    try:
-        return EngineState.from_json(full)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise RecordError(f"{type(e).__name__}: {e}") from e
 
 
 @dataclass(frozen=True)
@@ -168,6 +119,8 @@ def restore(
     rules = {r.name for r in ruleset.rules}
     saved = record if record is not None else EngineState()
     active: dict[TargetKey, Active] = {}
+    # (start, rule) of the readable node entries: the hourly actions they show.
+    starts: list[tuple[float, str]] = []
     dropped: list[str] = []
     listed: set[str] = set()
     for node in nodes:
@@ -182,10 +135,13 @@ def restore(
             target = dict(entry.target) or {"node": name}
             key = (rule, labels_of(target))
             try:
-                started = parse_iso(entry.started)
+                # A start in the future (a hand-written entry, a skewed clock) would
+                # hold the cooldown and the hourly count for ever: it is now.
+                started = min(parse_iso(entry.started), now)
             except ValueError:
                 # An unreadable start: the cooldown runs from now, the safe side.
                 started = now
+            starts.append((started, rule))
             since = max(started, saved.last_acted.get(key, started))
             counted = target.get("node", name) if entry.action in UNHEALTHY_ACTIONS else None
             active[key] = Active(since, entry.action, counted)
@@ -200,9 +156,10 @@ def restore(
             last_acted[key] = max(at, last_acted.get(key, at))
     for key, a in active.items():
         last_acted[key] = max(a.since, last_acted.get(key, a.since))
-    actions = sorted(
-        {(at, rule) for at, rule in [*state.actions, *saved.actions] if now - at < HOUR}
-    )
+    # Without a record (deleted, or never written), each node entry started in the
+    # last hour is an action: maxActionsPerHour must not reset with a lost record.
+    recorded = saved.actions if record is not None else starts
+    actions = sorted({(at, rule) for at, rule in [*state.actions, *recorded] if now - at < HOUR})
 
     state.active = active
     state.ladders = ladders
@@ -247,7 +204,7 @@ def _ladders(
             if key[0] != rule.name or not (key in active or (node and node not in listed)):
                 continue
             step = min(ladder.step, len(types))
-            out[key] = Ladder(step, ladder.since, ladder.started, ladder.outcome)
+            out[key] = replace(ladder, step=step)
             counted = node if any(t in UNHEALTHY_ACTIONS for t in types) else None
             active[key] = Active(ladder.started, types[step - 1], counted)
         for key, a in active.items():

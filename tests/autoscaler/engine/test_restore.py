@@ -185,11 +185,69 @@ def test_actions_without_a_node_entry_stay_active_through_the_record() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["not json", "[1]", json.dumps({"version": 99}), json.dumps({"version": 1, "breaker": 3})],
+    ["not json", "[1]", json.dumps({"version": 99}), "[" * 100_000, '{"version": 1e999}'],
 )
 def test_a_record_that_is_not_one_is_refused(text: str) -> None:
     with pytest.raises(RecordError):
         parse_record(text)
+
+
+GOOD = {"rule": "stuck", "target": {"namespace": "ml", "pod": "p"}}
+NESTED: object = []
+for _ in range(50):
+    NESTED = [NESTED]
+
+
+@pytest.mark.parametrize(
+    ("part", "bad"),
+    [
+        ("cooldowns", {**GOOD, "lastActedAt": 1e300}),
+        ("cooldowns", {**GOOD, "lastActedAt": "soon"}),
+        ("cooldowns", {**GOOD, "lastActedAt": -5}),
+        ("actions", {"at": T0 + 10 * 86_400, "rule": "stuck"}),
+        ("actions", {"at": True, "rule": "stuck"}),
+        ("incidents", {**GOOD, "since": T0, "ids": "x", "handledAt": T0}),
+        ("active", {**GOOD, "since": T0, "action": ["requeue_job"], "node": None}),
+        ("ladders", {**GOOD, "step": 10**6, "since": T0, "started": T0}),
+        ("ladders", {**GOOD, "step": 1.5, "since": T0, "started": T0}),
+        ("ladders", {**GOOD, "step": 1, "since": T0, "started": T0, "outcome": "boom"}),
+        ("ladders", {**GOOD, "step": 1, "since": T0, "started": T0, "labels": {"a": NESTED}}),
+        ("cooldowns", {"rule": "stuck", "target": {"x" * 300: "y"}, "lastActedAt": T0}),
+        ("cooldowns", "not an object"),
+    ],
+)
+def test_a_bad_entry_costs_only_itself_and_is_never_written_back(part: str, bad: object) -> None:
+    good = {
+        "cooldowns": {**GOOD, "lastActedAt": T0},
+        "actions": {"at": T0, "rule": "stuck"},
+        "incidents": {**GOOD, "since": T0, "ids": [], "handledAt": T0},
+        "active": {**GOOD, "since": T0, "action": "requeue_job", "node": None},
+        "ladders": {**GOOD, "step": 1, "since": T0, "started": T0},
+    }
+    doc: dict[str, object] = {"version": 1, **{name: [e] for name, e in good.items()}}
+    doc[part] = [bad, good[part]]
+    problems: list[str] = []
+    state = parse_record(json.dumps(doc), now=T0 + 60, problems=problems)
+    assert len(problems) == 1 and problems[0].startswith(f"{part}[0]"), problems
+    # The good entry of the same part is kept, and the bad one is gone from the
+    # record that the next write would store.
+    again = json.loads(record_text(state))
+    assert len(again[part]) == 1 and again[part][0] == json.loads(json.dumps(good[part])) | (
+        {"labels": {}, "outcome": None} if part == "ladders" else {}
+    )
+    assert not state.breaker_open
+
+
+@pytest.mark.parametrize(
+    "breaker",
+    [3, {"open": "yes", "openedAt": None, "reason": ""}, {"open": True, "openedAt": 1e300}],
+)
+def test_an_unreadable_breaker_reads_as_open(breaker: object) -> None:
+    problems: list[str] = []
+    state = parse_record(json.dumps({"version": 1, "breaker": breaker}), now=T0, problems=problems)
+    assert state.breaker_open and "could not be read" in state.breaker_reason
+    assert "/api/v1/breaker/reset" in state.breaker_reason
+    assert len(problems) == 1
 
 
 def test_the_record_keeps_only_what_no_node_says() -> None:
