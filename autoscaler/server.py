@@ -11,12 +11,17 @@ only on a loopback address, or where ``--api.allow-unauthenticated`` says so
 
 The webhook takes bodies of up to ``--alerts.body-size-limit`` (4 MiB: thousands
 of alerts) from a network it does not control, on the event loop that also runs
-the evaluation cycle. So a body is read chunk by chunk up to its limit, decoded
-(JSON and every check) in a worker thread of its own pool, at most
-``DECODE_WORKERS`` at a time, and applied on the loop a slice at a time
+the evaluation cycle. So a body is read chunk by chunk up to its limit, then
+decoded and applied a slice of a few milliseconds at a time
 (``sources/alertmanager.py``): however many large bodies arrive, the loop keeps
-turning. The connection bounds (header and idle timeouts, the connection cap)
-are ``accel_common.httpbounds``, set where the server starts (``commands/run.py``).
+turning. Not in a worker thread: decoding is Python work that holds the
+interpreter lock, and a thread decoding beside the loop made every one of the
+loop's socket calls wait up to the 5 ms switch interval for it back (a 4 MiB body
+still stalled the loop for 0.4 s that way). Only a body that is not laid out as a
+v4 payload, or is not JSON, is read in one piece, in a thread of the webhook's own
+(``DECODE_WORKERS``), for ``jsonread``'s verdict. The connection bounds (header
+and idle timeouts, the connection cap) are ``accel_common.httpbounds``, set where
+the server starts (``commands/run.py``).
 """
 
 from __future__ import annotations
@@ -40,15 +45,21 @@ from autoscaler import __version__, clusterstate
 from autoscaler.controller import Controller
 from autoscaler.engine.state import reset_breaker
 from autoscaler.ruleset.model import Rule
-from autoscaler.sources.alertmanager import MAX_BODY, Notices, PayloadError, decode
+from autoscaler.sources.alertmanager import (
+    MAX_BODY,
+    Notices,
+    PayloadError,
+    decode_in_slices,
+    load,
+)
 
 log = logging.getLogger("accel_autoscaler.api")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# Webhook bodies decoded at once. Decoding is CPU work under the GIL, so more
-# threads would not finish sooner; two keep one slow body from holding up the
-# next, and bound the memory the parsed bodies take.
+# Bodies read in one piece at once (those that are not v4 payloads). It is work
+# under the interpreter lock, so more threads would not finish sooner; two keep
+# one from holding up the next, and bound the memory their values take.
 DECODE_WORKERS = 2
 
 
@@ -128,7 +139,8 @@ def render_metrics(c: Controller) -> str:
     family(
         "accel_autoscaler_actions_total",
         "counter",
-        "Actions carried out, by rule, action and outcome status (done, partial, skipped, failed).",
+        "Actions carried out, by rule, action and outcome status (done, partial, skipped, "
+        "failed, unknown).",
         [
             (dict(rule=r, action=a, status=st), n)
             for (r, a, st), n in sorted((ex.outcomes if ex else {}).items())
@@ -172,6 +184,35 @@ def render_metrics(c: Controller) -> str:
         "Failed reads and writes of the controller's state ConfigMap.",
         [({}, c.stats.state_record_errors)],
     )
+    family(
+        "accel_autoscaler_state_record_refused_total",
+        "counter",
+        "State record entries refused when read (not bounded, not finite, out of range) "
+        "and dropped: never written back.",
+        [({}, c.stats.record_refused)],
+    )
+    family(
+        "accel_autoscaler_failed_cycles_total",
+        "counter",
+        "Evaluation cycles that failed: an exception, or the state not rebuilt from the "
+        "cluster. Three in a row turn /healthz red.",
+        [({}, c.stats.failed_cycles)],
+    )
+    family(
+        "accel_autoscaler_healthy",
+        "gauge",
+        "1 while /healthz answers ok; 0 while it answers 503 (failed cycles or state "
+        "record writes in a row, a lost watch).",
+        [({}, 0.0 if c.health() else 1.0)],
+    )
+    watches = getattr(c.kube, "informers", None)
+    if isinstance(watches, dict):
+        family(
+            "accel_autoscaler_watch_failures_total",
+            "counter",
+            "Failed list or watch attempts of the cluster-state informers, by resource.",
+            [(dict(resource=r), i.failures) for r, i in sorted(watches.items())],
+        )
     counts = getattr(c.kube, "request_counts", None)
     if counts is not None:
         family(
@@ -284,6 +325,12 @@ def make_app(
         return web.Response(body=render_metrics(c).encode(), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(request: web.Request) -> web.StreamResponse:
+        # Red when the controller cannot do its job (Controller.health): a probe
+        # that restarts it is the right answer to all of those.
+        reasons = c.health()
+        if reasons:
+            text = "unhealthy:\n" + "".join(f"- {r}\n" for r in reasons)
+            return web.Response(status=503, text=text)
         return web.Response(text="ok\n")
 
     async def rules(request: web.Request) -> web.StreamResponse:
@@ -329,10 +376,8 @@ def make_app(
         if isinstance(raw, web.Response):
             return raw
         try:
-            # Off the loop: a 4 MiB body takes a few hundred milliseconds to check.
-            body: Notices = await asyncio.get_running_loop().run_in_executor(
-                decoder, decode, raw, max_body
-            )
+            # A 4 MiB body takes a few hundred milliseconds to check: in slices.
+            body: Notices = await decode_in_slices(raw, max_body, one_piece=one_piece)
         except PayloadError as e:  # BodyError included: its message says "malformed JSON"
             return refuse(400, str(e))
         done = await c.alerts.apply_in_slices(body, c.clock())
@@ -353,6 +398,9 @@ def make_app(
                 "dropped": dict(done.dropped),
             }
         )
+
+    async def one_piece(raw: bytes) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(decoder, load, raw, max_body)
 
     async def read_body(request: web.Request) -> bytes | web.Response:
         """The whole body, or the answer that refuses it."""

@@ -49,6 +49,7 @@ from autoscaler.controller import (
     LeaderLabel,
     StateRecord,
     always_leading,
+    no_watches,
 )
 from autoscaler.executor import Executor
 from autoscaler.kube.cache import CachedKube
@@ -531,6 +532,7 @@ async def _main(args: argparse.Namespace, watcher: RuleWatcher, source: Source, 
         leading=leading,
         cluster_state=cluster_state,
         record=record,
+        lost_watches=cached.lost if cluster_state is not None else no_watches,
     )
     if cluster_state is not None:
         controller.kube = cached

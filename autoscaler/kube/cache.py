@@ -10,6 +10,9 @@ A watch that ends (``timeoutSeconds``, a dropped connection) resumes from the la
 version it saw; a 410 Gone (the version has been compacted away) lists again. A
 failure never stops the loop: it waits and starts over, and ``synced`` stays
 false until a list has succeeded, so the caller can tell "empty" from "unknown".
+While a watch is failing its snapshot is stale, so the lists go to the API server
+instead (``Informer.current``); one failing for ``LOST_AFTER`` seconds is *lost*,
+and the controller's ``/healthz`` says so.
 
 Only the cluster-state collector and the controller's own node reads use the cache
 (through ``CachedKube``); actions read the API directly, because what they change
@@ -37,6 +40,8 @@ log = logging.getLogger("accel_autoscaler.kube")
 PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods"}
 KINDS = {"nodes": ("v1", "Node"), "pods": ("v1", "Pod")}
 WATCH_SECONDS = 60
+# A watch failing this long is lost: two retries are a blip, a minute is not.
+LOST_AFTER = 60.0
 
 
 class _Gone(Exception):
@@ -60,6 +65,11 @@ class Informer:
         self._thread = threading.Thread(target=self._loop, name=f"watch-{resource}", daemon=True)
         self.events = 0
         self.relists = 0
+        # Failed list or watch attempts, and since when (monotonic) the latest run of
+        # them lasts; None while the watch follows the server.
+        self.failures = 0
+        self.failing_since: float | None = None
+        self.last_error = ""
 
     def start(self) -> None:
         self._thread.start()
@@ -81,6 +91,22 @@ class Informer:
         with self.lock:
             return list(self.items.values())
 
+    def current(self) -> bool:
+        """Whether the snapshot follows the server: synced, and no failure since the
+        last list or watch began. A failing watch's snapshot is stale: callers ask
+        the API server instead (and get its error when it is down)."""
+        return self.synced.is_set() and self.failing_since is None
+
+    def lost(self, after: float) -> str | None:
+        """Why this watch counts as lost (failing for ``after`` seconds or more)."""
+        since = self.failing_since
+        if since is None or time.monotonic() - since < after:
+            return None
+        return (
+            f"the watch of {self.resource} has failed for {time.monotonic() - since:.0f}s "
+            f"({self.failures} failures in all; the last: {self.last_error})"
+        )
+
     # -- the loop (its own thread)
 
     def _loop(self) -> None:
@@ -97,6 +123,10 @@ class Informer:
             except Exception as e:  # the API server may be down; keep trying
                 if self._stop.is_set():
                     return
+                self.failures += 1
+                self.last_error = str(e)[:300]
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
                 log.warning("watch of %s failed, retrying in %gs: %s", self.resource, self.retry, e)
                 self._stop.wait(self.retry)
 
@@ -132,6 +162,7 @@ class Informer:
             self.items = items
         self.version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
         self.relists += 1
+        self.failing_since = None
         self.synced.set()
 
     def _watch(self) -> None:
@@ -142,6 +173,7 @@ class Informer:
             ("timeoutSeconds", str(WATCH_SECONDS)),
         ]
         response = self._request(query, WATCH_SECONDS + 10)
+        self.failing_since = None  # following again
         self._response = response
         try:
             for line in _lines(response.response):
@@ -210,6 +242,10 @@ class CachedKube:
         for informer in self.informers.values():
             informer.stop()
 
+    def lost(self, after: float = LOST_AFTER) -> list[str]:
+        """The watches lost for ``after`` seconds or more, with why (``/healthz``)."""
+        return [r for r in (i.lost(after) for i in self.informers.values()) if r]
+
     async def wait_synced(self, timeout: float) -> bool:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -223,7 +259,7 @@ class CachedKube:
 
     async def list_nodes(self, label_selector: str | None = None) -> list[Obj]:
         informer = self.informers["nodes"]
-        if label_selector is None and informer.synced.is_set():
+        if label_selector is None and informer.current():
             return informer.snapshot()
         result: list[Obj] = await self.inner.list_nodes(label_selector)
         return result
@@ -236,7 +272,7 @@ class CachedKube:
         label_selector: str | None = None,
     ) -> list[Obj]:
         informer = self.informers["pods"]
-        if label_selector is None and informer.synced.is_set():
+        if label_selector is None and informer.current():
             pods = informer.snapshot()
             return [
                 p
