@@ -334,3 +334,52 @@ def test_the_controller_reads_a_nested_answer_as_unknown() -> None:
     n = node(NODE)
     n["metadata"]["annotations"] = {RESET_STATUS_ANNOTATION: DEEP}
     assert reset_devices.annotation_json(n, RESET_STATUS_ANNOTATION) is None
+
+
+async def test_what_the_agent_did_is_written_even_when_the_node_changed_meanwhile(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.add(node(NODE))
+    fake = pcie()
+    annotate(api, RESET_REQUEST_ANNOTATION, reset_request("r1", [fake.gpus[2].uuid]))
+
+    def someone_labels_the_node() -> None:
+        n = api.get("nodes", None, NODE)
+        assert n is not None
+        n["metadata"]["labels"]["example.com/team"] = "ml"
+        api.add(n)
+
+    inner = NodeAPI.from_config(str(api.write_kubeconfig(tmp_path / "kubeconfig")))
+    agent = Agent(
+        Interleaved(inner, RESET_STATUS_ANNOTATION, "done", someone_labels_the_node),
+        context(fake, Host()),
+        [ResetTask()],
+    )
+    try:
+        assert await asyncio.to_thread(agent.round_safely)
+    finally:
+        agent.api.close()
+    assert said(api, RESET_STATUS_ANNOTATION)["state"] == "done"
+    n = api.get("nodes", None, NODE)
+    assert n is not None and n["metadata"]["labels"]["example.com/team"] == "ml"
+    assert fake.resets == [(fake.gpus[2].bus_id,)]  # once, though its answer met a 409
+    statuses = [p.status for p in api.requests_for("PATCH", f"/nodes/{NODE}$")]
+    assert statuses == [200, 409, 200]  # claim, answer (Conflict), answer again
+
+
+async def test_a_node_that_keeps_changing_fails_the_round_and_nothing_is_done(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.add(node(NODE))
+    fake = pcie()
+    annotate(api, RESET_REQUEST_ANNOTATION, reset_request("r1", [fake.gpus[0].uuid]))
+    api.faults.fail(5, status=409, method="PATCH")
+    agent = reset_agent(api, tmp_path, fake)
+    try:
+        assert not await asyncio.to_thread(agent.round_safely)
+        assert fake.resets == []
+        assert agent.rounds["error"] == 1
+        assert await asyncio.to_thread(agent.round_safely)  # the next round gets through
+        assert fake.resets == [(fake.gpus[0].bus_id,)]
+    finally:
+        agent.api.close()
