@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     kubelet = KubeletBackend(BackendOptions(kubelet_socket=args.kubelet_socket))
 
     def holders() -> list[PodAssignment]:
-        return kubelet.pods()
+        return kubelet.whole_pods()  # a partial answer is no proof a device is free
 
     nvml = None if args.no_nvml else load_nvml()
     ctx = AgentContext(

@@ -46,7 +46,9 @@ Why it behaves as it does:
   pod; pods started since the last answer that fit have no attribution until
   ``List`` fits again, which the log says too. With no answer that fit yet (the
   exporter started on a node already that full) or a kubelet without ``Get``, the
-  backend is down with a message saying so, as before.
+  backend is down with a message saying so, as before. Such a partial answer is
+  right for attribution but is no proof that a pod holds no device: the node
+  agent, which resets a device only then, asks ``whole_pods``, which refuses it.
 """
 
 from __future__ import annotations
@@ -382,7 +384,20 @@ class KubeletBackend(Backend):
         name needs no change here. CPU and memory assignments carry no device IDs.
         A device a ResourceClaim gave is a row with ``claim`` set, the driver as the
         resource and the ``exporter.dra`` reference as the ID, whatever the driver.
+
+        Past the receive limit this is what fits (the pods read one by one): right
+        for attribution, but no proof that a pod holds no device, since a pod
+        started since the last whole answer is missing; ``whole_pods`` is for that.
         """
+        return self._pods(partial=True)
+
+    def whole_pods(self) -> list[PodAssignment]:
+        """The rows of every pod, as ``pods``, or ``KubeletError``: never a partial
+        answer. For a caller that acts on a pod's absence (the node agent resets a
+        device only when no pod holds one)."""
+        return self._pods(partial=False)
+
+    def _pods(self, partial: bool) -> list[PodAssignment]:
         if not os.path.exists(self.socket_path):
             self._drop_channel()
             raise KubeletError(f"kubelet pod-resources socket {self.socket_path} went away")
@@ -393,6 +408,12 @@ class KubeletBackend(Backend):
         except Exception as e:
             if not _too_large(e):
                 raise self._failed(e) from None
+            if not partial:
+                raise KubeletError(
+                    f"kubelet pod-resources at {self.socket_path}: the List answer is over "
+                    f"{self.max_answer_bytes} bytes; pods read one by one would miss any "
+                    "started since, so they are no proof of which pods hold devices"
+                ) from None
             return self._rows(self._pods_one_by_one())
         self.missing.begin(PODS, {})
         if self._one_by_one:

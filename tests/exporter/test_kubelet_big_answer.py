@@ -24,6 +24,7 @@ from exporter.backends.kubelet import (
     MAX_CLAIMS,
     PODS,
     KubeletBackend,
+    KubeletError,
 )
 from exporter.poller import Poller
 from tests.exporter.test_kubelet import FIXED, GPU, pod_series, poll, sim_backend
@@ -243,3 +244,24 @@ async def test_a_kubelet_without_get_is_down_past_the_limit(
         assert "Get method disabled" in reason and f"over {MIB} bytes" in reason, reason
     finally:
         await poller.stop()
+
+
+def test_past_the_limit_a_partial_answer_is_no_proof(kubelet: FakeKubelet) -> None:
+    """The node agent resets a device only when no pod holds one: it asks
+    ``whole_pods``, which refuses the pods read one by one, since a pod started
+    since the last answer that fit (here one holding the GPU) would be missing."""
+    sim = sim_backend("nvidia:1")
+    gpu = sim.discover()[0].uuid
+    kubelet.set_pods(*ordinary_pods(2, [gpu]))
+    backend = KubeletBackend(BackendOptions(kubelet_socket=kubelet.path), max_answer_bytes=MIB)
+    try:
+        assert {r.pod for r in backend.whole_pods()} == {"job-000", "job-001"}
+        newcomer = FakePod("ml", "new", [FakeContainer("main", {GPU: [gpu]})])
+        kubelet.set_pods(big_pod("train-0"), *ordinary_pods(2, [gpu]), newcomer)
+        assert {r.pod for r in backend.pods()} == {"job-000", "job-001"}
+        with pytest.raises(KubeletError, match=f"over {MIB} bytes.*no proof"):
+            backend.whole_pods()
+        kubelet.remove_pod("ml", "train-0")
+        assert "new" in {r.pod for r in backend.whole_pods()}
+    finally:
+        backend.close()
