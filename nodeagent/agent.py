@@ -38,7 +38,7 @@ from urllib.parse import quote
 from accel_common.exposition import Exposition
 from nodeagent.loop import reconcile_tasks, start_tasks
 from nodeagent.partition import PartitionTask
-from nodeagent.tasks import AgentContext, NodePatch, Task
+from nodeagent.tasks import AgentContext, NodePatch, Task, Work
 
 log = logging.getLogger("accel_node_agent")
 
@@ -171,10 +171,6 @@ def changes(node: dict[str, Any], patch: NodePatch) -> NodePatch:
     return out
 
 
-# Work that runs once its patch is on the Node (NodePatch.after).
-Work = Callable[[Mapping[str, Any]], NodePatch]
-
-
 def version_of(node: Mapping[str, Any]) -> str:
     """The Node's resourceVersion, the precondition of the write that answers it."""
     meta = node.get("metadata")
@@ -242,9 +238,7 @@ class Agent:
                 "in a row; trying again next round"
             )
 
-    def _follow(
-        self, node: dict[str, Any], work: list[Callable[[Mapping[str, Any]], NodePatch]]
-    ) -> None:
+    def _follow(self, node: dict[str, Any], work: list[Work]) -> None:
         """Runs the work that waited for its patch to be on the Node, each after the
         other, and writes what each did (a fact: on a Conflict, written again on the
         Node as read again)."""

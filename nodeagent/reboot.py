@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ from nodeagent.channel import (
     unreadable_message,
 )
 from nodeagent.reset import FINAL, iso, tail
-from nodeagent.tasks import AgentContext, NodePatch
+from nodeagent.tasks import AgentContext, NodePatch, Work
 
 log = logging.getLogger("accel_node_agent.reboot")
 
@@ -112,7 +112,7 @@ def read_boot_id(procfs: Path = Path("/proc")) -> str:
     return (procfs / "sys/kernel/random/boot_id").read_text().strip()
 
 
-Answer = tuple[dict[str, Any], Callable[[Mapping[str, Any]], NodePatch] | None]
+Answer = tuple[dict[str, Any], Work | None]
 NOT_REBOOTING = "not rebooting"
 
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -72,7 +72,7 @@ from nodeagent.channel import (
     read_status,
     unreadable_message,
 )
-from nodeagent.tasks import AgentContext, NodePatch
+from nodeagent.tasks import AgentContext, NodePatch, Work
 
 log = logging.getLogger("accel_node_agent.reset")
 
@@ -338,7 +338,7 @@ def iso(t: float) -> str:
 
 FINAL = ("done", "failed")
 NOTHING_RESET = "nothing was reset"
-Answer = tuple[dict[str, Any], Callable[[Mapping[str, Any]], NodePatch] | None]
+Answer = tuple[dict[str, Any], Work | None]
 
 
 class ResetTask:

@@ -23,6 +23,10 @@ from typing import Any, Protocol
 
 from exporter.model import PodAssignment
 
+# Work that runs once its patch is on the Node, given the Node as written, and
+# answers with what to write next (NodePatch.after).
+Work = Callable[[Mapping[str, Any]], "NodePatch"]
+
 
 @dataclass
 class NodePatch:
@@ -33,7 +37,7 @@ class NodePatch:
 
     labels: dict[str, str | None] = field(default_factory=dict)
     annotations: dict[str, str | None] = field(default_factory=dict)
-    after: list[Callable[[Mapping[str, Any]], NodePatch]] = field(default_factory=list)
+    after: list[Work] = field(default_factory=list)
 
     def update(self, other: NodePatch) -> None:
         """Merges ``other`` into this patch (later tasks win on the same key)."""
