@@ -149,7 +149,7 @@ def read_request(node: Mapping[str, Any], key: str) -> Request | Unreadable | No
         for field in ("requestedAt", "by"):
             _optional_text(data, field, where, ID_MAX)
     except ClusterValueError as e:
-        known = isinstance(raw_id, str) and 0 < len(raw_id.strip()) and len(raw_id) <= ID_MAX
+        known = isinstance(raw_id, str) and bool(raw_id.strip()) and len(raw_id) <= ID_MAX
         return Unreadable(raw_id if known and isinstance(raw_id, str) else "", str(e))
     return Request(rid, devices, boot)
 
