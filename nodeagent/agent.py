@@ -124,7 +124,7 @@ class NodeAPI:
             raise NodeAPIError(f"{method} {path}: {status} {text}")
         try:
             obj = json.loads(data)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # a broken proxy's answer, not a Node
             raise NodeAPIError(f"{method} {path}: the answer is not JSON: {e}") from e
         if not isinstance(obj, dict):
             raise NodeAPIError(f"{method} {path}: the answer is not an object")

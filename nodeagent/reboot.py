@@ -7,9 +7,9 @@ The channel (docs/agent.md): REBOOT_REQUEST_ANNOTATION ``{"id", "requestedAt",
 
 Why it is built this way:
 
-* **The boot id is the proof.** The first round writes "rebooting" with the current
-  boot id (``/proc/sys/kernel/random/boot_id``, new at every boot); a later round, once
-  the Node shows it, reboots. After the boot the agent starts again, finds "rebooting"
+* **The boot id is the proof.** The agent writes "rebooting" with the current boot id
+  (``/proc/sys/kernel/random/boot_id``, new at every boot) and reboots only once the
+  Node shows it (the write succeeded). After the boot the agent starts again, finds "rebooting"
   with a boot id that is no longer the current one, and answers "done". Nothing else
   has to survive the reboot: the Node carries the state.
 * **Once per id, claimed by one conditional write.** "done" and "failed" are final,
