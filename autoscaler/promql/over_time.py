@@ -12,9 +12,11 @@ the same shape. Each function is a few numpy operations over all rows at once
 (``holt_winters`` one pass over the columns).
 
 Numerics are ``promql/functions.go`` at v2.42.0: ``linearRegression`` returns
-slope 0 for a constant series (NaN if it is infinite); sums that cancel are
-recomputed with Neumaier's compensated summation (``kahanSumInc``), as 2.42 does
-for ``sum_over_time`` and ``avg_over_time``.
+slope 0 for a constant series (NaN if it is infinite), and its four sums are
+compensated (``kahanSumInc``, Neumaier's variant) point by point as 2.42 adds
+them, so ``deriv`` of a gauge near 1e10 agrees beyond the 8th digit; sums that
+cancel are recomputed with the same compensation, as 2.42 does for
+``sum_over_time`` and ``avg_over_time``.
 """
 
 from __future__ import annotations
@@ -180,16 +182,7 @@ def linear_regression(p: Points, intercept_time: I64) -> tuple[F64, F64]:
     slope 0 and its value as intercept (NaN for both if it is infinite)."""
     full = bool((p.count == p.values.shape[1]).all())
     n = p.count.astype(np.float64)
-    x = (p.times - intercept_time[:, None]) / 1e3
-    y = p.values
-    if not full:
-        valid = p.valid
-        x = np.where(valid, x, 0.0)
-        y = np.where(valid, y, 0.0)
-    sum_x = x.sum(axis=1)
-    sum_y = y.sum(axis=1)
-    sum_xy = np.einsum("ij,ij->i", x, y)
-    sum_x2 = np.einsum("ij,ij->i", x, x)
+    sum_x, sum_y, sum_xy, sum_x2 = _regression_sums(p, intercept_time)
     cov = sum_xy - sum_x * sum_y / n
     var = sum_x2 - sum_x * sum_x / n
     slope = cov / var
@@ -212,6 +205,25 @@ def linear_regression(p: Points, intercept_time: I64) -> tuple[F64, F64]:
             slope[const] = np.where(inf, np.nan, 0.0)
             intercept[const] = np.where(inf, np.nan, c)
     return slope, intercept
+
+
+def _regression_sums(p: Points, intercept_time: I64) -> tuple[F64, F64, F64, F64]:
+    """The four sums of ``linearRegression``, each compensated (``kahanSumInc``)
+    point by point in time order, one column of points at a time for all rows:
+    plain sums of values near 1e10 lose the last digits that 2.42 keeps."""
+    rows = len(p)
+    sums = [np.zeros(rows) for _ in range(4)]
+    comps = [np.zeros(rows) for _ in range(4)]
+    for j in range(p.values.shape[1]):
+        live = j < p.count
+        x = (p.times[:, j] - intercept_time) / 1e3
+        v = p.values[:, j]
+        for k, inc in enumerate((x, v, x * v, x * x)):
+            t, c = _kahan_inc(inc, sums[k], comps[k])
+            sums[k] = np.where(live, t, sums[k])
+            comps[k] = np.where(live, c, comps[k])
+    sx, sy, sxy, sx2 = (a + b for a, b in zip(sums, comps, strict=True))
+    return sx, sy, sxy, sx2
 
 
 def _holt_winters(p: Points, sf: float, tf: float) -> F64:

@@ -16,7 +16,7 @@ import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,9 @@ from tests.support.procs import prometheus_tsdb, require
 
 
 @contextlib.contextmanager
-def serve(samples: Path, tmp: Path) -> Iterator[str]:
-    """Prometheus serving the OpenMetrics file ``samples``; yields its URL."""
+def serve(samples: Path, tmp: Path, args: Sequence[str] = ()) -> Iterator[str]:
+    """Prometheus serving the OpenMetrics file ``samples`` (``args`` added to its
+    command line); yields its URL."""
     data = tmp / "data"
     proc = subprocess.run(
         [require("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(samples), str(data)],
@@ -33,7 +34,7 @@ def serve(samples: Path, tmp: Path) -> Iterator[str]:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr.decode()
-    with prometheus_tsdb(tmp, data) as url:
+    with prometheus_tsdb(tmp, data, args) as url:
         yield url
 
 
