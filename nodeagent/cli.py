@@ -136,6 +136,14 @@ def parser() -> argparse.ArgumentParser:
         help=f"where /metrics and /healthz are served (default {DEFAULT_LISTEN}; "
         "'none' serves nothing)",
     )
+    _host_flags(p)
+    p.add_argument("--once", action="store_true", help="one round, then exit (0 when it succeeded)")
+    logs.add_arguments(p)
+    return p
+
+
+def _host_flags(p: argparse.ArgumentParser) -> None:
+    """Where the host's files and the kubelet are, and whether NVML is loaded."""
     p.add_argument(
         "--path.sysfs",
         dest="sysfs",
@@ -163,9 +171,6 @@ def parser() -> argparse.ArgumentParser:
         help="do not load NVML (nodes without NVIDIA GPUs need not say so: a missing "
         "library is one log line)",
     )
-    p.add_argument("--once", action="store_true", help="one round, then exit (0 when it succeeded)")
-    logs.add_arguments(p)
-    return p
 
 
 def load_nvml() -> Any | None:
