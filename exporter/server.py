@@ -355,9 +355,13 @@ class AuthPool:
         if victim is None:
             return False
         address, longest = victim
-        longest.pop().set_result(False)
+        turn = longest.pop()
         self.waiting -= 1
         self._drop_if_empty(address, longest)
+        # Done: cancelled (timed out, or its request went away) but not yet out of
+        # the line; its place is free all the same.
+        if not turn.done():
+            turn.set_result(False)
         return True
 
     def _drop_if_empty(self, client: str, line: Line) -> None:

@@ -180,3 +180,26 @@ async def test_an_ipv6_network_is_one_address_to_the_pool() -> None:
         assert not pool.on_record("2001:db8:1:3::17")
     finally:
         pool.close()
+
+
+async def test_a_check_going_away_as_it_is_pushed_out_keeps_the_books() -> None:
+    """A waiter whose request went away is cancelled a loop turn before it leaves
+    its line; a newcomer pushing it out in between must neither fail nor count
+    its place twice."""
+    auth = SlowAuth(0.2)
+    limits = Limits(auth_queue=2, auth_queue_per_address=8, auth_wait=5.0, refusal_delay=0.01)
+    pool = AuthPool(auth, limits)
+    try:
+        first = asyncio.create_task(pool.check("a0", "10.0.0.1"))
+        await asyncio.sleep(0.01)
+        waiting = [asyncio.create_task(pool.check(f"a{i}", "10.0.0.1")) for i in (1, 2)]
+        await asyncio.sleep(0.01)
+        assert pool.waiting == 2
+        waiting[1].cancel()  # the longest line's last: the one a newcomer pushes out
+        late = asyncio.create_task(pool.check("good", "10.0.0.2"))
+        results = await asyncio.gather(first, *waiting, late, return_exceptions=True)
+        assert results[0] is False and results[1] is False and results[3] is True, results
+        assert isinstance(results[2], asyncio.CancelledError)
+        assert pool.waiting == 0 and pool._running == 0
+    finally:
+        pool.close()
