@@ -313,7 +313,9 @@ async def _unknown_holders(
     if settled.recreated:
         details["recreated"] = settled.recreated
         message += f"; recreated {len(settled.recreated)} bare pod(s) an earlier run evicted"
-    log.warning("rule %s: %s", decision.rule, message)
+    # Routine (a device pod not yet reported, a source still warming up) and
+    # already in the outcome: info, not a warning that reads like an error.
+    log.info("rule %s: %s", decision.rule, message)
     return Outcome("skipped", message, details)
 
 
