@@ -1,5 +1,13 @@
 """``accel-autoscaler simulate``: its flags, and the run from them to
-``summary.json``, the table and the plots (``autoscaler/simulate/``)."""
+``summary.json``, the table and the plots (``autoscaler/simulate/``).
+
+Without ``--rules`` it runs the shipped rules, found wherever it runs from:
+``rules/`` of the current directory where there is one (a checkout's root, as
+before), else the ``rules/`` folder that ships beside this package in the
+source tree (an editable install from anywhere). Where neither exists (a wheel
+carries no rules) it says both places it looked and what to pass instead,
+rather than "cannot read rules/".
+"""
 
 from __future__ import annotations
 
@@ -20,6 +28,30 @@ from autoscaler.simulate.run import IntervalError, simulate
 from autoscaler.simulate.scenario import ScenarioError, load_scenario
 from autoscaler.simulate.schedulers import SCHEDULERS
 
+SHIPPED_RULES = Path(__file__).resolve().parents[2] / "rules"
+"""The rule folder of the source tree this module is in (``<repo>/rules``)."""
+
+
+class NoRulesError(Exception):
+    """No ``--rules`` and no rules where the default looks."""
+
+
+def default_rules(cwd: Path, stderr: TextIO, shipped: Path = SHIPPED_RULES) -> str:
+    """The rules to run without ``--rules``: ``rules/`` in ``cwd``, else the
+    shipped ones (said on ``stderr``, so the run names the rules it used)."""
+    here = cwd / "rules"
+    if here.is_dir():
+        return "rules/"
+    if (shipped / "remediation.yaml").is_file():
+        print(f"no --rules: running the shipped rules in {shipped}", file=stderr)
+        return str(shipped)
+    raise NoRulesError(
+        f"no --rules given and no rules found: not in {here} (the current directory) "
+        f"nor in {shipped} (the source tree's rules/, which an installed package does "
+        "not carry); pass --rules PATH (a rule file or a folder such as rules/ of "
+        "accel-fleet's source)"
+    )
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", metavar="SCENARIO.yaml", help="scenario file (see scenarios/)")
@@ -27,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--rules",
         action="append",
         metavar="PATH",
-        help="rule file or directory (repeatable; default rules/)",
+        help="rule file or directory (repeatable; default: rules/ here, else the shipped "
+        "rules of the source tree this command runs from)",
     )
     p.add_argument(
         "--out",
@@ -66,7 +99,14 @@ def main(args: argparse.Namespace, stderr: TextIO = sys.stderr) -> int:
             file=stderr,
         )
         return 2
-    rules = args.rules or ["rules/"]
+    if args.rules:
+        rules = args.rules
+    else:
+        try:
+            rules = [default_rules(Path.cwd(), stderr)]
+        except NoRulesError as e:
+            print(f"accel-autoscaler: error: {e}", file=stderr)
+            return 2
     seed = scenario.seed if args.seed is None else args.seed
     logging.getLogger("accel_autoscaler").setLevel(logging.WARNING)
     try:
