@@ -21,9 +21,9 @@ from tests.support.paths import REPO
 def test_runs_from_another_directory_with_the_shipped_rules(tmp_path: Path) -> None:
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(TINY)
+    flags = ["--no-plots", "--baseline", "skip", "--out", "out"]
     proc = subprocess.run(
-        [sys.executable, "-m", "autoscaler.cli", "simulate", "tiny.yaml"]
-        + ["--no-plots", "--baseline", "skip", "--out", "out"],
+        [sys.executable, "-m", "autoscaler.cli", "simulate", "tiny.yaml", *flags],
         cwd=tmp_path,
         capture_output=True,
         text=True,
