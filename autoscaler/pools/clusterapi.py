@@ -180,6 +180,10 @@ class ClusterAPIProvider:
             bounds = read_bounds(md)
             if isinstance(bounds, str):
                 refusals[name] = bounds
+                notes = meta.get("annotations") or {}
+                if self._refusals.get(name) != bounds and MIN_SIZE in notes and MAX_SIZE in notes:
+                    # Declared but unreadable: said once (again when it changes).
+                    log.warning("%s; the pool is not autoscaled until it is fixed", bounds)
             else:
                 scalable.append((name, bounds))
         self._refusals = refusals
