@@ -157,11 +157,12 @@ class StateRecord:
         # Entries refused by the last read (each logged).
         self.refused = 0
 
-    async def read(self) -> EngineState | None:
+    async def read(self, now: float | None = None) -> EngineState | None:
         """The state the record holds; None when there is none (or it cannot be
         read as a record: logged, and overwritten by the next write). Entries
         that cannot be read are dropped, each named in a warning
-        (``engine/record.py``). KubeError when the API server does not answer."""
+        (``engine/record.py``; times are checked against ``now``, the clock's by
+        default). KubeError when the API server does not answer."""
         try:
             cm = await self.kube.get_configmap(self.namespace, self.name)
         except NotFound:
@@ -177,7 +178,7 @@ class StateRecord:
             return None
         problems: list[str] = []
         try:
-            state = parse_record(text, now=self.clock(), problems=problems)
+            state = parse_record(text, now=self.clock() if now is None else now, problems=problems)
         except RecordError as e:
             log.warning(
                 "configmap %s/%s: the state record cannot be read, starting from the node "
@@ -540,7 +541,8 @@ class Controller:
         ctx = self.executor.ctx
         try:
             nodes = await ctx.kube.list_nodes()
-            record = await self.record.read() if self.record is not None else None
+            now = self.clock()
+            record = await self.record.read(now) if self.record is not None else None
             found = restore(self.state, nodes, record, ctx.controller, self.ruleset, self.clock())
         except Exception as e:  # KubeError, or anything one object could raise
             self.stats.state_record_errors += 1

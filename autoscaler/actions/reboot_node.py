@@ -346,7 +346,11 @@ async def _wait(
                 last = f"the agent says {status.get('state')}: {status.get('message', '')}"
                 if status.get("state") in ("done", "failed"):
                     done = status.get("state") == "done"
-                    return await _end(ctx, decision, params, name, asked, done, last)
+                    ended = await _end(ctx, decision, params, name, asked, done, last)
+                    if not done and status.get("reason") == "unreadable":
+                        # The agent could not read the request: nothing was tried.
+                        return Outcome("unknown", ended.message, ended.details)
+                    return ended
         now = ctx.clock()
         if now >= deadline:
             return await _give_up(ctx, decision, params, name, rid, asked, last)

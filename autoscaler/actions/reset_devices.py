@@ -373,6 +373,10 @@ async def _end(
         action=NAME,
     )
     details = {"request": rid, "devices": list(status.get("devices") or [])}
+    if not done and status.get("reason") == "unreadable":
+        # The agent could not read the request (docs/agent.md): nothing was tried,
+        # so nothing says that a reset fails.
+        return Outcome("unknown", message, details)
     return Outcome("done" if done else "failed", message, details)
 
 
