@@ -88,6 +88,33 @@ def check(paths: Sequence[str | Path], source: str = "prometheus", verbose: bool
     return 0
 
 
+def without_comments(expr: str) -> str:
+    """``expr`` without its PromQL comments (``#`` to the end of the line, outside
+    string literals, whose quotes and backslash escapes are honoured)."""
+    out: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(expr):
+        ch = expr[i]
+        if quote:
+            if ch == "\\" and quote != "`":
+                out.append(expr[i : i + 2])
+                i += 2
+                continue
+            quote = "" if ch == quote else quote
+        elif ch in "\"'`":
+            quote = ch
+        elif ch == "#":
+            end = expr.find("\n", i)
+            if end < 0:
+                break
+            i = end
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 def incident_boundary(rule: Rule) -> str:
     """One sentence: what starts an incident of the rule, what ends it, and how far
     apart two acts on one target can be."""
@@ -101,7 +128,9 @@ def incident_boundary(rule: Rule) -> str:
             "one resolves"
         )
     else:
-        expr = " ".join((rule.expr or "").split())
+        # PromQL comments are not the condition: a rule that explains its
+        # expression in comments was described by its first comment.
+        expr = " ".join(without_comments(rule.expr or "").split())
         if len(expr) > _EXPR_WIDTH:
             expr = expr[: _EXPR_WIDTH - 3] + "..."
         starts = f"acts once when `{expr}` starts holding for {target}{waits}"
