@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.kube.cache import CachedKube
+from autoscaler.kube.errors import KubeError
 from tests.support.fakes.apiserver import running_apiserver
 from tests.support.kubeobjs import client, node, pod
 from tests.support.procs import until
@@ -74,5 +75,35 @@ async def test_a_dropped_watch_resumes_without_losing_changes(tmp_path: Path) ->
             for i in range(2, 6):
                 api.add(node(f"n{i}"))
             await until(lambda: len(cached.informers["nodes"].snapshot()) == 5, timeout=20)
+        finally:
+            await asyncio.to_thread(cached.stop)
+
+
+async def test_a_failing_watch_is_lost_and_its_snapshot_not_served(tmp_path: Path) -> None:
+    """A watch that keeps failing is reported lost (the controller's /healthz says
+    so), and the lists go to the API server meanwhile instead of a stale snapshot;
+    once the server answers again it is current and nothing is lost any more."""
+    with running_apiserver() as api:
+        api.add(node("n1"))
+        api.faults.fail(10_000, status=500, method="GET", path_regex=r"^/api/v1/nodes$")
+        kube = client(api, tmp_path)
+        cached = CachedKube(kube)
+        informer = cached.informers["nodes"]
+        informer.retry = 0.05
+        cached.start()
+        try:
+            await until(lambda: informer.failures >= 2, timeout=20)
+            assert not informer.current()
+            (lost,) = cached.lost(after=0.0)
+            assert lost.startswith("the watch of nodes has failed for") and "500" in lost
+            assert cached.lost(after=3600.0) == []
+            before = len(api.requests_for("GET", r"^/api/v1/nodes$"))
+            with pytest.raises(KubeError):
+                await cached.list_nodes()  # asked of the server, not the cache
+            assert len(api.requests_for("GET", r"^/api/v1/nodes$")) > before
+            api.faults.clear()
+            await until(informer.current, timeout=20)
+            assert cached.lost(after=0.0) == []
+            assert [n["metadata"]["name"] for n in await cached.list_nodes()] == ["n1"]
         finally:
             await asyncio.to_thread(cached.stop)
