@@ -265,3 +265,53 @@ def test_past_the_limit_a_partial_answer_is_no_proof(kubelet: FakeKubelet) -> No
         assert "new" in {r.pod for r in backend.whole_pods()}
     finally:
         backend.close()
+
+
+def many_claims(pod: str, devices_per_claim: int) -> list[FakeClaim]:
+    """128 claims, each of ``devices_per_claim`` of the node's GPUs as NVIDIA's DRA
+    driver names them (``gpu-<minor>``), with CDI names and share IDs."""
+    return [
+        FakeClaim(
+            f"{pod}-shared-gpu-claim-{c:03d}",
+            [
+                FakeClaimDevice(
+                    "gpu.nvidia.com",
+                    f"gpu-{(c + d) % 8}",
+                    pool=NODE,
+                    cdi_devices=[f"k8s.gpu.nvidia.com/claim={uuid.UUID(int=c + 1)}-gpu-{d}"],
+                    share_id=str(uuid.UUID(int=(c << 8) + d)),
+                )
+                for d in range(devices_per_claim)
+            ],
+        )
+        for c in range(MAX_CLAIMS)
+    ]
+
+
+async def test_110_pods_of_128_claims_each_keep_every_attribution(kubelet: FakeKubelet) -> None:
+    """Every pod of a full node names 128 claims (the acceptance's 110 × 128), and
+    every other one also holds a GPU through the device plugin: the answer is past
+    4 MiB, and every device-plugin pod keeps its series."""
+    sim = sim_backend("nvidia:8")
+    uuids = [d.uuid for d in sim.discover()]
+    devices = [f"nvidia{i}" for i in range(8)]
+    pods = []
+    for i in range(PODS_ON_NODE):
+        name = f"job-{i:03d}" if i % 2 == 0 else f"dra-{i:03d}"
+        plugin = {GPU: [f"{uuids[i % 8]}::{i // 8}"]} if i % 2 == 0 else {}
+        pods.append(
+            FakePod("team", name, [FakeContainer("main", plugin, claims=many_claims(name, 2))])
+        )
+    kubelet.set_pods(*pods)
+    assert kubelet.answer_bytes() > 4 * MIB
+    backend = KubeletBackend(BackendOptions(kubelet_socket=kubelet.path))
+    poller = Poller([sim, backend], 1, 10, clock=lambda: FIXED)
+    try:
+        text = await poll(poller)
+        assert value(text, "accel_exporter_backend_up", backend="kubelet") == 1
+        plugin_pods = {(devices[i % 8], "team", f"job-{i:03d}", "main") for i in range(0, 110, 2)}
+        assert plugin_pods <= pod_series(text)
+        rows = backend.pods()
+        assert sum(1 for r in rows if r.claim) == PODS_ON_NODE * MAX_CLAIMS * 2
+    finally:
+        await poller.stop()
