@@ -30,7 +30,7 @@ import re
 import numpy as np
 
 from autoscaler.promql.errors import EvalError
-from autoscaler.promql.goorder import needs_heap, top_rows
+from autoscaler.promql.goorder import needs_heap, top_one, top_rows
 from autoscaler.promql.plans import Aggregate
 from autoscaler.promql.symbols import F64, I64, Symbols
 from autoscaler.promql.vectors import Vec, empty, groups_of, label_key
@@ -168,6 +168,8 @@ def _top(vec: Vec, key: I64, k: float, bottom: bool) -> Vec:
     limit = int(min(k, 2**62))
     first, group = groups_of(key)
     v = vec.values
+    if limit == 1:
+        return vec.take(top_one(v, group, first, bottom))
     if needs_heap(v, group):
         # Ties or NaN: which sample stays and which comes first follow 2.42's heap.
         return vec.take(np.asarray(top_rows(v, group, limit, bottom), dtype=np.int64))

@@ -18,7 +18,8 @@ quicksort, whose order among equal elements is not reproduced: there the result
 is ordered by value (exactly as Prometheus) and equal values keep input order.
 
 The heap is walked in Python, one sample at a time, so callers use it only where
-the order is not already fixed by distinct values (``needs_heap``).
+the order is not already fixed by distinct values (``needs_heap``); ``k = 1``,
+which the shipped stall rules use, has a closed form (``top_one``).
 """
 
 from __future__ import annotations
@@ -127,6 +128,29 @@ def top_rows(values: F64, group: I64, k: int, bottom: bool) -> list[int]:
     for h in heaps.values():
         out.extend(h[i] for i in reverse_sort([v[r] for r in h], less_value))
     return out
+
+
+def top_one(values: F64, group: I64, first: I64, bottom: bool) -> I64:
+    """``topk``/``bottomk`` with k = 1, without walking the heap: 2.42 replaces
+    the kept sample only by a strictly better one or when the kept one is NaN,
+    so each group keeps the first row with its largest (smallest) non-NaN
+    value, or its last row where every value is NaN. Groups in order of first
+    appearance (``first``: each group's first row, by group number)."""
+    n = len(values)
+    groups = len(first)
+    rows = np.arange(n, dtype=np.int64)
+    nan = np.isnan(values)
+    # Best value first, then earliest row: the first of a group in this order wins.
+    key = np.where(nan, 0.0, values if bottom else -values)
+    order = np.lexsort((rows, key, nan, group))
+    g = group[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    best = order[starts]
+    # A group whose best is NaN is all NaN: its last row stays.
+    last = np.zeros(groups, dtype=np.int64)
+    last[group] = rows
+    winners = np.where(nan[best], last[g[starts]], best)
+    return np.asarray(winners[np.argsort(first[g[starts]], kind="stable")], dtype=np.int64)
 
 
 def needs_heap(values: F64, group: I64) -> bool:

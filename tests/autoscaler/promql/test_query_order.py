@@ -19,12 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from autoscaler.commands.query import query
 from autoscaler.promql.evaluator import Evaluator
+from autoscaler.promql.goorder import top_one, top_rows
 from autoscaler.promql.openmetrics import load
 from autoscaler.promql.query import ordered
+from autoscaler.promql.vectors import groups_of
 from autoscaler.types import Vector
 from tests.autoscaler.promql.realprom import ask, serve
 from tests.support.paths import REPO
@@ -144,3 +147,16 @@ def test_unordered_answers_stay_sorted_by_labels() -> None:
     assert not ordered("sort(x) + on() group_left y")
     metrics = _cli("accel_fault_events_total", EXAMPLE, EXAMPLE_TIMES[-1])
     assert metrics == sorted(metrics, key=lambda m: sorted(m.items()))
+
+
+def test_k_of_one_takes_the_heap_walks_answer() -> None:
+    """``topk``/``bottomk`` with k = 1 (the shipped stall rules) has a closed form;
+    it must keep what walking 2.42's heap keeps, ties and NaN included."""
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        n = int(rng.integers(1, 14))
+        values = rng.choice(np.array([0.0, 1.0, 2.0, 3.0, np.nan]), size=n)
+        first, group = groups_of(rng.integers(0, 3, size=n).astype(np.int64))
+        for bottom in (False, True):
+            closed = top_one(values, group, first, bottom).tolist()
+            assert closed == top_rows(values, group, 1, bottom), (values, group, bottom)
