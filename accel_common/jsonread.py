@@ -66,6 +66,14 @@ def _integer(text: str) -> int:
     return int(text)
 
 
+def decoder() -> json.JSONDecoder:
+    """A decoder with the refusals ``loads`` makes (``NaN``, ``Infinity``, ``1e999``,
+    integers past 64 bits), for a reader that decodes a large body a value at a
+    time with ``raw_decode`` (the Alertmanager webhook, between turns of the event
+    loop). That reader bounds the size and the depth itself."""
+    return json.JSONDecoder(parse_constant=_no_constant, parse_int=_integer, parse_float=_float)
+
+
 def loads(raw: bytes, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     """The value of a JSON body, or ``JSONBodyError`` saying what is wrong with it."""
     if len(raw) > max_bytes:
@@ -90,4 +98,4 @@ def loads(raw: bytes, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     return value
 
 
-__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "JSONBodyError", "depth", "loads"]
+__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "JSONBodyError", "decoder", "depth", "loads"]

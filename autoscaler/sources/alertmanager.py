@@ -53,9 +53,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
+import re
+import time
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +74,8 @@ MAX_BODY = 4 * 1024 * 1024
 
 # Alerts applied between two yields to the event loop: a few milliseconds' work.
 APPLY_SLICE = 500
+# The most work a body is decoded for between two turns of the event loop.
+SLICE_SECONDS = 0.005
 
 # The largest alert held: its label count, and the bytes of its label names and
 # values and its fingerprint. Real alerts carry a few dozen short labels (the long
@@ -110,7 +115,7 @@ class BodyError(PayloadError):
     """The webhook body is not bounded, well-formed JSON (``jsonread``)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one object less per alert held for the GC
 class Alert:
     fingerprint: str
     labels: Mapping[str, str]
@@ -137,7 +142,7 @@ class Ingested:
     dropped: Mapping[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Notice:
     """One alert of a validated body, before it is applied."""
 
@@ -194,19 +199,175 @@ class Notices:
         return len(self.notices)
 
 
-def decode(raw: bytes, max_bytes: int = MAX_BODY) -> Notices:
-    """The notices of one raw webhook body. Pure and thread-safe: the webhook runs it
-    in a worker thread. ``BodyError`` when the bytes are not bounded JSON,
-    ``PayloadError`` when the JSON is not an Alertmanager v4 payload."""
+def load(raw: bytes, max_bytes: int = MAX_BODY) -> Any:
+    """The JSON value of a raw body, in one piece (``jsonread``); ``BodyError`` when
+    it is not bounded, well-formed JSON. Pure: safe in a worker thread."""
     try:
-        payload = jsonread.loads(raw, max_bytes=max_bytes)
+        return jsonread.loads(raw, max_bytes=max_bytes)
     except jsonread.JSONBodyError as e:
         raise BodyError(f"malformed JSON: {e}") from None
-    return Notices(tuple(_parse(payload)))
+
+
+def decode(raw: bytes, max_bytes: int = MAX_BODY) -> Notices:
+    """The notices of one raw webhook body, in one piece: the reference that
+    ``decode_in_slices`` must agree with. ``BodyError`` when the bytes are not
+    bounded JSON, ``PayloadError`` when the JSON is not an Alertmanager v4 payload."""
+    return Notices(tuple(_parse(load(raw, max_bytes))))
+
+
+async def decode_in_slices(
+    raw: bytes,
+    max_bytes: int = MAX_BODY,
+    *,
+    one_piece: Callable[[bytes], Awaitable[Any]] | None = None,
+    slice_seconds: float = SLICE_SECONDS,
+) -> Notices:
+    """``decode``'s answer, worked out on the event loop a slice of at most about
+    ``slice_seconds`` at a time: the body is read one alert at a time, each alert
+    checked and turned into a notice as it comes (its JSON dropped at once: fewer
+    objects alive, less for the garbage collector to walk), with a turn of the
+    loop whenever a slice is used up.
+
+    Only a body laid out as a v4 payload is (an object whose ``alerts`` is an
+    array) is read this way; any other, and any body with a problem, is read in one
+    piece by ``one_piece`` (``load`` on the loop when not given; the webhook gives
+    a worker thread), so that what is refused, and the words it is refused with,
+    are ``load``'s."""
+    if len(raw) > max_bytes:
+        raise BodyError(f"malformed JSON: larger than {max_bytes} bytes")
+    turn = _Turns(slice_seconds)
+    try:
+        payload, early = await _object_in_slices(raw.decode("utf-8"), turn)
+    except (_NotLaidOut, ValueError, RecursionError):
+        # ValueError: UnicodeDecodeError, JSONDecodeError and the decoder's refusals.
+        payload = await one_piece(raw) if one_piece is not None else load(raw, max_bytes)
+        early = None
+    alerts = _alerts_of(payload)  # the payload's own problems come first, as in _parse
+    if early is not None:
+        if early.problem is not None:
+            raise early.problem
+        return Notices(tuple(early.notices))
+    notices: list[_Notice] = []
+    for i, alert in enumerate(alerts):
+        notices.append(_notice(i, alert))
+        await turn()
+    return Notices(tuple(notices))
+
+
+@dataclass
+class _Early:
+    """The notices of an ``alerts`` array made as it was read, up to its first
+    problem (raised once the rest of the payload is known to be right)."""
+
+    notices: list[_Notice] = field(default_factory=list)
+    problem: PayloadError | None = None
+
+    def take(self, item: Any) -> None:
+        if self.problem is None:
+            try:
+                self.notices.append(_notice(len(self.notices), item))
+            except PayloadError as e:
+                self.problem = e
+
+
+class _NotLaidOut(Exception):
+    """The body is not laid out as a v4 payload, or not JSON: ``load`` decides."""
+
+
+class _Turns:
+    """Gives the event loop a turn once ``seconds`` of work have passed since the
+    last one."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.since = time.perf_counter()
+
+    async def __call__(self) -> None:
+        if time.perf_counter() - self.since >= self.seconds:
+            await asyncio.sleep(0)
+            self.since = time.perf_counter()
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
+
+
+def _skip(text: str, i: int) -> int:
+    end: int = _SPACE.match(text, i).end()  # type: ignore[union-attr]  # always matches
+    return end
+
+
+async def _object_in_slices(text: str, turn: _Turns) -> tuple[dict[str, Any], _Early | None]:
+    """The top-level object of ``text``, and the notices of its ``alerts`` array,
+    read one element at a time (the object holds an empty list in its place).
+    Duplicate keys and depth are as ``jsonread.loads`` has them: the last value of
+    a key wins, and a body nested past ``MAX_DEPTH`` is left to it."""
+    decoder = jsonread.decoder()
+    i = _skip(text, 0)
+    if text[i : i + 1] != "{":
+        raise _NotLaidOut
+    obj: dict[str, Any] = {}
+    early: _Early | None = None
+    i = _skip(text, i + 1)
+    closed = text[i : i + 1] == "}"
+    if closed:
+        i += 1
+    while not closed:
+        if text[i : i + 1] != '"':
+            raise _NotLaidOut
+        key, i = decoder.raw_decode(text, i)
+        i = _skip(text, i)
+        if text[i : i + 1] != ":":
+            raise _NotLaidOut
+        i = _skip(text, i + 1)
+        if key == "alerts" and text[i : i + 1] == "[":
+            early = _Early()
+            obj[key], i = [], await _array_in_slices(text, i, decoder, turn, early.take)
+        else:
+            if key == "alerts":
+                early = None  # the last "alerts" counts, and this one is no array
+            obj[key], i = decoder.raw_decode(text, i)
+            if jsonread.depth(obj[key]) + 1 > jsonread.MAX_DEPTH:
+                raise _NotLaidOut
+        i = _skip(text, i)
+        if text[i : i + 1] not in (",", "}"):
+            raise _NotLaidOut
+        closed = text[i] == "}"
+        i = i + 1 if closed else _skip(text, i + 1)
+    if _skip(text, i) != len(text):
+        raise _NotLaidOut
+    return obj, early
+
+
+async def _array_in_slices(
+    text: str, i: int, decoder: json.JSONDecoder, turn: _Turns, take: Callable[[Any], None]
+) -> int:
+    """Hands each element of the array that starts at ``text[i]`` to ``take``, in
+    order; returns where the array ends."""
+    i = _skip(text, i + 1)
+    if text[i : i + 1] == "]":
+        return i + 1
+    while True:
+        item, i = decoder.raw_decode(text, i)
+        # The object and this array hold it: two levels above its own.
+        if jsonread.depth(item) + 2 > jsonread.MAX_DEPTH:
+            raise _NotLaidOut
+        take(item)
+        await turn()
+        i = _skip(text, i)
+        if text[i : i + 1] == "]":
+            return i + 1
+        if text[i : i + 1] != ",":
+            raise _NotLaidOut
+        i = _skip(text, i + 1)
 
 
 def _parse(payload: Any) -> list[_Notice]:
     """Every alert of a body, validated as a whole before any is applied."""
+    return [_notice(i, raw) for i, raw in enumerate(_alerts_of(payload))]
+
+
+def _alerts_of(payload: Any) -> list[Any]:
+    """The alerts of a v4 payload, unchecked yet; ``PayloadError`` when it is not one."""
     if not isinstance(payload, dict):
         raise PayloadError("the body must be a JSON object")
     if payload.get("version") != "4":
@@ -214,41 +375,41 @@ def _parse(payload: Any) -> list[_Notice]:
     alerts = payload.get("alerts")
     if not isinstance(alerts, list):
         raise PayloadError("'alerts' must be a list")
-    notices: list[_Notice] = []
-    for i, raw in enumerate(alerts):
-        where = f"alerts[{i}]"
-        if not isinstance(raw, dict):
-            raise PayloadError(f"{where} must be an object")
-        status = raw.get("status")
-        if status not in ("firing", "resolved"):
-            raise PayloadError(f"{where}.status must be 'firing' or 'resolved'")
-        labels = raw.get("labels")
-        if not isinstance(labels, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-        ):
-            raise PayloadError(f"{where}.labels must map strings to strings")
-        if "alertname" not in labels:
-            raise PayloadError(f"{where}.labels has no alertname")
-        if not all(_encodable(k) and _encodable(v) for k, v in labels.items()):
-            raise PayloadError(f"{where}.labels must be Unicode text (no lone surrogates)")
-        fp = raw.get("fingerprint") or fingerprint_of(labels)
-        if not isinstance(fp, str) or not _encodable(fp):
-            raise PayloadError(f"{where}.fingerprint must be a string")
-        raw_starts = raw.get("startsAt", _ZERO_TIME)
-        starts = _time(raw_starts, f"{where}.startsAt")
-        ends = _time(raw.get("endsAt", _ZERO_TIME), f"{where}.endsAt")
-        notices.append(
-            _Notice(
-                status,
-                fp,
-                dict(labels),
-                starts,
-                raw_starts if starts is not None else None,
-                ends,
-                _oversize(labels, fp),
-            )
-        )
-    return notices
+    return alerts
+
+
+def _notice(i: int, raw: Any) -> _Notice:
+    """The ``i``-th alert of a body, checked."""
+    where = f"alerts[{i}]"
+    if not isinstance(raw, dict):
+        raise PayloadError(f"{where} must be an object")
+    status = raw.get("status")
+    if status not in ("firing", "resolved"):
+        raise PayloadError(f"{where}.status must be 'firing' or 'resolved'")
+    labels = raw.get("labels")
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise PayloadError(f"{where}.labels must map strings to strings")
+    if "alertname" not in labels:
+        raise PayloadError(f"{where}.labels has no alertname")
+    if not all(_encodable(k) and _encodable(v) for k, v in labels.items()):
+        raise PayloadError(f"{where}.labels must be Unicode text (no lone surrogates)")
+    fp = raw.get("fingerprint") or fingerprint_of(labels)
+    if not isinstance(fp, str) or not _encodable(fp):
+        raise PayloadError(f"{where}.fingerprint must be a string")
+    raw_starts = raw.get("startsAt", _ZERO_TIME)
+    starts = _time(raw_starts, f"{where}.startsAt")
+    ends = _time(raw.get("endsAt", _ZERO_TIME), f"{where}.endsAt")
+    return _Notice(
+        status,
+        fp,
+        dict(labels),
+        starts,
+        raw_starts if starts is not None else None,
+        ends,
+        _oversize(labels, fp),
+    )
 
 
 def _encodable(text: str) -> bool:

@@ -18,9 +18,9 @@ import pytest
 
 from autoscaler.kube.client import ClientKube
 from autoscaler.kube.errors import Transient
-from autoscaler.kube.leader import LeaderElector, micro_time, parse_time
+from autoscaler.kube.leader import ElectionThread, LeaderElector, micro_time, parse_time
 from autoscaler.kube.protocol import Obj
-from tests.support.fakes.apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 
 # Slow (waits out real lease and renew deadlines): `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow
@@ -267,3 +267,93 @@ def test_settings_are_checked_and_times_round_trip() -> None:
     assert parse_time("2026-01-02T03:04:05.000000Z") == 1767323045.0
     assert parse_time("2026-01-02T03:04:05Z") == 1767323045.0
     assert parse_time("garbage") is None and parse_time(None) is None
+
+
+# -- the election in a thread of its own ----------------------------------------------
+
+
+class Threaded(Replica):
+    """A replica whose elector runs in an ``ElectionThread``; the work of its terms
+    runs on the test's loop."""
+
+    def __init__(self, api: FakeApiServer, tmp_path: Path, identity: str) -> None:
+        super().__init__(api, tmp_path, identity)
+        self.election = ElectionThread(self.elector)
+        self.fail_work = False
+
+    async def _work(self) -> None:
+        self.started.append(time.time())
+        if self.fail_work:
+            raise RuntimeError("restore failed")
+        await asyncio.Event().wait()
+
+    def start(self) -> None:
+        self.election.start(self._work, self._stopped)
+
+    async def stop(self) -> None:
+        await self.election.stop(timeout=5)
+
+
+def renewals_between(api: FakeApiServer, start: float, end: float) -> list[float]:
+    return [
+        r.time
+        for r in api.requests_for("PUT", "/leases/accel-autoscaler$")
+        if r.status == 200 and start <= r.time <= end
+    ]
+
+
+@pytest.mark.parametrize("where", ["own thread", "shared loop"])
+async def test_a_blocked_event_loop_costs_the_lease_only_when_renewals_share_it(
+    tmp_path: Path, where: str
+) -> None:
+    """The controller's loop held for longer than the Lease (a webhook body parsed in
+    one piece did that): with renewals in their own thread the leader keeps the Lease
+    and its term's work is never interrupted; on the shared loop it loses it."""
+    with running_apiserver() as api:
+        replica = Threaded(api, tmp_path, "replica-a")
+        if where == "own thread":
+            replica.start()
+        else:
+            replica.task = asyncio.create_task(replica.elector.run(replica._work, replica._stopped))
+        try:
+            await until(lambda: bool(replica.started), 3)
+            holder = lease_of(api)["spec"]["holderIdentity"]
+            blocked = time.time()
+            time.sleep(LEASE + 0.5)  # the loop held, as a long synchronous parse holds it
+            unblocked = time.time()
+            renewed = renewals_between(api, blocked, unblocked)
+            if where == "own thread":
+                assert replica.elector.is_leader()
+                assert len(renewed) >= int((LEASE + 0.5) / RETRY) - 2, renewed
+                await asyncio.sleep(3 * RETRY)  # the loop turns: nothing steps down
+                assert replica.elector.is_leader() and replica.stopped == []
+                assert len(replica.started) == 1
+                assert lease_of(api)["spec"]["holderIdentity"] == holder
+            else:
+                assert not replica.elector.is_leader()  # the renew deadline passed
+                assert renewed == []
+        finally:
+            if replica.task is not None:
+                replica.elector.stop()
+                await asyncio.wait_for(replica.task, timeout=5)
+            else:
+                await replica.stop()
+        assert "holderIdentity" not in lease_of(api)["spec"]  # released on stop
+        assert len(replica.stopped) == 1
+
+
+async def test_work_that_fails_ends_the_candidacy_and_releases_the_lease(
+    tmp_path: Path,
+) -> None:
+    with running_apiserver() as api:
+        replica = Threaded(api, tmp_path, "replica-a")
+        replica.fail_work = True
+        replica.start()
+        try:
+            await until(lambda: bool(replica.stopped), 5)
+            await until(lambda: "holderIdentity" not in lease_of(api)["spec"], 5)
+            assert isinstance(replica.election.error, RuntimeError)
+            assert not replica.elector.is_leader() and len(replica.started) == 1
+        finally:
+            await replica.stop()
+        assert len(replica.stopped) == 1
