@@ -242,23 +242,35 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     if hot_name not in load:
         return Outcome("skipped", f"node {hot_name} has no load data; not moving anything")
     now = ctx.clock()
-    gap = params.min_utilization_gap
+    read = await _read(ctx, hot_name, load, params, now)
+    if isinstance(read, Outcome):
+        return read
+    dra = await _claims(ctx, [p for _, pods in read.values() for p in pods])
+    nodes = {name: _weigh(name, read[name], load[name], dra, now, params) for name in read}
+    candidates = sorted(
+        (p for p in read[hot_name][1] if movable(p, dra)),
+        key=lambda p: str((p.get("status") or {}).get("startTime") or ""),
+        reverse=True,
+    )
+    if not candidates:
+        return Outcome("skipped", f"node {hot_name} has no movable pod")
+    return await _move(ctx, decision, params, nodes, nodes[hot_name], candidates, dra, now)
 
+
+async def _read(
+    ctx: ActionContext,
+    hot_name: str,
+    load: Mapping[str, float],
+    params: RebalanceParams,
+    now: float,
+) -> dict[str, tuple[Obj, list[Obj]]] | Outcome:
+    """The hot node and the coolest nodes that are cool enough (a bounded number of
+    them: a few small reads instead of every node and pod of a large cluster), each
+    with its pods; or the Outcome that ends the action here."""
     read: dict[str, tuple[Obj, list[Obj]]] = {}
 
     async def fetch(name: str) -> None:
         read[name] = (await ctx.kube.get_node(name), await ctx.kube.list_pods(node=name))
-
-    def weigh(name: str, dra: DraState | None) -> _Node:
-        obj, pods = read[name]
-        used: dict[str, int] = {}
-        for p in pods:
-            if not is_finished(p) and not is_terminating(p):
-                for r, k in all_device_requests(p, dra).items():
-                    used[r] = used.get(r, 0) + k
-        capacity = {**_capacity(obj), **dra_node_devices(name, dra)}
-        cooling = _cooling(obj, now, params.node_cooldown)
-        return _Node(name, load[name], capacity, used, _schedulable(obj), cooling, obj)
 
     try:
         await fetch(hot_name)
@@ -270,8 +282,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         return Outcome(
             "skipped", f"node {hot_name} gave or received a pod within nodeCooldown; waiting"
         )
-    # The coolest nodes that are cool enough, a bounded number of them: a few small
-    # reads instead of every node and pod of a large cluster.
+    gap = params.min_utilization_gap
     cool = sorted(
         (n for n, v in load.items() if n != hot_name and v <= load[hot_name] - gap),
         key=lambda n: (load[n], n),
@@ -283,16 +294,41 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
             continue
         except KubeError as e:
             return Outcome("unknown", str(e))
-    dra = await _claims(ctx, [p for _, pods in read.values() for p in pods])
-    nodes = {name: weigh(name, dra) for name in read}
-    hot, on_hot = nodes[hot_name], read[hot_name][1]
-    candidates = sorted(
-        (p for p in on_hot if movable(p, dra)),
-        key=lambda p: str((p.get("status") or {}).get("startTime") or ""),
-        reverse=True,
-    )
-    if not candidates:
-        return Outcome("skipped", f"node {hot_name} has no movable pod")
+    return read
+
+
+def _weigh(
+    name: str,
+    read: tuple[Obj, list[Obj]],
+    load: float,
+    dra: DraState | None,
+    now: float,
+    params: RebalanceParams,
+) -> _Node:
+    obj, pods = read
+    used: dict[str, int] = {}
+    for p in pods:
+        if not is_finished(p) and not is_terminating(p):
+            for r, k in all_device_requests(p, dra).items():
+                used[r] = used.get(r, 0) + k
+    capacity = {**_capacity(obj), **dra_node_devices(name, dra)}
+    cooling = _cooling(obj, now, params.node_cooldown)
+    return _Node(name, load, capacity, used, _schedulable(obj), cooling, obj)
+
+
+async def _move(
+    ctx: ActionContext,
+    decision: Decision,
+    params: RebalanceParams,
+    nodes: Mapping[str, _Node],
+    hot: _Node,
+    candidates: list[Obj],
+    dra: DraState | None,
+    now: float,
+) -> Outcome:
+    """Evict the candidates, youngest first, each to the coolest node it fits, while
+    the move is worth the work it throws away; the hot node's load falls with each."""
+    gap = params.min_utilization_gap
     moved: list[str] = []
     reasons: list[str] = []
     hot_load = hot.load
@@ -330,26 +366,39 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         except KubeError as e:
             return Outcome("unknown", f"{pod_key(pod)}: {e}")
         moved.append(pod_key(pod))
-        share = k / max(1, hot.devices)
-        hot_load -= hot.load * share
-        dest.load += hot.load * k / max(1, dest.devices)
-        for r, q in wants.items():
-            dest.used[r] = dest.used.get(r, 0) + q
-        dest.cooling = True
-        for name in (hot.name, dest.name):
-            try:
-                await _stamp(ctx, name)
-            except KubeError as e:
-                log.warning("node %s: could not record the rebalance time: %s", name, e)
-        message = (
-            f"moved off hot node {hot.name} (load {hot.load:.2f}) by rule {decision.rule}; "
-            f"room on {dest.name} (load {nodes[dest.name].load:.2f} after)"
-        )
-        await event(ctx, pod, "Rebalanced", message, action="Evict")
-        await event(ctx, hot.obj, "Rebalanced", f"{pod_key(pod)} {message}", action=NAME)
+        hot_load -= hot.load * k / max(1, hot.devices)
+        await _moved(ctx, decision, pod, hot, dest, wants, k)
     if not moved:
         return Outcome("skipped", "; ".join(reasons[:5]) or "nothing to move")
-    return Outcome("done", f"moved {len(moved)} pod(s) off {hot_name}", {"moved": moved})
+    return Outcome("done", f"moved {len(moved)} pod(s) off {hot.name}", {"moved": moved})
+
+
+async def _moved(
+    ctx: ActionContext,
+    decision: Decision,
+    pod: Obj,
+    hot: _Node,
+    dest: _Node,
+    wants: Mapping[str, int],
+    k: int,
+) -> None:
+    """After one eviction: the destination's new load and use, both nodes' cooldown
+    stamps, and the Events."""
+    dest.load += hot.load * k / max(1, dest.devices)
+    for r, q in wants.items():
+        dest.used[r] = dest.used.get(r, 0) + q
+    dest.cooling = True
+    for name in (hot.name, dest.name):
+        try:
+            await _stamp(ctx, name)
+        except KubeError as e:
+            log.warning("node %s: could not record the rebalance time: %s", name, e)
+    message = (
+        f"moved off hot node {hot.name} (load {hot.load:.2f}) by rule {decision.rule}; "
+        f"room on {dest.name} (load {dest.load:.2f} after)"
+    )
+    await event(ctx, pod, "Rebalanced", message, action="Evict")
+    await event(ctx, hot.obj, "Rebalanced", f"{pod_key(pod)} {message}", action=NAME)
 
 
 async def _claims(ctx: ActionContext, pods: list[Obj]) -> DraState | None:
