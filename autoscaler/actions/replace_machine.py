@@ -426,6 +426,31 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         )
 
 
+async def _replaceable(
+    ctx: ActionContext, machine: Obj, mode: str, details: dict[str, Any]
+) -> None:
+    """``Refused`` unless something would bring the Machine's replacement: an owner,
+    and in remediate mode a MachineHealthCheck that selects it (named in
+    ``details``)."""
+    ref = MachineRef.of(machine)
+    if not _owned(machine):
+        raise Refused(
+            f"Machine {ref} has no owner (no controller ownerReference, no "
+            f"{DEPLOYMENT_LABEL} or {MACHINESET_LABEL} label): nothing would bring a "
+            "replacement, so it is not replaced"
+        )
+    if mode == "remediate":
+        checker = await health_check(ctx, machine)
+        if checker is None:
+            raise Refused(
+                f"no MachineHealthCheck in namespace {ref.namespace} selects Machine {ref}: "
+                f"nobody would act on {REMEDIATE} (add a MachineHealthCheck whose selector "
+                "matches the pool's Machines, or use mode: delete)"
+            )
+        if checker:
+            details["machineHealthCheck"] = checker
+
+
 async def _replace(
     ctx: ActionContext,
     decision: Decision,
@@ -465,22 +490,7 @@ async def _replace(
             await _record(ctx, decision, node_name, ref, request)
             await _phase(ctx, node_name, decision.rule, REPLACED, f"Machine {ref} {already}")
         return Outcome("done", f"Machine {ref} of node {node_name} {already}", details)
-    if not _owned(machine):
-        raise Refused(
-            f"Machine {ref} has no owner (no controller ownerReference, no "
-            f"{DEPLOYMENT_LABEL} or {MACHINESET_LABEL} label): nothing would bring a "
-            "replacement, so it is not replaced"
-        )
-    if mode == "remediate":
-        checker = await health_check(ctx, machine)
-        if checker is None:
-            raise Refused(
-                f"no MachineHealthCheck in namespace {ref.namespace} selects Machine {ref}: "
-                f"nobody would act on {REMEDIATE} (add a MachineHealthCheck whose selector "
-                "matches the pool's Machines, or use mode: delete)"
-            )
-        if checker:
-            details["machineHealthCheck"] = checker
+    await _replaceable(ctx, machine, mode, details)
     if not ctx.leading():
         return Outcome("skipped", f"lost the lease before replacing Machine {ref}", details)
     await _record(ctx, decision, node_name, ref, request)
