@@ -81,9 +81,13 @@ class ConnectionLimits:
 
 L = TypeVar("L", bound=ConnectionLimits)
 
-# Descriptors kept back from the connection cap: files, sockets to the API server
-# or the devices, logs.
-FD_RESERVE = 128
+# The loop accepts up to the listen backlog (aiohttp's 128) in one turn, before
+# the connections it closed to make room for them are gone: the cap can be
+# overshot by that much for a moment.
+ACCEPT_BURST = 128
+# Descriptors kept back from the connection cap: one accept burst, and 128 for
+# files, sockets to the API server or the devices, and logs.
+FD_RESERVE = ACCEPT_BURST + 128
 
 
 def fd_headroom(limits: L) -> L:
@@ -271,6 +275,7 @@ class BoundedAppRunner(web.AppRunner):
 
 
 __all__ = [
+    "ACCEPT_BURST",
     "FD_RESERVE",
     "BoundedAppRunner",
     "BoundedServer",

@@ -24,6 +24,7 @@ import aiohttp
 import bcrypt
 import pytest
 
+from accel_common.httpbounds import FD_RESERVE
 from accel_common.listen import Listener
 from exporter import backends
 from exporter.backends.base import BackendOptions
@@ -365,7 +366,7 @@ async def test_past_the_cap_the_oldest_idle_connections_make_room() -> None:
 def test_the_connection_cap_leaves_descriptors_to_spare() -> None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     cap = fd_headroom_limits(Limits(max_connections=10**9)).max_connections
-    assert cap == max(16, soft - 128)
+    assert cap == max(16, soft - FD_RESERVE)
     assert fd_headroom_limits(Limits(max_connections=10)).max_connections == 10
 
 
