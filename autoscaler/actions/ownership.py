@@ -194,9 +194,17 @@ def entries(node: Obj) -> dict[str, Entry]:
     owner's claim on the node (``UnknownFact``, which the action answers without
     acting)."""
     out, problem = read_entries(node)
-    if problem is not None:
+    if problem is not None and str(problem) not in _REPORTED:
+        # Once per node and problem, not on every read of every cycle.
+        if len(_REPORTED) >= 10_000:
+            _REPORTED.clear()
+        _REPORTED.add(str(problem))
         log.warning("%s; treated as unknown (not ours, and not overwritten)", problem)
     return out
+
+
+# The unreadable annotations already reported (their messages: bounded, no value).
+_REPORTED: set[str] = set()
 
 
 def _writes_entries(patch: Obj) -> bool:
