@@ -17,7 +17,7 @@ that is what the server sends, what the simulator keeps, and it costs nothing to
 decode. Patches are JSON merge patches (RFC 7386) unless a method says otherwise;
 lists in a merge patch replace the whole list, so a caller that changes one taint
 sends the node's full taint list together with ``metadata.resourceVersion`` and
-handles ``Conflict`` by reading again (``autoscaler.kube.ops.update_node``).
+handles ``Conflict`` by reading again (``autoscaler.actions.ownership.update_node``).
 
 Errors are the typed ones in ``autoscaler.kube.errors``. Every method may raise
 ``KubeError``; an implementation retries ``Transient`` and throttling ``429``
