@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 #
-# One image, both entry points: `accel-exporter` (deploy/'s DaemonSet) and
-# `accel-autoscaler` (its Deployment), which pick theirs with `command:`.
+# One image, all three entry points: `accel-exporter` (deploy/'s DaemonSet),
+# `accel-autoscaler` (its Deployment) and `accel-node-agent` (its own DaemonSet),
+# which pick theirs with `command:`.
 #
 #   docker build -t accel-fleet:0.1.0 .                              # every vendor
 #   docker build --build-arg EXTRAS=nvidia -t accel-fleet:0.1.0-nvidia .

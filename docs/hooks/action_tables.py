@@ -18,17 +18,34 @@ Only the prose meaning of each parameter is not in the spec; it comes from the
 row there stops the build, so a new parameter cannot go undocumented.
 
 The page asks for the tables with the marker ``<!-- action-parameters -->``.
+
+Lists of actions elsewhere are generated for the same reason: a list written by hand
+goes stale the day an action is added. Two more markers, usable on any page:
+
+* ``<!-- action-summary -->``: a table of every action with its targets, whether a
+  ``recover`` undoes it, and what it does, the first paragraph of its module
+  docstring, after the action's name that opens it;
+* ``<!-- action-names: SELECTION -->``: the names inline, in the registry's order,
+  for a sentence to carry. ``SELECTION`` is ``all``, ``reversible`` (a ``recover``
+  can undo them: ``check`` warns when a rule with one has none, and ``repeat`` is
+  refused on them), ``irreversible`` (``recover`` refused, ``repeat`` allowed) or
+  ``breaker`` (what the circuit breaker counts as a node under remediation,
+  ``UNHEALTHY_ACTIONS``). An unknown selection stops the build.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from autoscaler.actions import ACTIONS, ActionSpec
+from autoscaler.engine.breaker import UNHEALTHY_ACTIONS
 
 MARKER = "<!-- action-parameters -->"
+SUMMARY_MARKER = "<!-- action-summary -->"
+NAMES_MARKER = re.compile(r"<!-- action-names: *([a-z]+) *-->")
 
 _BORDER = re.compile(r"^=+(\s+=+)+\s*$")
 _KEY_CELL = re.compile(r"``([^`]+)``\s*")
@@ -176,8 +193,58 @@ def parameter_tables() -> str:
     return "\n".join(action_section(spec) for spec in ACTIONS.values())
 
 
+def summary(spec: ActionSpec) -> str:
+    """What the action does: the first paragraph of its module docstring, without
+    the action's name and colon that open it, as one Markdown line."""
+    module = importlib.import_module(f"autoscaler.actions.{spec.name}")
+    first = (module.__doc__ or "").strip().split("\n\n", 1)[0]
+    lead = f"``{spec.name}``:"
+    if not first.startswith(lead):
+        raise ValueError(
+            f"autoscaler/actions/{spec.name}.py: the module docstring must start with "
+            f"'{lead} what it does', the sentence the actions table shows"
+        )
+    return _markdown(" ".join(first[len(lead) :].split()))
+
+
+def summary_table() -> str:
+    """Every registered action, in the registry's order, each linked to its parameter
+    section on the actions page (the page this marker is meant for)."""
+    rows = ["| action | targets | a `recover` undoes it | what it does |", "|---|---|---|---|"]
+    for spec in ACTIONS.values():
+        undo = "yes" if spec.reversible else "no"
+        targets = ", ".join(spec.targets)
+        rows.append(f"| [`{spec.name}`](#{spec.name}) | {targets} | {undo} | {summary(spec)} |")
+    return "\n".join(rows)
+
+
+# The selections an ``action-names`` marker may ask for; each is a fact of the code.
+SELECTIONS: dict[str, Callable[[ActionSpec], bool]] = {
+    "all": lambda spec: True,
+    "reversible": lambda spec: spec.reversible,
+    "irreversible": lambda spec: not spec.reversible,
+    "breaker": lambda spec: spec.name in UNHEALTHY_ACTIONS,
+}
+
+
+def action_names(selection: str) -> str:
+    """The selected actions as a Markdown phrase: "`a`, `b` and `c`"."""
+    keep = SELECTIONS.get(selection)
+    if keep is None:
+        raise ValueError(
+            f"<!-- action-names: {selection} -->: no such selection; "
+            f"use one of {', '.join(SELECTIONS)}"
+        )
+    names = [f"`{spec.name}`" for spec in ACTIONS.values() if keep(spec)]
+    if len(names) < 2:
+        return "".join(names)
+    return f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    """mkdocs hook: replace the marker with the generated tables."""
-    if MARKER not in markdown:
-        return markdown
-    return markdown.replace(MARKER, parameter_tables())
+    """mkdocs hook: replace the markers with the generated tables and lists."""
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, parameter_tables())
+    if SUMMARY_MARKER in markdown:
+        markdown = markdown.replace(SUMMARY_MARKER, summary_table())
+    return NAMES_MARKER.sub(lambda m: action_names(m.group(1)), markdown)
