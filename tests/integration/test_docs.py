@@ -360,7 +360,9 @@ def test_the_code_table_names_every_package() -> None:
             named = row is not None and (row[0] == package or f"`{init.parent.name}/`" in row[1])
             if not named:
                 missing.append(package)
-    assert missing == [], "not in docs/design.md's 'Where code goes' table"
+    assert missing == [], (
+        "name each in docs/design.md's 'Where code goes' table, in its package's row"
+    )
 
 
 def test_the_code_table_names_every_module() -> None:
@@ -386,7 +388,9 @@ def test_the_code_table_names_every_module() -> None:
             named = f"`{stem}`" in holds
         if not named:
             missing.append(path)
-    assert missing == [], "not in docs/design.md's 'Where code goes' table"
+    assert missing == [], (
+        "name each in docs/design.md's 'Where code goes' table, in its package's row"
+    )
 
 
 def test_every_path_in_the_code_table_exists() -> None:
