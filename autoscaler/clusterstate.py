@@ -2,9 +2,11 @@
 API, so that every rule, including "this job ran past its timeout" and "this pool
 has pending device requests", is one PromQL expression over one kind of data.
 
-The controller exports these on its own ``/metrics`` (``render``) and feeds them to
-the built-in evaluator (``ingest``); with the ``prometheus`` source, Prometheus
-scrapes them from the controller like any other target. Names live here, as the
+The controller exports these on its own ``/metrics`` (through its collector,
+``autoscaler/metrics.py``) and feeds them to the built-in evaluator (``ingest``);
+with the ``prometheus`` source, Prometheus scrapes them from the controller like
+any other target. Their names, HELP and labels live in the controller's catalogue,
+``autoscaler/metrics.py`` (``CATALOGUE`` here is its cluster-state part), as the
 exporter's live in ``exporter/schema.py``.
 
 ``collect`` runs every evaluation cycle against clusters of a thousand nodes, so it
@@ -95,7 +97,6 @@ from accel_common.gangs import gang_of
 from accel_common.names import (
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_PAUSE_ANNOTATION,
-    GANG_LABEL,
     LAST_CHECKPOINT_ANNOTATION,
     TIMEOUT_ANNOTATION,
     is_device_resource,
@@ -103,6 +104,26 @@ from accel_common.names import (
 from autoscaler.kube.dra import read_dra
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Kube, Obj
+from autoscaler.metrics import (
+    CLUSTER,
+    GANG_CHECKPOINT_INTERVAL,
+    GANG_CHECKPOINT_PAUSE,
+    GANG_INFO,
+    GANG_LAST_CHECKPOINT,
+    JOB_AGE,
+    JOB_CHECKPOINT_INTERVAL,
+    JOB_CHECKPOINT_PAUSE,
+    JOB_LAST_CHECKPOINT,
+    JOB_TIMEOUT,
+    NODE_POOL,
+    POOL_DEVICES_ALLOCATED,
+    POOL_NODES,
+    POOL_NODES_MAX,
+    POOL_NODES_MIN,
+    POOL_PENDING,
+    ClusterMetric,
+    Row,
+)
 from autoscaler.pools.base import NodePoolProvider, Pool
 from autoscaler.pools.capacity import DraView, dra_requests, readiness
 from autoscaler.pools.fit import NodeOffer, node_offer, pending, shape_offer
@@ -111,114 +132,15 @@ from autoscaler.promql.store import SeriesStore
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ClusterMetric:
-    name: str
-    help: str
-    labels: tuple[str, ...]
-
-
-JOB_AGE = ClusterMetric(
-    "accel_job_age_seconds",
-    "Seconds since a device-using pod started running.",
-    ("namespace", "pod", "node", "job"),
-)
-JOB_TIMEOUT = ClusterMetric(
-    "accel_job_timeout_seconds",
-    f"The pod's run-time limit from its {TIMEOUT_ANNOTATION} annotation, else its "
-    "Job's activeDeadlineSeconds.",
-    ("namespace", "pod", "node", "job"),
-)
-GANG_INFO = ClusterMetric(
-    "accel_gang_info",
-    "A running device-using pod that belongs to a gang (JobSet, TrainJob, PyTorchJob, "
-    f"MPIJob, Volcano Job, or the {GANG_LABEL} label); always 1.",
-    ("namespace", "pod", "node", "gang", "kind"),
-)
-GANG_CHECKPOINT_PAUSE = ClusterMetric(
-    "accel_gang_checkpoint_pause_seconds",
-    f"The longest checkpoint pause ({CHECKPOINT_PAUSE_ANNOTATION}) a running member "
-    "of the gang declares.",
-    ("namespace", "gang"),
-)
-JOB_CHECKPOINT_PAUSE = ClusterMetric(
-    "accel_job_checkpoint_pause_seconds",
-    f"The checkpoint pause a running device-using pod declares ({CHECKPOINT_PAUSE_ANNOTATION}).",
-    ("namespace", "pod"),
-)
-GANG_CHECKPOINT_INTERVAL = ClusterMetric(
-    "accel_gang_checkpoint_interval_seconds",
-    f"The shortest checkpoint interval ({CHECKPOINT_INTERVAL_ANNOTATION}) a running "
-    "member of the gang declares.",
-    ("namespace", "gang"),
-)
-JOB_CHECKPOINT_INTERVAL = ClusterMetric(
-    "accel_job_checkpoint_interval_seconds",
-    f"The checkpoint interval a running device-using pod declares "
-    f"({CHECKPOINT_INTERVAL_ANNOTATION}).",
-    ("namespace", "pod"),
-)
-GANG_LAST_CHECKPOINT = ClusterMetric(
-    "accel_gang_last_checkpoint_timestamp_seconds",
-    f"The latest last checkpoint ({LAST_CHECKPOINT_ANNOTATION}) over the running "
-    "members of the gang, in unix seconds.",
-    ("namespace", "gang"),
-)
-JOB_LAST_CHECKPOINT = ClusterMetric(
-    "accel_job_last_checkpoint_timestamp_seconds",
-    f"When a running device-using pod last checkpointed ({LAST_CHECKPOINT_ANNOTATION}), "
-    "in unix seconds.",
-    ("namespace", "pod"),
-)
-POOL_PENDING = ClusterMetric(
-    "accel_pool_pending_device_requests",
-    "Devices of one resource requested by unscheduled pods that this node pool can "
-    "satisfy; a pod that several pools could satisfy counts once, for the pool with "
-    "the most room below its maximum.",
-    ("pool", "resource"),
-)
-POOL_NODES = ClusterMetric(
-    "accel_pool_nodes",
-    "Nodes in a node pool by state: ready, notready (registered, not Ready), "
-    "provisioning (asked for, not registered yet); sum by (pool) for its size.",
-    ("pool", "state"),
-)
-POOL_NODES_MIN = ClusterMetric("accel_pool_nodes_min", "A node pool's minimum size.", ("pool",))
-POOL_NODES_MAX = ClusterMetric("accel_pool_nodes_max", "A node pool's maximum size.", ("pool",))
-POOL_DEVICES_ALLOCATED = ClusterMetric(
-    "accel_pool_devices_allocated_ratio",
-    "Share of a node pool's devices that pods hold (0-1).",
-    ("pool",),
-)
-NODE_POOL = ClusterMetric(
-    "accel_node_pool_info", "The node pool a node belongs to; always 1.", ("node", "pool")
-)
-
-CATALOGUE: tuple[ClusterMetric, ...] = (
-    JOB_AGE,
-    JOB_TIMEOUT,
-    GANG_INFO,
-    GANG_CHECKPOINT_PAUSE,
-    JOB_CHECKPOINT_PAUSE,
-    GANG_CHECKPOINT_INTERVAL,
-    JOB_CHECKPOINT_INTERVAL,
-    GANG_LAST_CHECKPOINT,
-    JOB_LAST_CHECKPOINT,
-    POOL_PENDING,
-    POOL_NODES,
-    POOL_NODES_MIN,
-    POOL_NODES_MAX,
-    POOL_DEVICES_ALLOCATED,
-    NODE_POOL,
-)
+# The names, HELP and labels of these series live in the controller's catalogue
+# (autoscaler/metrics.py), with its own series; CATALOGUE is this module's part.
+CATALOGUE: tuple[ClusterMetric, ...] = CLUSTER
 
 BY_NAME: dict[str, ClusterMetric] = {m.name: m for m in CATALOGUE}
 
 # Where ``ingest`` files these series in the store: one scrape target, so a series
 # that is not collected again (a pod that finished) ends with a stale marker.
 INGEST_TARGET = "accel-autoscaler/clusterstate"
-
-Row = tuple[ClusterMetric, dict[str, str], float]
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
@@ -668,21 +590,20 @@ async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> lis
     return rows
 
 
-def write(rows: Sequence[Row], out: Exposition) -> None:
-    """Adds the rows to ``out``: every family of the catalogue declared in
-    catalogue order (a family without rows is left out), labels in each metric's
-    label order."""
-    for metric in CATALOGUE:
-        out.family(metric.name, "gauge", metric.help)
-    for metric, labels, value in rows:
-        out.add(metric.name, [(k, labels.get(k, "")) for k in metric.labels], value)
-
-
 def render(rows: Sequence[Row]) -> str:
     """The rows in the Prometheus text format (0.0.4), families in catalogue order,
-    each with its HELP and TYPE; a family without rows is left out."""
+    each with its HELP and TYPE, labels in each metric's label order; a family
+    without rows is left out. This is the built-in evaluator's feed (``ingest``),
+    written every cycle with the exporter's cached writer: for 30,000 job rows it
+    took a third of ``prometheus_client.generate_latest``'s time. ``/metrics`` shows
+    the same rows through the controller's collector (``autoscaler/metrics.py``);
+    ``tests/autoscaler/controller/test_metrics_endpoint.py`` holds both to the same
+    samples."""
     out = Exposition()
-    write(rows, out)
+    for metric in CATALOGUE:
+        out.family(metric.name, metric.type, metric.help)
+    for metric, labels, value in rows:
+        out.add(metric.name, [(k, labels.get(k, "")) for k in metric.labels], value)
     return out.text()
 
 
@@ -693,3 +614,43 @@ def ingest(store: SeriesStore, rows: Sequence[Row], at: float) -> int:
     scraped target, so a rule stops seeing it at once rather than for the five
     minutes of lookback. Returns the number of samples stored."""
     return store.ingest_text(render(rows), at, target=INGEST_TARGET)
+
+
+# The cluster-state catalogue entries are re-exported: callers know them as
+# clusterstate.JOB_AGE and so on.
+__all__ = [
+    "BY_NAME",
+    "CATALOGUE",
+    "EARLIEST",
+    "GANG_CHECKPOINT_INTERVAL",
+    "GANG_CHECKPOINT_PAUSE",
+    "GANG_INFO",
+    "GANG_LAST_CHECKPOINT",
+    "INGEST_TARGET",
+    "JOB_AGE",
+    "JOB_CHECKPOINT_INTERVAL",
+    "JOB_CHECKPOINT_PAUSE",
+    "JOB_LAST_CHECKPOINT",
+    "JOB_TIMEOUT",
+    "LATEST",
+    "NODE_POOL",
+    "POOL_DEVICES_ALLOCATED",
+    "POOL_NODES",
+    "POOL_NODES_MAX",
+    "POOL_NODES_MIN",
+    "POOL_PENDING",
+    "ClusterMetric",
+    "Row",
+    "all_device_requests",
+    "checkpoint_declaration",
+    "collect",
+    "device_requests",
+    "dra_node_devices",
+    "gang_rows",
+    "ingest",
+    "is_device_pod",
+    "job_rows",
+    "pool_rows",
+    "render",
+    "start_time",
+]

@@ -581,6 +581,9 @@ class Controller:
         if not self.watcher.busy:
             await self.watcher.refresh()
         async with self.lock:
+            # Alerts whose TTL or endsAt passed go here, once a cycle: /metrics
+            # only counts the live ones, and reading it changes nothing.
+            self.alerts.expire(self.clock())
             if not self.leading():
                 if self.stats.standby == 0:
                     log.info("standing by: another replica holds the leader lease")

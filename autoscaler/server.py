@@ -31,19 +31,23 @@ import base64
 import binascii
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from aiohttp import web
 
-from accel_common.exposition import Exposition
-from accel_common.names import REMEDIATION_ANNOTATION
+from accel_common.ownmetrics import CONTENT_TYPE
 from accel_common.secrets import read_basic_auth, read_token
-from autoscaler import __version__, clusterstate
+from autoscaler import __version__, metrics
 from autoscaler.controller import Controller
 from autoscaler.engine.state import reset_breaker
+from autoscaler.kube.cache import CachedKube
+from autoscaler.kube.client import ClientKube
+from autoscaler.kube.dryrun import DryRunKube
+from autoscaler.metrics import ControllerStatus, Counts
 from autoscaler.ruleset.model import Rule
 from autoscaler.sources.alertmanager import (
     MAX_BODY,
@@ -55,194 +59,81 @@ from autoscaler.sources.alertmanager import (
 
 log = logging.getLogger("accel_autoscaler.api")
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
 # Bodies read in one piece at once (those that are not v4 payloads). It is work
 # under the interpreter lock, so more threads would not finish sooner; two keep
 # one from holding up the next, and bound the memory their values take.
 DECODE_WORKERS = 2
 
 
+def snapshot(c: Controller) -> ControllerStatus:
+    """What the controller's series say now, copied into one frozen status (no
+    state changes: the alerts past their TTL are counted out, not expired; the
+    evaluation cycle expires them)."""
+    stats, ex = c.stats, c.executor
+    watches, requests = _api_counters(c.kube)
+    return ControllerStatus(
+        rules=tuple(r.name for r in c.ruleset.rules),
+        decisions=_keyed(
+            ((rule, action, kind, str(dry).lower()), n)
+            for (rule, action, kind, dry), n in stats.decisions.items()
+        ),
+        unknown=MappingProxyType(dict(stats.unknown)),
+        pending=MappingProxyType(c.state.pending_counts()),
+        active=MappingProxyType(c.state.active_counts()),
+        last_duration=stats.last_duration,
+        last_timestamp=stats.last_timestamp,
+        source=c.source.name,
+        source_up=c.source_up,
+        breaker_open=c.state.breaker_open,
+        reload_success=c.watcher.reload_success,
+        outcomes=_keyed((key, n) for key, n in (ex.outcomes if ex else {}).items()),
+        in_flight=ex.in_flight if ex else 0,
+        remediations=tuple(sorted(c.remediations)),
+        leader=c.leading(),
+        cluster_state_errors=stats.cluster_state_errors,
+        unrestored=stats.unrestored,
+        state_record_errors=stats.state_record_errors,
+        record_refused=stats.record_refused,
+        failed_cycles=stats.failed_cycles,
+        healthy=not c.health(),
+        watch_failures=watches,
+        kube_requests=requests,
+        alerts_firing=c.alerts.firing_at(c.clock()),
+        alerts_dropped=_keyed(((reason,), n) for reason, n in c.alerts.dropped.items()),
+        cluster_rows=tuple(c.cluster_rows),
+    )
+
+
+def _keyed(counts: Iterable[tuple[tuple[str, ...], int]]) -> Counts:
+    """Counts by label values, sorted by them: the order the series are listed in."""
+    return tuple(sorted(counts))
+
+
+def _api_counters(kube: object) -> tuple[Counts | None, Counts | None]:
+    """The informers' failed list/watch attempts by resource, and the API client's
+    requests by verb, resource and status; None for what this controller does not
+    have. ``commands/run.py`` wraps the client (``ClientKube``) in a ``DryRunKube``
+    under --dry-run and either in a ``CachedKube`` that holds the informers."""
+    watches: Counts | None = None
+    if isinstance(kube, CachedKube):
+        watches = _keyed(((r,), i.failures) for r, i in kube.informers.items())
+        kube = kube.client
+    if isinstance(kube, DryRunKube):
+        kube = kube.inner
+    if not isinstance(kube, ClientKube):
+        return watches, None
+    requests = _keyed(
+        ((verb, resource, str(code)), n)
+        for (verb, resource, code), n in kube.request_counts.items()
+    )
+    return watches, requests
+
+
 def render_metrics(c: Controller) -> str:
-    """The controller's own series (names are accel_autoscaler_*), then the
-    cluster-state series, through the one exposition writer: full-precision values,
-    so the last evaluation's timestamp reads to the second and counters keep
-    counting past a million. A family without samples is left out."""
-    out = Exposition()
-
-    def family(name: str, kind: str, help_: str, rows: list[tuple[dict[str, str], float]]) -> None:
-        out.family(name, kind, help_)
-        for labels, value in rows:
-            out.add(name, labels, value)
-
-    family(
-        "accel_autoscaler_decisions_total",
-        "counter",
-        "Decisions made, by rule, action, kind (act, recover) and dry-run.",
-        [
-            (dict(rule=r, action=a, kind=k, dry_run=str(d).lower()), n)
-            for (r, a, k, d), n in sorted(c.stats.decisions.items())
-        ],
-    )
-    family(
-        "accel_autoscaler_rule_unknown_total",
-        "counter",
-        "Evaluations whose result was unknown (failed, timed out or empty), by rule.",
-        [(dict(rule=r.name), c.stats.unknown.get(r.name, 0)) for r in c.ruleset.rules],
-    )
-    family(
-        "accel_autoscaler_evaluation_duration_seconds",
-        "gauge",
-        "How long the last evaluation cycle took.",
-        [({}, c.stats.last_duration)],
-    )
-    family(
-        "accel_autoscaler_last_evaluation_timestamp_seconds",
-        "gauge",
-        "Unix time of the last evaluation cycle.",
-        [({}, c.stats.last_timestamp)],
-    )
-    family(
-        "accel_autoscaler_source_up",
-        "gauge",
-        "Whether the source answered with data in the last cycle.",
-        [(dict(source=c.source.name), 1 if c.source_up else 0)],
-    )
-    family(
-        "accel_autoscaler_breaker_open",
-        "gauge",
-        "Whether the circuit breaker stopped new remediation (1).",
-        [({}, 1 if c.state.breaker_open else 0)],
-    )
-    family(
-        "accel_autoscaler_rules_reload_success",
-        "gauge",
-        "Whether the last rules (re)load succeeded; on 0 the last good rules still run.",
-        [({}, 1 if c.watcher.reload_success else 0)],
-    )
-    family("accel_autoscaler_rules", "gauge", "Rules loaded.", [({}, len(c.ruleset.rules))])
-    pending = c.state.pending_counts()
-    active = c.state.active_counts()
-    family(
-        "accel_autoscaler_pending_targets",
-        "gauge",
-        "Targets whose rule condition holds but whose 'for' has not yet passed, by rule.",
-        [(dict(rule=r.name), pending.get(r.name, 0)) for r in c.ruleset.rules],
-    )
-    family(
-        "accel_autoscaler_active_targets",
-        "gauge",
-        "Targets under remediation by a rule, by rule.",
-        [(dict(rule=r.name), active.get(r.name, 0)) for r in c.ruleset.rules],
-    )
-    ex = c.executor
-    family(
-        "accel_autoscaler_actions_total",
-        "counter",
-        "Actions carried out, by rule, action and outcome status (done, partial, skipped, "
-        "failed, unknown).",
-        [
-            (dict(rule=r, action=a, status=st), n)
-            for (r, a, st), n in sorted((ex.outcomes if ex else {}).items())
-        ],
-    )
-    family(
-        "accel_autoscaler_actions_in_flight",
-        "gauge",
-        "Actions running now (a drain waiting on a PodDisruptionBudget counts).",
-        [({}, ex.in_flight if ex else 0)],
-    )
-    family(
-        "accel_autoscaler_nodes_under_remediation",
-        "gauge",
-        f"Nodes carrying an {REMEDIATION_ANNOTATION} entry of this controller, by rule, "
-        "action and phase; always 1.",
-        [(dict(node=n, rule=r, action=a, phase=ph), 1) for n, r, a, ph in sorted(c.remediations)],
-    )
-    family(
-        "accel_autoscaler_leader",
-        "gauge",
-        "Whether this replica holds the leader Lease and acts (1) or stands by (0).",
-        [({}, 1 if c.leading() else 0)],
-    )
-    family(
-        "accel_autoscaler_cluster_state_errors_total",
-        "counter",
-        "Cycles in which the cluster state could not be read from the API server.",
-        [({}, c.stats.cluster_state_errors)],
-    )
-    family(
-        "accel_autoscaler_unrestored_cycles_total",
-        "counter",
-        "Cycles skipped because the state could not yet be rebuilt from the cluster "
-        "(node ownership entries and the state ConfigMap): nothing acts from memory alone.",
-        [({}, c.stats.unrestored)],
-    )
-    family(
-        "accel_autoscaler_state_record_errors_total",
-        "counter",
-        "Failed reads and writes of the controller's state ConfigMap.",
-        [({}, c.stats.state_record_errors)],
-    )
-    family(
-        "accel_autoscaler_state_record_refused_total",
-        "counter",
-        "State record entries refused when read (not bounded, not finite, out of range) "
-        "and dropped: never written back.",
-        [({}, c.stats.record_refused)],
-    )
-    family(
-        "accel_autoscaler_failed_cycles_total",
-        "counter",
-        "Evaluation cycles that failed: an exception, or the state not rebuilt from the "
-        "cluster. Three in a row turn /healthz red.",
-        [({}, c.stats.failed_cycles)],
-    )
-    family(
-        "accel_autoscaler_healthy",
-        "gauge",
-        "1 while /healthz answers ok; 0 while it answers 503 (failed cycles or state "
-        "record writes in a row, a lost watch).",
-        [({}, 0.0 if c.health() else 1.0)],
-    )
-    watches = getattr(c.kube, "informers", None)
-    if isinstance(watches, dict):
-        family(
-            "accel_autoscaler_watch_failures_total",
-            "counter",
-            "Failed list or watch attempts of the cluster-state informers, by resource.",
-            [(dict(resource=r), i.failures) for r, i in sorted(watches.items())],
-        )
-    counts = getattr(c.kube, "request_counts", None)
-    if counts is not None:
-        family(
-            "accel_autoscaler_kube_requests_total",
-            "counter",
-            "Kubernetes API requests by verb, resource and HTTP status (0: no answer).",
-            [
-                (dict(verb=v, resource=res, code=str(code)), n)
-                for (v, res, code), n in sorted(counts.items())
-            ],
-        )
-    # Expired alerts go first, so that the gauge never counts one past its TTL.
-    c.alerts.expire(c.clock())
-    family(
-        "accel_autoscaler_alerts_firing",
-        "gauge",
-        "Alertmanager alerts currently firing, as received on the webhook.",
-        [({}, len(c.alerts.firing))],
-    )
-    family(
-        "accel_autoscaler_alerts_dropped_total",
-        "counter",
-        "Alerts dropped by the webhook receiver, by reason: expired (not re-sent within "
-        "--alerts.ttl), limit (--alerts.limit held already), oversize (more labels or "
-        "label bytes than any real alert), standby (this replica stood down), stale (a "
-        "replay of a resolved or earlier incident).",
-        [(dict(reason=r), n) for r, n in sorted(c.alerts.dropped.items())],
-    )
-    clusterstate.write(c.cluster_rows, out)
-    return out.text()
+    """The controller's ``/metrics``: its own series (``accel_autoscaler_*``), then
+    the cluster-state series, from one snapshot through the catalogue's collector
+    (``autoscaler/metrics.py``). Reading it changes nothing."""
+    return metrics.render(snapshot(c))
 
 
 def _rule_json(r: Rule) -> dict[str, Any]:
@@ -321,8 +212,9 @@ def make_app(
     def refuse(status: int, reason: str) -> web.Response:
         return web.json_response({"status": "error", "error": reason}, status=status)
 
-    async def metrics(request: web.Request) -> web.StreamResponse:
-        return web.Response(body=render_metrics(c).encode(), headers={"Content-Type": CONTENT_TYPE})
+    async def metrics_page(request: web.Request) -> web.StreamResponse:
+        body = render_metrics(c).encode()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(request: web.Request) -> web.StreamResponse:
         # Red when the controller cannot do its job (Controller.health): a probe
@@ -454,7 +346,7 @@ def make_app(
     app = web.Application(client_max_size=max_body)
     app.on_cleanup.append(stop_decoding)
     app.router.add_get("/", landing)
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", metrics_page)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/v1/rules", rules)
     app.router.add_get("/api/v1/decisions", decisions)

@@ -603,6 +603,15 @@ class AlertReceiver:
                     self.ttl,
                 )
 
+    def firing_at(self, now: float) -> int:
+        """How many alerts fire at ``now``: those ``expire(now)`` would keep, counted
+        without dropping any (``/metrics`` reads this and changes nothing)."""
+        return sum(
+            1
+            for a in self.firing.values()
+            if (a.ends_at is None or a.ends_at > now) and now - a.seen <= self.ttl
+        )
+
     def clear(self) -> int:
         """Drops every firing alert, when this replica stands down; returns how many.
         The resolved pairs stay: they only ever stop a stale firing, and a resolved
