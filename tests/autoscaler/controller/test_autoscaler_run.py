@@ -18,7 +18,7 @@ from aiohttp import web
 from autoscaler.controller import Controller
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.server import make_app, render_metrics
-from autoscaler.sources.alertmanager import AlertReceiver
+from autoscaler.sources.alertmanager import MAX_BODY, AlertReceiver
 from autoscaler.sources.prometheus import PrometheusConfig, PrometheusSource
 from tests.support.exposition import value
 from tests.support.procs import alertmanager, exporter, free_port, prometheus, until
@@ -211,7 +211,7 @@ async def test_webhook_refuses_bad_input_and_missing_auth(tmp_path: Path) -> Non
             async with s.post(url + "/api/v1/alerts", json={"version": "3"}, headers=auth) as r:
                 assert r.status == 400
                 assert "version" in (await r.json())["error"]
-            big = b"[" + b"0," * (600 * 1024) + b"0]"
+            big = b"[" + b"0," * (MAX_BODY // 2) + b"0]"  # just over the limit
             async with s.post(url + "/api/v1/alerts", data=big, headers=auth) as r:
                 assert r.status == 413
             payload = {
