@@ -172,7 +172,7 @@ async def move_pods(
         # Who holds the device is unknown here; the agent asks the kubelet itself and
         # refuses while a pod holds it, so asking costs nothing unsafe.
         return None, moved.message
-    if moved.status in ("skipped", "failed"):
+    if moved.status in ("skipped", "failed", "unknown"):
         return moved, moved.message
     if moved.status == "partial" and "lost the leader" in moved.message:
         return Outcome("partial", moved.message, details), ""

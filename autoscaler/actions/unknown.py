@@ -15,10 +15,9 @@ numbers, types), and what it cannot read is *unknown*, which is not the same as
 
 So a reader raises ``UnknownFact`` (naming the fact, the object, the key and what
 is wrong), and ``answering_unknown`` turns it, at the edge of the action, into an
-``Outcome("skipped", ..., details={"unknown": fact})``: the action answers without
-acting, and the rest of the cycle goes on. (``skipped`` until the outcome statuses
-gain an ``unknown`` of their own, which the ladder will hold on instead of
-escalating.)
+``Outcome("unknown", ..., details={"unknown": fact})``: the action answers without
+acting, the rest of the cycle goes on, and a ladder holds the step until its timeout
+instead of escalating.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ class UnknownFact(Exception):
 def unknown_outcome(e: UnknownFact) -> Outcome:
     """The answer of an action that met ``e``: it did nothing."""
     return Outcome(
-        "skipped",
+        "unknown",
         f"not acting: {e}; fix or remove that value and the next cycle reads it again",
         {"unknown": e.fact, "where": e.error.where},
     )

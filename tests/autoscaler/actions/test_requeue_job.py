@@ -427,7 +427,7 @@ async def test_an_unreadable_record_is_unknown_and_nothing_is_requeued(
     api.add(pod("train-0", "n1", owner="Job", owner_name="train"))
     assert requeue_job.SPEC.execute is not None
     outcome = await requeue_job.SPEC.execute(ctx(kube), decide(target("train-0"), maxRequeues=1))
-    assert outcome.status == "skipped", outcome.message
+    assert outcome.status == "unknown", outcome.message
     assert outcome.details["unknown"] == "requeue record"
     assert "job ml/train annotation accel-fleet.io/requeues" in outcome.message
     assert api.get("pods", "ml", "train-0") is not None
