@@ -1,6 +1,10 @@
-"""The one writer of the Prometheus text format (0.0.4) for every metric this
-project serves: the exporter's snapshot, the controller's own ``/metrics`` and the
-cluster-state series.
+"""The writer of the Prometheus text format (0.0.4) for the exporter's snapshot
+(rendered once per poll and cached) and for the cluster-state series the
+controller feeds its built-in evaluator each cycle. The controller's and the node
+agent's own ``/metrics`` go through ``prometheus-client`` instead
+(``accel_common/ownmetrics.py``); ``tests/exporter/test_exposition_compat.py``
+holds this writer to the same bytes as that client's, apart from the order of
+labels within a sample and the spelling of a value.
 
 It exists once because each copy that existed drifted: the controller wrote its
 values with ``{value:g}``, six significant digits, so a Unix timestamp came out
@@ -61,7 +65,8 @@ def format_value(value: float) -> str:
     if math.isinf(v):
         return "+Inf" if v > 0 else "-Inf"
     if v.is_integer() and abs(v) < _EXACT_INTEGERS:
-        return str(int(v))
+        # int() drops the sign of zero, and -0.0 is a float64 of its own (Go: "-0").
+        return "-0" if v == 0 and math.copysign(1.0, v) < 0 else str(int(v))
     return repr(v)
 
 
