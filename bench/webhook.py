@@ -128,7 +128,8 @@ def main() -> None:
     for fingerprints in (True, False):
         raw = body(fingerprints)
         alerts = raw.count(b'"alertname"')
-        what = f"{len(raw) / 2**20:.2f} MiB, {alerts} alerts" + (", no fp" if not fingerprints else "")
+        kind = "" if fingerprints else ", no fp"
+        what = f"{len(raw) / 2**20:.2f} MiB, {alerts} alerts{kind}"
         for way, runs in asyncio.run(run(raw, args.rounds)).items():
             wall = statistics.median(w for w, _ in runs)
             cpu = statistics.median(c for _, c in runs)
