@@ -22,7 +22,8 @@ Why it is built this way:
   the /metrics listener must keep answering while a MIG layout is being built.
 * ``/metrics`` is the agent's own small listener (127.0.0.1:9837 by default: the
   exporter owns the node's public metrics port, and the agent's series are few),
-  written with ``accel_common.exposition`` like every other exposition here.
+  rendered through ``prometheus-client`` from a frozen status (``status``), with
+  the names in the agent's catalogue (``nodeagent/metrics.py``).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from accel_common.exposition import Exposition
+from accel_common.ownmetrics import CONTENT_TYPE
 from nodeagent.loop import reconcile_tasks, start_tasks
+from nodeagent.metrics import AgentStatus
+from nodeagent.metrics import render as render_status
 from nodeagent.partition import PartitionTask
 from nodeagent.tasks import AgentContext, NodePatch, Task, Work
 
@@ -300,30 +303,24 @@ class Agent:
             except TimeoutError:
                 continue
 
+    def status(self) -> AgentStatus:
+        """What the agent's series say now, copied without its lock: a round may
+        hold that for as long as a MIG layout takes, and a scrape never waits."""
+        layouts = tuple(
+            task.last
+            for task in self.tasks
+            if isinstance(task, PartitionTask) and task.last is not None
+        )
+        return AgentStatus(
+            node=self.ctx.node_name,
+            layouts=layouts,
+            rounds=tuple(self.rounds.items()),
+            last_success=self.last_success,
+        )
+
     def metrics(self) -> str:
         """The agent's exposition: its partition state and its own health."""
-        e = Exposition()
-        e.family(
-            "accel_partition_layout_info",
-            "gauge",
-            "The partition layout this node's agent last answered, and its state "
-            "(applied, refused, failed); 1 while it stands.",
-        )
-        e.family("accel_node_agent_rounds_total", "counter", "Agent rounds by result (ok, error).")
-        e.family(
-            "accel_node_agent_last_success_timestamp_seconds",
-            "gauge",
-            "When the agent last read and answered its Node (Unix seconds); 0 before that.",
-        )
-        for task in self.tasks:
-            if isinstance(task, PartitionTask) and task.last is not None:
-                layout, state = task.last
-                labels = {"node": self.ctx.node_name, "layout": layout, "state": state}
-                e.add("accel_partition_layout_info", labels, 1)
-        for result, count in self.rounds.items():
-            e.add("accel_node_agent_rounds_total", {"result": result}, count)
-        e.add("accel_node_agent_last_success_timestamp_seconds", {}, self.last_success)
-        return e.text()
+        return render_status(self.status())
 
 
 def metrics_app(render: Callable[[], str]) -> Any:
@@ -331,7 +328,7 @@ def metrics_app(render: Callable[[], str]) -> Any:
     from aiohttp import web
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(text=render(), content_type="text/plain", charset="utf-8")
+        return web.Response(body=render().encode(), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -181,7 +181,7 @@ async def test_metrics_are_served_on_their_own_listener(tmp_path: Path) -> None:
             text = await r.text()
         async with session.get(f"{url}/healthz") as r:
             assert r.status == 200
-    assert 'accel_partition_layout_info{node="n1",layout="mi300x-cpx",state="refused"} 1' in text
+    assert 'accel_partition_layout_info{layout="mi300x-cpx",node="n1",state="refused"} 1.0' in text
 
 
 # -- the command -----------------------------------------------------------------------
