@@ -78,6 +78,37 @@ def _alert_limit(text: str) -> int:
     return value
 
 
+def _add_connection_arguments(p: argparse.ArgumentParser) -> None:
+    """The bounds of the API's connections (``accel_common.httpbounds``)."""
+    bounds = ConnectionLimits()
+    p.add_argument(
+        "--web.header-timeout",
+        dest="header_timeout",
+        type=duration,
+        default=bounds.header_timeout,
+        metavar="DURATION",
+        help="a connection that has not sent its first request's headers within this is "
+        "closed, so half-sent requests cannot hold sockets (default 10s)",
+    )
+    p.add_argument(
+        "--web.idle-timeout",
+        dest="idle_timeout",
+        type=duration,
+        default=bounds.idle_timeout,
+        metavar="DURATION",
+        help="a keep-alive connection with no request for this long is closed (default 75s)",
+    )
+    p.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=_alert_limit,
+        default=bounds.max_connections,
+        metavar="N",
+        help="most open connections; past it the oldest idle one is closed. Lowered to what "
+        "the file descriptor limit leaves (default %(default)s)",
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rules",
@@ -123,33 +154,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="serve the Alertmanager webhook without auth on a non-loopback address "
         "(refused otherwise; a warning at every start)",
     )
-    bounds = ConnectionLimits()
-    p.add_argument(
-        "--web.header-timeout",
-        dest="header_timeout",
-        type=duration,
-        default=bounds.header_timeout,
-        metavar="DURATION",
-        help="a connection that has not sent its first request's headers within this is "
-        "closed, so half-sent requests cannot hold sockets (default 10s)",
-    )
-    p.add_argument(
-        "--web.idle-timeout",
-        dest="idle_timeout",
-        type=duration,
-        default=bounds.idle_timeout,
-        metavar="DURATION",
-        help="a keep-alive connection with no request for this long is closed (default 75s)",
-    )
-    p.add_argument(
-        "--web.max-connections",
-        dest="max_connections",
-        type=_alert_limit,
-        default=bounds.max_connections,
-        metavar="N",
-        help="most open connections; past it the oldest idle one is closed. Lowered to what "
-        "the file descriptor limit leaves (default %(default)s)",
-    )
+    _add_connection_arguments(p)
     alerts = p.add_argument_group("alertmanager webhook")
     alerts.add_argument(
         "--alerts.ttl",
@@ -347,22 +352,8 @@ async def _serve(
             )
         else:
             log.info("no API auth: the webhook answers on loopback (%s) only", host)
-    raise_fd_limit()
-    limits = fd_headroom(
-        ConnectionLimits(
-            header_timeout=args.header_timeout,
-            idle_timeout=args.idle_timeout,
-            max_connections=args.max_connections,
-        )
-    )
-    if limits.max_connections < args.max_connections:
-        log.info(
-            "--web.max-connections lowered to %d: the file descriptor limit leaves no room "
-            "for more",
-            limits.max_connections,
-        )
     try:
-        listener = await Listener.start(app, host, port, limits=limits)
+        listener = await Listener.start(app, host, port, limits=_connection_limits(args))
     except ListenError as e:
         log.error("%s", e)
         return 1
@@ -424,6 +415,26 @@ async def _serve(
     await controller.source.close()
     await listener.close()
     return 0
+
+
+def _connection_limits(args: argparse.Namespace) -> ConnectionLimits:
+    """The flags' connection bounds, the cap lowered to what the descriptor limit
+    (raised to the hard one first) leaves."""
+    raise_fd_limit()
+    limits = fd_headroom(
+        ConnectionLimits(
+            header_timeout=args.header_timeout,
+            idle_timeout=args.idle_timeout,
+            max_connections=args.max_connections,
+        )
+    )
+    if limits.max_connections < args.max_connections:
+        log.info(
+            "--web.max-connections lowered to %d: the file descriptor limit leaves no room "
+            "for more",
+            limits.max_connections,
+        )
+    return limits
 
 
 def _leader_problem(args: argparse.Namespace) -> str | None:
