@@ -18,7 +18,7 @@ the controller's numbers, never the controller. The rule checker
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from accel_common.names import (
@@ -33,7 +33,6 @@ from accel_common.ownmetrics import (
     Families,
     Metric,
     Sample,
-    SnapshotCollector,
     check_catalogue,
     render_snapshot,
 )
@@ -389,11 +388,6 @@ def cluster_samples(rows: Iterable[Row]) -> Families:
 def samples(s: ControllerStatus) -> Families:
     """Every sample of the controller's ``/metrics``."""
     return [*controller_samples(s), *cluster_samples(s.cluster_rows)]
-
-
-def collector(read: Callable[[], ControllerStatus]) -> SnapshotCollector[ControllerStatus]:
-    """The controller's collector: ``read`` is called once per scrape."""
-    return SnapshotCollector(CATALOGUE, read, samples)
 
 
 def render(status: ControllerStatus) -> str:
