@@ -81,13 +81,15 @@ class ConnectionLimits:
 
 L = TypeVar("L", bound=ConnectionLimits)
 
-# The loop accepts up to the listen backlog (aiohttp's 128) in one turn, before
-# the connections it closed to make room for them are gone: the cap can be
-# overshot by that much for a moment.
+# asyncio accepts up to the listen backlog (aiohttp's 128) in one turn of the loop,
+# makes their transports in the next, and calls ``connection_made``, where the cap
+# acts, in the one after; the connections it closes then are gone a turn later.
+# So the descriptors in use can run past the cap by up to three such bursts (seen:
+# 245 past it, under a flood of 1,100 connections at once).
 ACCEPT_BURST = 128
-# Descriptors kept back from the connection cap: one accept burst, and 128 for
+# Descriptors kept back from the connection cap: three accept bursts, and 128 for
 # files, sockets to the API server or the devices, and logs.
-FD_RESERVE = ACCEPT_BURST + 128
+FD_RESERVE = 3 * ACCEPT_BURST + 128
 
 
 def fd_headroom(limits: L) -> L:

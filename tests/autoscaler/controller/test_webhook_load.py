@@ -255,9 +255,9 @@ def test_1100_slow_header_connections_neither_exhaust_descriptors_nor_delay_an_a
     assert max(closings.after) <= header_timeout + 1.0
     assert answered < 1.0
     assert acted <= INTERVAL + 1.0
-    # Over the cap by at most what one turn of the loop accepts before the oldest it
+    # Over the cap by at most the accept bursts in flight before the oldest it
     # closed are gone, and the API client's pooled connections: under the limit.
-    assert fds.peak <= baseline + cap + ACCEPT_BURST + 16 < FD_LIMIT
+    assert fds.peak <= baseline + cap + 3 * ACCEPT_BURST + 16 < FD_LIMIT
     assert after <= baseline + 8
     assert "Too many open files" not in log
 
