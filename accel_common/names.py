@@ -132,7 +132,7 @@ REQUEUES_ANNOTATION: Final = f"{PREFIX}requeues"
 # On a gang's owner (JobSet, PyTorchJob, MPIJob, Volcano Job; a label gang's first
 # Job): the restarts the actions made of the whole gang (JSON: count, last, the
 # member uids), written before the restart so that it happens once
-# (autoscaler/actions/gangs.py).
+# (autoscaler/actions/ops/gangs.py).
 GANG_RESTARTS_ANNOTATION: Final = f"{PREFIX}gang-restarts"
 
 # The node agent's channel (nodeagent/, docs/agent.md): the controller asks by an

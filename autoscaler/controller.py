@@ -60,7 +60,7 @@ from typing import Any
 
 from accel_common.names import LEADER_LABEL, STATE_DATA_KEY
 from autoscaler.actions.context import Outcome
-from autoscaler.actions.ownership import entries, parse_iso
+from autoscaler.actions.ops.ownership import entries, parse_iso
 from autoscaler.clusterstate import ingest
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import NODES_QUERY, run_cycle, source_cluster

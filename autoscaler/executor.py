@@ -10,7 +10,7 @@ many there are.
 
 On taking the lead (or starting), ``resume`` re-runs the in-flight work recorded
 in node annotations by this controller: each action is idempotent, so a resumed
-drain finishes the drain and evicts nothing twice (autoscaler/actions/ownership.py).
+drain finishes the drain and evicts nothing twice (autoscaler/actions/ops/ownership.py).
 Work whose rule left the rule set meanwhile is ended where it stands instead: what
 it did stays done, and it starts no new step.
 
@@ -40,8 +40,8 @@ from typing import Any
 
 from autoscaler.actions import ACTIONS
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.drain import abandon
-from autoscaler.actions.ownership import IN_FLIGHT, Entry, entries, event, node_ref, ours
+from autoscaler.actions.ops.drain import abandon
+from autoscaler.actions.ops.ownership import IN_FLIGHT, Entry, entries, event, node_ref, ours
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError
 from autoscaler.kube.names import target_problems

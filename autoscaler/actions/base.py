@@ -52,7 +52,7 @@ Validate = Callable[[Mapping[str, Any]], tuple[dict[str, Any], list[ParamProblem
 CheckTarget = Callable[[Mapping[str, Any], str], list[ParamProblem]]
 # ``execute(ctx, decision)``: carry out an ``act`` or ``recover`` decision through
 # ``ctx.kube``. Idempotent and resumable: running it again after a crash finishes
-# the work without repeating what was done (see autoscaler/actions/ownership.py).
+# the work without repeating what was done (see autoscaler/actions/ops/ownership.py).
 Execute = Callable[[ActionContext, Decision], Awaitable[Outcome]]
 
 
@@ -280,7 +280,7 @@ __all__ = [
 ]
 
 
-# -- taints: the parameter of taint and migrate_jobs, and what nodeops applies -----
+# -- taints: the parameter of taint and migrate_jobs, and what ops/nodes applies -----
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 

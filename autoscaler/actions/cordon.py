@@ -19,8 +19,8 @@ from typing import Any
 
 from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param_keys, to_params
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.nodeops import node_step, undo
-from autoscaler.actions.unknown import answering_unknown
+from autoscaler.actions.ops.nodes import node_step, undo
+from autoscaler.actions.ops.unknown import answering_unknown
 from autoscaler.decision import Decision
 
 NAME = "cordon"

@@ -87,9 +87,9 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.nodeops import node_of
-from autoscaler.actions.ownership import NO_REBALANCE, event, iso
-from autoscaler.actions.pods import (
+from autoscaler.actions.ops.nodes import node_of
+from autoscaler.actions.ops.ownership import NO_REBALANCE, event, iso
+from autoscaler.actions.ops.pods import (
     all_device_requests,
     controller_owner,
     dra_node_devices,
@@ -100,7 +100,7 @@ from autoscaler.actions.pods import (
     pod_key,
     uses_devices,
 )
-from autoscaler.actions.unknown import answering_unknown, plausible_time, where
+from autoscaler.actions.ops.unknown import answering_unknown, plausible_time, where
 from autoscaler.clusterstate import checkpoint_declaration, start_time
 from autoscaler.decision import Decision
 from autoscaler.kube.dra import read_dra

@@ -84,9 +84,18 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT
-from autoscaler.actions.nodeops import claim, node_of, undo
-from autoscaler.actions.ownership import (
+from autoscaler.actions.ops.agent import (
+    POLL_SECONDS,
+    annotation_json,
+    boot_id,
+    move_pods,
+    node_ready,
+    own_entry,
+    request_id,
+)
+from autoscaler.actions.ops.drain import DEFAULT_DRAIN_TIMEOUT
+from autoscaler.actions.ops.nodes import claim, node_of, undo
+from autoscaler.actions.ops.ownership import (
     entries,
     entries_patch,
     event,
@@ -96,15 +105,6 @@ from autoscaler.actions.ownership import (
     parse_iso,
     set_phase,
     update_node,
-)
-from autoscaler.actions.reset_devices import (
-    POLL_SECONDS,
-    annotation_json,
-    boot_id,
-    move_pods,
-    node_ready,
-    own_entry,
-    request_id,
 )
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound

@@ -60,7 +60,6 @@ from accel_common.names import (
     PARTITION_LAYOUT_LABEL,
     PARTITION_STATE_ANNOTATION,
 )
-from autoscaler.actions import gangs, unknown
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -72,8 +71,10 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.nodeops import claim, node_of, release, undo
-from autoscaler.actions.ownership import (
+from autoscaler.actions.ops import gangs, unknown
+from autoscaler.actions.ops.drain import DEFAULT_DRAIN_TIMEOUT
+from autoscaler.actions.ops.nodes import claim, node_of, release, undo
+from autoscaler.actions.ops.ownership import (
     entries,
     entries_patch,
     event,
@@ -83,8 +84,8 @@ from autoscaler.actions.ownership import (
     parse_iso,
     update_node,
 )
-from autoscaler.actions.pods import evict_until, summary, uses_devices
-from autoscaler.actions.unknown import answering_unknown, plausible_time
+from autoscaler.actions.ops.pods import evict_until, summary, uses_devices
+from autoscaler.actions.ops.unknown import answering_unknown, plausible_time
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -93,7 +94,6 @@ log = logging.getLogger("accel_autoscaler.actions")
 
 NAME = "repartition"
 TARGETS = ("node", "device")
-DEFAULT_DRAIN_TIMEOUT = 600.0
 DEFAULT_WAIT = 600.0
 # How often the node is read while waiting for the agent (the agent's own interval
 # is 30s by default; reading more often only finds the answer sooner).

@@ -34,7 +34,7 @@ only remove it.
 
 Once, and only once: before it acts, the action records the Machine (namespace,
 name, uid) and the request's id in the rule's entry of the node's
-``accel-fleet.io/remediation`` annotation (``autoscaler/actions/ownership.py``),
+``accel-fleet.io/remediation`` annotation (``autoscaler/actions/ops/ownership.py``),
 and in remediate mode also writes the id on the Machine
 (``accel-fleet.io/replace-request``). A replayed decision or a restarted controller
 finds that record and answers ``done`` without a second mark or delete: the
@@ -83,8 +83,8 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.nodeops import node_of, release
-from autoscaler.actions.ownership import (
+from autoscaler.actions.ops.nodes import node_of, release
+from autoscaler.actions.ops.ownership import (
     Entry,
     entries,
     entries_patch,
@@ -96,7 +96,7 @@ from autoscaler.actions.ownership import (
     set_phase,
     update_node,
 )
-from autoscaler.actions.unknown import UnknownFact, answering_unknown, where
+from autoscaler.actions.ops.unknown import UnknownFact, answering_unknown, where
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import (

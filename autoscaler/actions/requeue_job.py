@@ -36,7 +36,7 @@ Parameters:
 
 Execution: a member of a gang (a JobSet, TrainJob, PyTorchJob, MPIJob or Volcano
 Job, or pods sharing an ``accel-fleet.io/gang`` label) is requeued by restarting
-its whole gang once, the way its operator expects (``autoscaler/actions/gangs.py``;
+its whole gang once, the way its operator expects (``autoscaler/actions/ops/gangs.py``;
 ``maxRequeues`` and the backoff count the gang's restarts, recorded on its owner).
 Otherwise only pods owned by a Job are requeued (a JobSet or a training
 operator runs its pods through Jobs too); a bare pod or a Deployment's pod is
@@ -62,7 +62,6 @@ from typing import Any
 from accel_common.clusterjson import ClusterValueError, text
 from accel_common.dra import has_claims
 from accel_common.gangs import gang_of
-from autoscaler.actions import gangs, unknown
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -73,9 +72,10 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome, Status
-from autoscaler.actions.ownership import REQUEUES, event, iso, parse_iso
-from autoscaler.actions.pods import claimed_devices, controller_owner
-from autoscaler.actions.unknown import answering_unknown
+from autoscaler.actions.ops import gangs, unknown
+from autoscaler.actions.ops.ownership import REQUEUES, event, iso, parse_iso
+from autoscaler.actions.ops.pods import claimed_devices, controller_owner
+from autoscaler.actions.ops.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -286,7 +286,7 @@ async def _requeue_gang(
     ctx: ActionContext, decision: Decision, pod: Obj, params: RequeueJobParams
 ) -> Outcome:
     """A gang member is requeued by restarting its whole gang once
-    (``autoscaler/actions/gangs.py``), with ``maxRequeues`` and the backoff counted
+    (``autoscaler/actions/ops/gangs.py``), with ``maxRequeues`` and the backoff counted
     on the gang's own restart record."""
     key = f"{(pod.get('metadata') or {}).get('namespace')}/{pod['metadata']['name']}"
 

@@ -56,21 +56,18 @@ Parameters:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from accel_common import clusterjson
 from accel_common.names import (
     DEFAULT_TAINT,
     RESET_REQUEST_ANNOTATION,
     RESET_SCOPE_ANNOTATION,
     RESET_STATUS_ANNOTATION,
 )
-from autoscaler.actions import migrate_jobs
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -82,10 +79,16 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT
-from autoscaler.actions.nodeops import claim, node_of, undo
-from autoscaler.actions.ownership import (
-    Entry,
+from autoscaler.actions.ops.agent import (
+    POLL_SECONDS,
+    annotation_json,
+    move_pods,
+    own_entry,
+    request_id,
+)
+from autoscaler.actions.ops.drain import DEFAULT_DRAIN_TIMEOUT
+from autoscaler.actions.ops.nodes import claim, node_of, undo
+from autoscaler.actions.ops.ownership import (
     entries,
     entries_patch,
     event,
@@ -106,8 +109,6 @@ log = logging.getLogger("accel_autoscaler.actions")
 NAME = "reset_devices"
 TARGETS = ("node", "device")
 DEFAULT_WAIT = 600.0
-# How often the answer is read while waiting: the agent answers once a round.
-POLL_SECONDS = 5.0
 FINAL = ("done", "failed")
 
 
@@ -129,70 +130,6 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
         wait=r.duration("wait", DEFAULTS.wait, positive=True),
     )
     return to_params(params), r.problems
-
-
-# -- what reset_devices and reboot_node share ----------------------------------------------
-
-
-def request_id(decision: Decision, entry_started: str) -> str:
-    """The id of this decision's request to the agent: the same for every run of the
-    same decision (a restart, a ladder step resumed), new for a new incident."""
-    since = decision.extra.get("since", decision.extra.get("incident"))
-    if isinstance(since, (int, float)) and not isinstance(since, bool):
-        incident = iso(float(since))
-    else:
-        incident = str(since) if since else entry_started
-    target = ",".join(f"{k}={v}" for k, v in sorted(decision.target.items()))
-    digest = hashlib.sha256(f"{decision.rule}|{target}|{incident}".encode()).hexdigest()
-    return f"{decision.rule}-{digest[:12]}"
-
-
-def annotation_json(node: Obj, key: str) -> dict[str, Any] | None:
-    """A JSON annotation of the node; None when absent or unreadable (someone else's
-    format is not ours to read). Read with clusterjson: a nested or non-finite value
-    on the agent channel is unknown, never a RecursionError that ends the action."""
-    return clusterjson.annotation_object(node, key, log=log)
-
-
-def own_entry(ctx: ActionContext, node: Obj, decision: Decision) -> Entry | None:
-    e = entries(node).get(decision.rule)
-    return e if e is not None and ours(e, ctx) and e.action == decision.action else None
-
-
-async def move_pods(
-    ctx: ActionContext, decision: Decision, *, device_only: bool
-) -> tuple[Outcome | None, str]:
-    """Taint the node and move its device pods (all, or the target device's) the way
-    ``migrate_jobs`` does, recorded under this decision's own entry. Returns a final
-    outcome when the action must stop here, else None and a summary of the move."""
-    params = {**decision.params, "deviceOnly": device_only}
-    moved = await migrate_jobs.execute(ctx, replace(decision, params=params))
-    details = moved.details
-    if moved.status == "skipped" and details.get("unknown") == "holders":
-        # Who holds the device is unknown here; the agent asks the kubelet itself and
-        # refuses while a pod holds it, so asking costs nothing unsafe.
-        return None, moved.message
-    if moved.status in ("skipped", "failed", "unknown"):
-        return moved, moved.message
-    if moved.status == "partial" and "lost the leader" in moved.message:
-        return Outcome("partial", moved.message, details), ""
-    if moved.status == "partial" and details.get("refused"):
-        return Outcome("failed", f"pods could not all be moved: {moved.message}", details), ""
-    return None, moved.message
-
-
-def node_ready(node: Obj) -> bool:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return bool(c.get("status") == "True")
-    return False
-
-
-def boot_id(node: Obj) -> str:
-    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
-
-
-# -- reset_devices --------------------------------------------------------------------------
 
 
 async def _device_uuid(ctx: ActionContext, decision: Decision, node: str) -> str | None:

@@ -30,7 +30,7 @@ Parameters:
 ``maxSpares``             the most spares kept (>= 0)                 ``8``
 ========================  ==========================================  =========
 
-Spares (``autoscaler/actions/spares.py``, formula and worked example in
+Spares (``autoscaler/actions/ops/spares.py``, formula and worked example in
 docs/actions.md): with a fault rate above 0, every decision sizes the pool's spare
 buffer as the smallest s with P(Poisson(μ) ≤ s) ≥ ``spareQuantile``, where
 μ = λ · nodes · (``provisioningTime`` + ``restartOverhead``) in hours, writes it
@@ -89,7 +89,6 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from accel_common.dra import node_offers
 from accel_common.names import SPARE_NODES_ANNOTATION
-from autoscaler.actions import spares
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -100,10 +99,11 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome, Status
-from autoscaler.actions.drain import DEFAULT_DRAIN_TIMEOUT, drain_node
-from autoscaler.actions.ownership import event
-from autoscaler.actions.pods import is_finished, uses_devices
-from autoscaler.actions.unknown import answering_unknown
+from autoscaler.actions.ops import spares
+from autoscaler.actions.ops.drain import DEFAULT_DRAIN_TIMEOUT, drain_node
+from autoscaler.actions.ops.ownership import event
+from autoscaler.actions.ops.pods import is_finished, uses_devices
+from autoscaler.actions.ops.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import MACHINE_DEPLOYMENTS, Obj

@@ -20,9 +20,9 @@ from typing import Any
 from accel_common.names import REMEDIATION_ANNOTATION
 from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param_keys, to_params
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.nodeops import node_of, release
-from autoscaler.actions.ownership import entries, event, node_ref, ours
-from autoscaler.actions.unknown import answering_unknown
+from autoscaler.actions.ops.nodes import node_of, release
+from autoscaler.actions.ops.ownership import entries, event, node_ref, ours
+from autoscaler.actions.ops.unknown import answering_unknown
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 

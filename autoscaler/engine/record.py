@@ -41,7 +41,7 @@ from autoscaler.types import Labels, labels_of
 # The record's format; a record of another version is not read (see ``parse_record``).
 RECORD_VERSION = 1
 
-# Actions whose remediation is recorded on its node (nodeops.claim): for these the
+# Actions whose remediation is recorded on its node (ops/nodes.py, claim): for these the
 # node entry, not the state record, says whether a target is under remediation.
 NODE_RECORDED = UNHEALTHY_ACTIONS
 

@@ -8,7 +8,7 @@ rebuilds its ``EngineState`` from two records on the cluster, never from memory
 alone:
 
 - **The nodes' remediation entries** (``accel-fleet.io/remediation``,
-  ``autoscaler/actions/ownership.py``), one per rule per node, written in the same
+  ``autoscaler/actions/ops/ownership.py``), one per rule per node, written in the same
   conditional write that cordons or taints. Each entry of this controller (its
   ``--controller-name``) for a rule still in the rule set is an *active* target:
   the breaker counts its node (cordon, taint, drain, migrate_jobs), a re-sent
@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from autoscaler.actions.ownership import entries, parse_iso
+from autoscaler.actions.ops.ownership import entries, parse_iso
 from autoscaler.engine.breaker import UNHEALTHY_ACTIONS
 from autoscaler.engine.record import (
     NODE_RECORDED,

@@ -17,7 +17,7 @@ that is what the server sends, what the simulator keeps, and it costs nothing to
 decode. Patches are JSON merge patches (RFC 7386) unless a method says otherwise;
 lists in a merge patch replace the whole list, so a caller that changes one taint
 sends the node's full taint list together with ``metadata.resourceVersion`` and
-handles ``Conflict`` by reading again (``autoscaler.actions.ownership.update_node``).
+handles ``Conflict`` by reading again (``autoscaler.actions.ops.ownership.update_node``).
 
 Errors are the typed ones in ``autoscaler.kube.errors``. Every method may raise
 ``KubeError``; an implementation retries ``Transient`` and throttling ``429``
@@ -130,7 +130,7 @@ class Kube(Protocol):
         ...
 
     # Custom resources (Cluster API MachineDeployments and Machines; the gang owners
-    # of autoscaler/actions/gangs.py: JobSet, PyTorchJob, MPIJob, Volcano Job and
+    # of autoscaler/actions/ops/gangs.py: JobSet, PyTorchJob, MPIJob, Volcano Job and
     # Command).
     async def get_custom(
         self, group: str, version: str, namespace: str, plural: str, name: str
@@ -252,7 +252,7 @@ VERBS: dict[str, dict[str, str]] = {
     f"{CAPI_GROUP}/{MACHINE_SETS}": {
         "list": "scale from zero reads the capacity annotations of a pool's MachineSets",
     },
-    # Gang owners (autoscaler/actions/gangs.py): read to find the restart path and
+    # Gang owners (autoscaler/actions/ops/gangs.py): read to find the restart path and
     # its limits, patched only for the restart record on the owner.
     f"{JOBSET_GROUP}/jobsets": {
         "get": "gang restarts read the JobSet's restarts and failure policy",

@@ -23,7 +23,7 @@ from accel_common.names import REMEDIATION_ANNOTATION
 from autoscaler.actions import ACTIONS
 from autoscaler.actions.base import ActionSpec, ParamProblem
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import iso
+from autoscaler.actions.ops.ownership import iso
 from autoscaler.decision import Decision
 from autoscaler.executor import HISTORY, STATUSES, Executor, serial_key
 from autoscaler.kube.client import ClientKube

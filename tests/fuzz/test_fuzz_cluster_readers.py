@@ -46,15 +46,13 @@ from accel_common.names import (
 )
 from autoscaler import clusterstate
 from autoscaler.actions import (
-    barepods,
-    gangs,
-    ownership,
     rebalance,
     repartition,
     replace_machine,
     requeue_job,
 )
-from autoscaler.actions.unknown import UnknownFact
+from autoscaler.actions.ops import barepods, gangs, ownership
+from autoscaler.actions.ops.unknown import UnknownFact
 from autoscaler.pools import capacity, clusterapi
 from tests.fuzz.harness import budget, check, nonfinite
 from tests.fuzz.strategies import wrong_values

@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from accel_common.names import GANG_LABEL
-from autoscaler.actions.ownership import ANNOTATION, Entry, iso
+from autoscaler.actions.ops.ownership import ANNOTATION, Entry, iso
 from dashboards import chargeback
 from exporter.backends.base import BackendOptions
 from exporter.backends.nvidia import NvidiaBackend

@@ -294,7 +294,7 @@ MACHINE_DEPLOYMENTS = f"{CAPI_GROUP}/machinedeployments"
 MACHINES = f"{CAPI_GROUP}/machines"
 MACHINE_SETS = f"{CAPI_GROUP}/machinesets"
 MACHINE_HEALTH_CHECKS = f"{CAPI_GROUP}/machinehealthchecks"
-# The gang owners' objects (autoscaler/actions/gangs.py), read and patched with the
+# The gang owners' objects (autoscaler/actions/ops/gangs.py), read and patched with the
 # same generic calls, and Volcano's restart Command, created.
 GANG_OWNERS = (
     ("jobset.x-k8s.io", "v1alpha2", "jobsets"),

@@ -28,6 +28,7 @@ from accel_common.names import (
 )
 from autoscaler.actions import ACTIONS, reboot_node, reset_devices
 from autoscaler.actions.context import ActionContext
+from autoscaler.actions.ops import agent
 from autoscaler.decision import Decision
 from autoscaler.kube.client import ClientKube
 from autoscaler.types import labels_of
@@ -333,7 +334,7 @@ async def test_an_unreadable_reboot_request_is_answered_and_the_next_one_served(
 def test_the_controller_reads_a_nested_answer_as_unknown() -> None:
     n = node(NODE)
     n["metadata"]["annotations"] = {RESET_STATUS_ANNOTATION: DEEP}
-    assert reset_devices.annotation_json(n, RESET_STATUS_ANNOTATION) is None
+    assert agent.annotation_json(n, RESET_STATUS_ANNOTATION) is None
 
 
 async def test_what_the_agent_did_is_written_even_when_the_node_changed_meanwhile(

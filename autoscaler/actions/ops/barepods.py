@@ -54,8 +54,8 @@ from accel_common.clusterjson import (
 )
 from accel_common.names import BARE_PODS_ANNOTATION, KUBELET_CONFIG_PREFIX
 from autoscaler.actions.context import ActionContext
-from autoscaler.actions.ownership import MIGRATED_FROM, event, update_node
-from autoscaler.actions.pods import is_finished, is_terminating, meta, pod_key
+from autoscaler.actions.ops.ownership import MIGRATED_FROM, event, update_node
+from autoscaler.actions.ops.pods import is_finished, is_terminating, meta, pod_key
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import Obj
 

@@ -74,10 +74,10 @@ from accel_common.names import (
     VOLCANO_BATCH_GROUP,
     VOLCANO_BUS_GROUP,
 )
-from autoscaler.actions import unknown
 from autoscaler.actions.context import ActionContext
-from autoscaler.actions.ownership import event, iso
-from autoscaler.actions.pods import (
+from autoscaler.actions.ops import unknown
+from autoscaler.actions.ops.ownership import event, iso
+from autoscaler.actions.ops.pods import (
     EvictionResult,
     controller_owner,
     is_finished,

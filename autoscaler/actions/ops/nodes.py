@@ -6,7 +6,7 @@ drain, migrate_jobs and the recover path share.
 cordons and/or taints the node, noting whether this controller did it or found it
 so. ``release`` removes the entry and undoes only what the entry says we did,
 handing a cordon or taint that another of our rules still needs over to that
-rule's entry. See ``autoscaler/actions/ownership.py`` for the record itself.
+rule's entry. See ``autoscaler/actions/ops/ownership.py`` for the record itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from autoscaler.actions.base import Taint, parse_taint
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import (
+from autoscaler.actions.ops.ownership import (
     Entry,
     entries,
     entries_patch,

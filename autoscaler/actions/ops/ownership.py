@@ -38,7 +38,7 @@ What it is for:
   is read (logged with the node and the key), but the annotation is never
   rewritten while it holds one: dropping it could hand us a node that another
   owner's entry claims. ``update_node`` raises ``UnknownFact`` instead, and the
-  action answers without acting (``autoscaler/actions/unknown.py``).
+  action answers without acting (``autoscaler/actions/ops/unknown.py``).
 
 Changes are read-modify-write with the node's ``resourceVersion`` (``update_node``),
 so two writers (a person with kubectl, a second rule) never overwrite each other:
@@ -67,7 +67,7 @@ from accel_common.names import NO_REBALANCE_ANNOTATION as NO_REBALANCE
 from accel_common.names import REMEDIATION_ANNOTATION as ANNOTATION
 from accel_common.names import REQUEUES_ANNOTATION as REQUEUES
 from autoscaler.actions.context import ActionContext
-from autoscaler.actions.unknown import UnknownFact, plausible_time
+from autoscaler.actions.ops.unknown import UnknownFact, plausible_time
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import Conflict, KubeError
 from autoscaler.kube.protocol import Kube, Obj

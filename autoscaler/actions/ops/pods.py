@@ -9,7 +9,7 @@ terminating (``deletionTimestamp``) counts as gone. Across a restart the deadlin
 is the one recorded in the node annotation, so a resumed drain does not start
 its clock again. Two hooks let an action do its own part around each eviction
 without a loop of its own: ``migrate_jobs`` keeps a bare pod's spec before it and
-creates the replacement after it (``autoscaler/actions/barepods.py``).
+creates the replacement after it (``autoscaler/actions/ops/barepods.py``).
 
 A device pod requests an accelerator resource or uses ResourceClaims (Dynamic
 Resource Allocation): ``uses_devices`` with the claims ``claims_of`` read judges
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from accel_common.dra import EMPTY_STATE, DraState, claim_devices, has_claims, pod_claim_names
 from accel_common.names import MIRROR_POD_ANNOTATION, is_device_resource
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import event, set_phase
+from autoscaler.actions.ops.ownership import event, set_phase
 from autoscaler.clusterstate import (
     all_device_requests,
     device_requests,

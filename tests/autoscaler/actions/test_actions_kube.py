@@ -14,7 +14,7 @@ import pytest
 
 from autoscaler.actions import ACTIONS
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import ANNOTATION, REQUEUES
+from autoscaler.actions.ops.ownership import ANNOTATION, REQUEUES
 from autoscaler.decision import Decision
 from autoscaler.kube.client import ClientKube
 from autoscaler.types import QueryResult, Sample, Unknown, Vector, labels_of

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from accel_common.names import BARE_PODS_ANNOTATION, MIGRATED_FROM_ANNOTATION
-from autoscaler.actions.barepods import Record, replacement_name, sanitised
 from autoscaler.actions.context import ActionContext
+from autoscaler.actions.ops.barepods import Record, replacement_name, sanitised
 from autoscaler.executor import Executor
 from autoscaler.kube.client import ClientKube
 from autoscaler.kube.dryrun import DryRunKube

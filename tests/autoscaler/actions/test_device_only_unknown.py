@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from accel_common.names import BARE_PODS_ANNOTATION
-from autoscaler.actions.barepods import Record, replacement_name, sanitised
+from autoscaler.actions.ops.barepods import Record, replacement_name, sanitised
 from autoscaler.kube.client import ClientKube
 from autoscaler.types import QueryResult, Scalar, Unknown, Vector
 from tests.autoscaler.actions.test_actions_kube import ctx, decide, run, taints

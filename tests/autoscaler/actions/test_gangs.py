@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from accel_common.names import GANG_RESTARTS_ANNOTATION
-from autoscaler.actions.gangs import record, restarts_left
-from autoscaler.actions.unknown import UnknownFact
+from autoscaler.actions.ops.gangs import record, restarts_left
+from autoscaler.actions.ops.unknown import UnknownFact
 
 
 def jobset(policy: dict[str, Any] | None, **status: int) -> dict[str, Any]:

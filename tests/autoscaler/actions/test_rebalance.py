@@ -18,7 +18,7 @@ from accel_common.names import NO_REBALANCE_ANNOTATION as NO_REBALANCE
 from accel_common.names import REBALANCED_ANNOTATION as REBALANCED
 from autoscaler.actions import rebalance
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import iso, parse_iso
+from autoscaler.actions.ops.ownership import iso, parse_iso
 from autoscaler.decision import Decision
 from autoscaler.kube.client import ClientKube
 from autoscaler.types import QueryResult, Sample, Unknown, Vector, labels_of

@@ -17,7 +17,7 @@ import pytest
 from accel_common.names import REBOOT_REQUEST_ANNOTATION, REBOOT_STATUS_ANNOTATION
 from autoscaler.actions import ACTIONS
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import ANNOTATION
+from autoscaler.actions.ops.ownership import ANNOTATION
 from autoscaler.decision import Decision
 from autoscaler.kube.client import ClientKube
 from nodeagent.agent import Agent, NodeAPI

@@ -25,7 +25,7 @@ from accel_common.names import (
 )
 from autoscaler.actions import ACTIONS, replace_machine
 from autoscaler.actions.context import ActionContext
-from autoscaler.actions.ownership import entries
+from autoscaler.actions.ops.ownership import entries
 from autoscaler.decision import Decision
 from autoscaler.engine.breaker import UNHEALTHY_ACTIONS
 from autoscaler.engine.restore import restore

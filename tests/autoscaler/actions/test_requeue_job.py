@@ -17,7 +17,7 @@ import pytest
 from accel_common.names import REQUEUES_ANNOTATION as REQUEUES
 from autoscaler.actions import requeue_job
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import iso
+from autoscaler.actions.ops.ownership import iso
 from autoscaler.decision import Decision
 from autoscaler.kube.client import ClientKube
 from tests.support.fakes.apiserver import FakeApiServer

@@ -22,7 +22,7 @@ from accel_common.names import (
 )
 from autoscaler.actions import ACTIONS
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import ANNOTATION
+from autoscaler.actions.ops.ownership import ANNOTATION
 from autoscaler.decision import Decision
 from autoscaler.kube.client import ClientKube
 from autoscaler.types import QueryResult, Sample, Vector, labels_of

@@ -18,9 +18,9 @@ from accel_common.names import (
 )
 from autoscaler.actions import ACTIONS, scale_node_pool
 from autoscaler.actions.context import ActionContext, Outcome
-from autoscaler.actions.ownership import iso
+from autoscaler.actions.ops.ownership import iso
+from autoscaler.actions.ops.spares import poisson_quantile, size
 from autoscaler.actions.rebalance import progress_at_risk
-from autoscaler.actions.spares import poisson_quantile, size
 from autoscaler.decision import Decision
 from autoscaler.kube.client import ClientKube
 from autoscaler.types import QueryResult, Sample, Vector, labels_of

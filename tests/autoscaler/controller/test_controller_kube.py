@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from accel_common.names import LEADER_LABEL
-from autoscaler.actions.ownership import ANNOTATION
+from autoscaler.actions.ops.ownership import ANNOTATION
 from tests.support.dying import wait
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.kubeobjs import evictions, node, pdb, pod

@@ -33,7 +33,7 @@ from accel_common.names import (
     RESET_STATUS_ANNOTATION,
 )
 from autoscaler.actions.context import ActionContext
-from autoscaler.actions.ownership import iso
+from autoscaler.actions.ops.ownership import iso
 from autoscaler.controller import Controller, StateRecord
 from autoscaler.decision import Decision
 from autoscaler.executor import Executor

@@ -22,7 +22,7 @@ import pytest
 
 from accel_common.names import REMEDIATION_ANNOTATION, STATE_DATA_KEY
 from autoscaler.actions.context import ActionContext
-from autoscaler.actions.ownership import iso
+from autoscaler.actions.ops.ownership import iso
 from autoscaler.controller import Controller, StateRecord
 from autoscaler.engine.state import EngineState
 from autoscaler.executor import Executor

@@ -177,7 +177,7 @@ _KINDS = [
         namespaced=True,
         custom=True,
     ),
-    # Gang owners (autoscaler/actions/gangs.py); tests/support/fakes/gangops.py
+    # Gang owners (autoscaler/actions/ops/gangs.py); tests/support/fakes/gangops.py
     # plays their operators.
     _Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", namespaced=True, custom=True),
     _Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", namespaced=True, custom=True),

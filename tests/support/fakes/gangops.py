@@ -2,7 +2,7 @@
 Job controller, the training operator and the scheduler to see where a gang
 restart lands.
 
-Why: the gang actions (``autoscaler/actions/gangs.py``) delete member pods and rely on
+Why: the gang actions (``autoscaler/actions/ops/gangs.py``) delete member pods and rely on
 the owner's operator to restart the gang once, elsewhere. The fake API server stores
 objects and runs no controller, so without these a test could only check the
 requests, not that the restart the operator makes is one restart, on nodes that
