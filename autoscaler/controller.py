@@ -23,8 +23,14 @@ evaluate: an API server that cannot be read is no reason to act from memory. Aft
 each cycle the leader writes the state record when it changed (``StateRecord``),
 never in ``--dry-run``.
 
+What the cycle is wired to (the engine state, the executor and its ladder hooks,
+the history the source keeps, where the cluster-state series go) comes built from
+``autoscaler/wiring.py``, the builder the simulator uses too; the controller is
+handed it and rewires nothing.
+
 Escalation ladders: the executor reports every action's outcome back
-(``Executor.on_outcome``); a ladder step's goes into the engine state
+(``Executor.on_outcome``, wired by ``wiring.ladder_outcomes``); a ladder step's
+goes into the engine state
 (``EngineState.report``), where a ``failed`` step escalates at the next cycle, and
 from there into the state record, with the step and since when. After a restart
 the ladders come back from the record (``engine/restore.py``), the in-flight
@@ -54,27 +60,25 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from accel_common.names import LEADER_LABEL, STATE_DATA_KEY
-from autoscaler.actions.context import Outcome
 from autoscaler.actions.ops.ownership import entries, parse_iso
 from autoscaler.clusterstate import ingest
 from autoscaler.decision import Decision
-from autoscaler.engine.cycle import NODES_QUERY, run_cycle, source_cluster
+from autoscaler.engine.cycle import run_cycle, source_cluster
 from autoscaler.engine.record import RecordError, parse_record, record_text
 from autoscaler.engine.restore import restore
 from autoscaler.engine.state import EngineState
-from autoscaler.executor import Executor
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import Kube, Obj
+from autoscaler.metrics import Row
 from autoscaler.ruleset.model import RuleSet
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.base import Source
-from autoscaler.types import labels_of
+from autoscaler.wiring import Wiring, retain, wire
 
 log = logging.getLogger("accel_autoscaler")
 
@@ -117,7 +121,7 @@ class CycleStats:
 
 
 # The cluster-state series as (metric, labels, value) rows (autoscaler/clusterstate.py).
-ClusterRows = list[tuple[Any, dict[str, str], float]]
+ClusterRows = list[Row]
 ClusterState = Callable[[float], Awaitable[ClusterRows]]
 
 
@@ -266,12 +270,20 @@ class Controller:
         *,
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
-        executor: Executor | None = None,
+        wiring: Wiring | None = None,
+        kube: Kube | None = None,
         leading: Callable[[], bool] = always_leading,
         cluster_state: ClusterState | None = None,
         record: StateRecord | None = None,
         lost_watches: Callable[[], list[str]] = no_watches,
     ) -> None:
+        """``wiring`` (``autoscaler/wiring.py``'s ``wire`` over the same ``source``
+        and ``watcher``): the engine state and the executor; without it, a fresh
+        state and nothing acts. ``kube``: where the nodes are read each cycle (an
+        informer cache in ``run``); the executor's API by default."""
+        if wiring is None:
+            wiring = wire(source, lambda: watcher.current)
+        executor = wiring.executor
         self.watcher = watcher
         self.source = source
         self.alerts = alerts
@@ -286,11 +298,13 @@ class Controller:
         self.cluster_nodes: dict[str, float] = {}
         # (node, rule, action, phase) of this controller's remediation entries.
         self.remediations: list[tuple[str, str, str, str]] = []
-        self.kube: Any = executor.ctx.kube if executor is not None else None
-        self.state = EngineState()
-        if executor is not None:
-            executor.on_outcome = self._outcome
-            executor.ladder_step = self._ladder_step
+        if kube is None and executor is not None:
+            kube = executor.ctx.kube
+        self.kube = kube
+        self.state = wiring.state
+        # Where the cluster-state series go: the source's store (None: Prometheus
+        # reads them from /metrics).
+        self.store = wiring.store
         self.stats = CycleStats()
         self.source_up = False
         self.lock = asyncio.Lock()
@@ -384,15 +398,6 @@ class Controller:
             if changed or forced:
                 self._wake.set()
 
-    def _retain(self) -> None:
-        self._retained = self.ruleset
-        retain = getattr(self.source, "retain", None)
-        if retain is not None:
-            exprs = [NODES_QUERY]
-            for r in self.ruleset.rules:
-                exprs += [e for e in (r.expr, r.recover.expr if r.recover else None) if e]
-            retain(exprs)
-
     async def _read_nodes(self) -> None:
         """The remediation entries and registration times of the nodes, for
         ``/metrics`` and the breaker's scale-up grace."""
@@ -433,9 +438,8 @@ class Controller:
             self.cluster_rows = []
             log.warning("cannot read the cluster state: %s", e)
             return
-        store = getattr(self.source, "store", None)
-        if store is not None:
-            ingest(store, self.cluster_rows, now)
+        if self.store is not None:
+            ingest(self.store, self.cluster_rows, now)
 
     async def _prepare(self, now: float) -> None:
         await self._read_nodes()
@@ -455,28 +459,6 @@ class Controller:
         )
         if self.executor is not None:
             self.executor.submit(d)
-
-    def _outcome(self, d: Decision, outcome: Outcome) -> None:
-        """An action's outcome, from the executor: a ladder step's goes into the
-        engine state (a late one of an earlier step is ignored there)."""
-        step = d.extra.get("step")
-        if d.kind == "act" and isinstance(step, int):
-            self.state.report(d.rule, d.target, step, outcome.status)
-
-    def _ladder_step(
-        self, rule: str, target: Mapping[str, str], action: str
-    ) -> dict[str, Any] | None:
-        """The ladder extra for an in-flight entry the executor resumes, when the
-        target's ladder is at a step of that action."""
-        ladder = self.state.ladders.get((rule, labels_of(target)))
-        if ladder is None:
-            return None
-        try:
-            if self.ruleset.rule(rule).step(ladder.step).action.type != action:
-                return None
-        except (KeyError, IndexError):
-            return None
-        return {"step": ladder.step, "incident": ladder.started}
 
     def _resume_ladders(self) -> int:
         """Run again each ladder step whose outcome was never reported and that the
@@ -595,7 +577,8 @@ class Controller:
                 return []  # counted as failed by _rebuild
             start = time.perf_counter()
             if self._retained is not self.ruleset:
-                self._retain()
+                self._retained = self.ruleset
+                retain(self.source, self.ruleset)
             now = self.clock()
             result = await run_cycle(
                 self.ruleset,
@@ -652,7 +635,7 @@ class LeaderLabel:
     pod, it does nothing. A failure is logged: the standby also answers the webhook
     with 503, so Alertmanager retries until it reaches the leader."""
 
-    def __init__(self, kube: Any) -> None:
+    def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self.namespace = os.environ.get("POD_NAMESPACE", "")
         self.name = os.environ.get("POD_NAME", "")

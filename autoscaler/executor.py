@@ -16,16 +16,20 @@ it did stays done, and it starts no new step.
 
 Every outcome is counted (``accel_autoscaler_actions_total``), timed from the
 decision to the task's first API call and to its end, and kept (the last 500)
-for ``GET /api/v1/actions``, and handed to ``on_outcome`` (the controller puts a
-ladder step's outcome in the engine state there: a ``failed`` step escalates at
-once, ``engine/ladder.py``).
+for ``GET /api/v1/actions``, and handed to ``on_outcome`` (``autoscaler/wiring.py``
+puts a ladder step's outcome in the engine state there: a ``failed`` step escalates
+at once, ``engine/ladder.py``). Both hooks are given to the constructor: the
+executor is never rewired after it is built.
 
 Escalation ladders: a decision that is a step of a ladder (``extra["step"]``)
 writes a ``RemediationStep`` Event on its node before its action runs (the
 action's own Events follow), so ``kubectl describe node`` shows each rung. A
 resumed in-flight entry of a ladder's rule gets its step back from ``ladder_step``
-(the controller's engine state), so its outcome still reaches the ladder; its
-Event is not written twice.
+(the engine state), so its outcome still reaches the ladder; its Event is not
+written twice.
+
+Each task runs with a copy of the context (``dataclasses.replace``) whose ``kube``
+notes the task's first API call and whose ``dry_run`` is the decision's too.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.actions import ACTIONS
@@ -45,13 +49,14 @@ from autoscaler.actions.ops.ownership import IN_FLIGHT, Entry, entries, event, n
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError
 from autoscaler.kube.names import target_problems
+from autoscaler.kube.protocol import Kube
 
 log = logging.getLogger("accel_autoscaler.executor")
 
 HISTORY = 500
 STATUSES = ("done", "partial", "skipped", "failed", "unknown")
 
-# Where an outcome goes besides the history (the controller's engine state).
+# Where an outcome goes besides the history (the engine state: autoscaler/wiring.py).
 OnOutcome = Callable[[Decision, Outcome], None]
 # (rule, target, action) -> the ladder extra of a resumed entry, or None.
 LadderStep = Callable[[str, Mapping[str, str], str], Mapping[str, Any] | None]
@@ -89,9 +94,11 @@ class Record:
 
 
 class _Timed:
-    """Wraps the context's Kube to note when a task makes its first call."""
+    """Wraps the context's Kube to note when a task makes its first call. Every
+    method of ``Kube`` passes through ``__getattr__``, so it is a ``Kube``
+    wherever the protocol is asked for."""
 
-    def __init__(self, inner: Any, on_call: Callable[[], None]) -> None:
+    def __init__(self, inner: Kube, on_call: Callable[[], None]) -> None:
         self._inner = inner
         self._on_call = on_call
 
@@ -108,7 +115,18 @@ class _Timed:
 
 
 class Executor:
-    def __init__(self, ctx: ActionContext) -> None:
+    """Runs decisions with ``ctx``. ``on_outcome`` hears every outcome after it is
+    kept; ``ladder_step`` gives a resumed entry its ladder step back (both from
+    ``autoscaler/wiring.py`` in the controller and the simulator; None: nobody
+    listens, as in the actions' own tests)."""
+
+    def __init__(
+        self,
+        ctx: ActionContext,
+        *,
+        on_outcome: OnOutcome | None = None,
+        ladder_step: LadderStep | None = None,
+    ) -> None:
         self.ctx = ctx
         self._tails: dict[tuple[str, ...], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -116,8 +134,8 @@ class Executor:
         self.history: deque[Record] = deque(maxlen=HISTORY)
         self.first_call_seconds: deque[float] = deque(maxlen=HISTORY)
         self.duration_seconds: dict[str, deque[float]] = {}
-        self.on_outcome: OnOutcome | None = None
-        self.ladder_step: LadderStep | None = None
+        self.on_outcome = on_outcome
+        self.ladder_step = ladder_step
         # (rule, target) of the decisions the last ``resume`` submitted.
         self.resumed: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
@@ -154,19 +172,8 @@ class Executor:
             if not first:
                 first.append(time.perf_counter() - submitted)
 
-        ctx = ActionContext(
-            kube=_Timed(self.ctx.kube, on_call),
-            controller=self.ctx.controller,
-            replica=self.ctx.replica,
-            clock=self.ctx.clock,
-            sleep=self.ctx.sleep,
-            dry_run=self.ctx.dry_run or d.dry_run,
-            pools=self.ctx.pools,
-            query=self.ctx.query,
-            retry_interval=self.ctx.retry_interval,
-            leading=self.ctx.leading,
-            event_namespace=self.ctx.event_namespace,
-        )
+        timed = _Timed(self.ctx.kube, on_call)
+        ctx = replace(self.ctx, kube=timed, dry_run=self.ctx.dry_run or d.dry_run)
         started = self.ctx.clock()
         bad_names = target_problems(d.target)
         if spec is None or spec.execute is None:
@@ -227,7 +234,7 @@ class Executor:
     async def resume(self, rules: Collection[str] | None = None) -> int:
         """Submit this controller's in-flight work recorded on the nodes. With
         ``rules`` (the rule names now loaded), work whose rule is not among them is
-        not resumed but ended where it stands (``actions/drain.py``, ``abandon``)."""
+        not resumed but ended where it stands (``actions/ops/drain.py``, ``abandon``)."""
         try:
             nodes = await self.ctx.kube.list_nodes()
         except KubeError as err:
@@ -300,4 +307,4 @@ class Executor:
             await asyncio.wait(tasks, timeout=timeout)
 
 
-__all__ = ["STATUSES", "Executor", "Record", "serial_key"]
+__all__ = ["STATUSES", "Executor", "LadderStep", "OnOutcome", "Record", "serial_key"]

@@ -1,6 +1,10 @@
 """``accel-autoscaler run``: the controller's flags, and the wiring from them to a
 running controller: the source, the Kubernetes API (or a dry-run in front of it),
-the executor, leader election, the cluster-state reader and the HTTP server.
+the executor, leader election, the cluster-state reader and the HTTP server. The
+engine state and the executor with its ladder hooks come from
+``autoscaler/wiring.py``, the builder the simulator uses too, and every
+collaborator is handed to the controller when it is built: nothing is swapped in
+afterwards.
 
 The HTTP server gets the connection bounds every server of ours has
 (``accel_common.httpbounds``: header timeout, idle timeout, a connection cap
@@ -22,8 +26,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 from accel_common import logs
 from accel_common.httpbounds import ConnectionLimits, fd_headroom, raise_fd_limit
@@ -44,18 +47,17 @@ from autoscaler.commands.flags import (
 from autoscaler.controller import (
     DEFAULT_PORT,
     ClusterRows,
-    ClusterState,
     Controller,
     LeaderLabel,
     StateRecord,
     always_leading,
-    no_watches,
 )
-from autoscaler.executor import Executor
 from autoscaler.kube.cache import CachedKube
 from autoscaler.kube.client import ClientKube, KubeConfigError
 from autoscaler.kube.dryrun import DryRunKube
 from autoscaler.kube.leader import ElectionThread, LeaderElector
+from autoscaler.kube.protocol import Kube
+from autoscaler.pools.base import NodePoolProvider
 from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.ruleset.loader import RuleSetError
 from autoscaler.ruleset.watch import RuleWatcher
@@ -64,6 +66,7 @@ from autoscaler.sources.alertmanager import DEFAULT_LIMIT, DEFAULT_TTL, MAX_BODY
 from autoscaler.sources.base import Source
 from autoscaler.sources.build import build_source
 from autoscaler.sources.scrape import parse_targets
+from autoscaler.wiring import wire
 
 log = logging.getLogger("accel_autoscaler")
 
@@ -448,8 +451,18 @@ def _leader_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def build_kube(args: argparse.Namespace) -> Any:
-    """The ``Kube`` the actions use: the client, or in ``--dry-run`` a DryRunKube in
+@dataclass(frozen=True)
+class KubeHandles:
+    """The Kubernetes API twice: as the informers watch it (``client``: watches
+    cannot go through a dry-run wrapper) and as the actions call it (``acting``:
+    the client, or in ``--dry-run`` a ``DryRunKube`` in front of it)."""
+
+    client: ClientKube
+    acting: Kube
+
+
+def build_kube(args: argparse.Namespace) -> KubeHandles | None:
+    """The API handles; in ``--dry-run`` the actions' goes through a DryRunKube in
     front of a client that sends its writes with dryRun=All. None when there is no
     configuration and ``--dry-run`` allows running without one."""
     try:
@@ -459,7 +472,7 @@ def build_kube(args: argparse.Namespace) -> Any:
             log.warning("no Kubernetes API configured (%s): dry-run only records decisions", e)
             return None
         raise ValueError(str(e)) from e
-    return DryRunKube(client) if args.dry_run else client
+    return KubeHandles(client, DryRunKube(client) if args.dry_run else client)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -479,76 +492,80 @@ def main(args: argparse.Namespace) -> int:
         # Before anything connects or listens: a refused start has done nothing.
         if problem := exposure_problem(args):
             return _fail(problem)
-        kube = build_kube(args)
+        handles = build_kube(args)
     except (ValueError, OSError) as e:
         return _fail(redact(str(e)))
-    return asyncio.run(_main(args, watcher, source, kube))
+    return asyncio.run(_main(args, watcher, source, handles))
 
 
-async def _main(args: argparse.Namespace, watcher: RuleWatcher, source: Source, kube: Any) -> int:
-    executor: Executor | None = None
-    elector: LeaderElector | None = None
-    leading: Callable[[], bool] = always_leading
-    cluster_state: ClusterState | None = None
-    record: StateRecord | None = None
-    if kube is not None:
-        # What the engine must not forget on a restart or a failover and that no
-        # node records (engine/restore.py), in the controller's namespace.
-        # ($POD_NAMESPACE may be set and empty outside a pod.)
-        record = StateRecord(
-            kube, args.lease_namespace or "default", args.controller_name + STATE_CONFIGMAP_SUFFIX
-        )
-        pools: Any = None
-        if args.pool_provider == "clusterapi":
-            pools = ClusterAPIProvider(kube, args.clusterapi_namespace)
-        if args.leader_elect and not args.dry_run:
-            elector = LeaderElector(
-                kube,
-                namespace=args.lease_namespace,
-                name=args.lease_name,
-                identity=args.identity,
-                lease_duration=args.lease_duration,
-                renew_deadline=args.renew_deadline,
-                retry_period=args.retry_period,
-            )
-            leading = elector.is_leader
-        ctx = ActionContext(
-            kube=kube,
-            controller=args.controller_name,
-            replica=args.identity,
-            dry_run=args.dry_run,
-            pools=pools,
-            query=source.query,
-            retry_interval=args.retry_interval,
-            leading=leading,
-        )
-        executor = Executor(ctx)
-
-        # The cluster-state series come from watched nodes and pods; actions read
-        # the API itself.
-        cached = CachedKube(getattr(kube, "inner", kube), inner=kube)
-        cached.start()
+async def _main(
+    args: argparse.Namespace, watcher: RuleWatcher, source: Source, handles: KubeHandles | None
+) -> int:
+    alerts = AlertReceiver(ttl=args.alerts_ttl, limit=args.alerts_limit)
+    if handles is None:
+        # --dry-run with no API: decisions are recorded, not acted on.
+        return await _serve(Controller(watcher, source, alerts, dry_run=args.dry_run), args)
+    kube = handles.acting
+    pools: NodePoolProvider | None = None
+    if args.pool_provider == "clusterapi":
+        pools = ClusterAPIProvider(kube, args.clusterapi_namespace)
+    elector = _elector(args, kube)
+    leading = elector.is_leader if elector is not None else always_leading
+    ctx = ActionContext(
+        kube=kube,
+        controller=args.controller_name,
+        replica=args.identity,
+        dry_run=args.dry_run,
+        pools=pools,
+        query=source.query,
+        retry_interval=args.retry_interval,
+        leading=leading,
+    )
+    # The cluster-state series (and the nodes the controller reads each cycle) come
+    # from watched nodes and pods; actions read the API itself.
+    cached = CachedKube(handles.client, inner=kube)
+    cached.start()
+    try:
         await cached.wait_synced(10.0)
 
         async def read_cluster(now: float) -> ClusterRows:
             return list(await collect(cached, pools, now))
 
-        cluster_state = read_cluster
-    controller = Controller(
-        watcher,
-        source,
-        AlertReceiver(ttl=args.alerts_ttl, limit=args.alerts_limit),
-        dry_run=args.dry_run,
-        executor=executor,
-        leading=leading,
-        cluster_state=cluster_state,
-        record=record,
-        lost_watches=cached.lost if cluster_state is not None else no_watches,
-    )
-    if cluster_state is not None:
-        controller.kube = cached
-    try:
+        controller = Controller(
+            watcher,
+            source,
+            alerts,
+            dry_run=args.dry_run,
+            wiring=wire(source, lambda: watcher.current, ctx),
+            kube=cached,
+            leading=leading,
+            cluster_state=read_cluster,
+            # What the engine must not forget on a restart or a failover and that
+            # no node records (engine/restore.py), in the controller's namespace.
+            # ($POD_NAMESPACE may be set and empty outside a pod.)
+            record=StateRecord(
+                kube,
+                args.lease_namespace or "default",
+                args.controller_name + STATE_CONFIGMAP_SUFFIX,
+            ),
+            lost_watches=cached.lost,
+        )
         return await _serve(controller, args, elector)
     finally:
-        if cluster_state is not None:
-            await asyncio.to_thread(cached.stop)
+        await asyncio.to_thread(cached.stop)
+
+
+def _elector(args: argparse.Namespace, kube: Kube) -> LeaderElector | None:
+    """The Lease elector; None when every replica acts (no election, or --dry-run,
+    which changes nothing)."""
+    if not args.leader_elect or args.dry_run:
+        return None
+    return LeaderElector(
+        kube,
+        namespace=args.lease_namespace,
+        name=args.lease_name,
+        identity=args.identity,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+    )

@@ -110,6 +110,15 @@ class Rule:
         own = self.escalate[i - 1].recover if self.escalate else None
         return own if own is not None else self.recover
 
+    def expressions(self) -> tuple[str, ...]:
+        """Every PromQL expression the evaluation cycle may ask for this rule: its
+        own (none for an ``alertname`` rule), its recover's, and the recovers of its
+        ladder's steps. What a source keeps history for is decided from this, once
+        (``autoscaler/wiring.py``), for the controller and the simulator alike."""
+        recovers = (self.recover, *(s.recover for s in self.escalate))
+        exprs = (self.expr, *(r.expr for r in recovers if r is not None))
+        return tuple(e for e in exprs if e)
+
     def undo_action(self) -> Action:
         """The action whose recover path undoes what the rule did: the first step
         that can be undone (its taint or cordon stays on the node through the later
@@ -151,6 +160,10 @@ class RuleSet:
             if r.name == name:
                 return r
         raise KeyError(name)
+
+    def expressions(self) -> tuple[str, ...]:
+        """Every rule's ``expressions()``, each once, in rule order."""
+        return tuple(dict.fromkeys(e for r in self.rules for e in r.expressions()))
 
 
 __all__ = [

@@ -10,7 +10,9 @@ is the in-memory cluster, whose ``clock`` is simulated time and whose ``sleep``
 waits in simulated time while the fleet goes on (an eviction that a
 PodDisruptionBudget refuses is retried minutes later, in simulated minutes).
 Pools are scaled through the Cluster API provider against the cluster's
-MachineDeployments. What the simulator plugs into the cycle is its own:
+MachineDeployments. The engine state, the executor with its ladder hooks and the
+history the store keeps are built by ``autoscaler/wiring.py``, the builder the
+controller uses too. What the simulator plugs into the cycle is its own:
 
 - the source (``SimSource``): the store is filled from the simulation
   (``telemetry.py``) rather than from HTTP scrapes, and answered by the same
@@ -33,20 +35,19 @@ import multiprocessing
 import time
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
 
 import promql_parser as pp
 
-from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.context import ActionContext
 from autoscaler.decision import Decision
-from autoscaler.engine.cycle import NODES_QUERY, ClusterView, run_cycle
-from autoscaler.engine.state import ClusterInfo, EngineState
-from autoscaler.executor import Executor
+from autoscaler.engine.cycle import ClusterView, run_cycle
+from autoscaler.engine.state import ClusterInfo
+from autoscaler.pools.base import NodePoolProvider
 from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.promql.guard import parse
 from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.loader import load_ruleset
-from autoscaler.ruleset.model import Rule, RuleSet
+from autoscaler.ruleset.model import RuleSet
 from autoscaler.simulate.clock import EPOCH
 from autoscaler.simulate.fleet import Fleet
 from autoscaler.simulate.machines import CAPI_NAMESPACE
@@ -56,6 +57,7 @@ from autoscaler.simulate.schedulers import SCHEDULERS
 from autoscaler.simulate.telemetry import Telemetry
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
+from autoscaler.wiring import retain, retained, wire
 
 log = logging.getLogger("accel_autoscaler.simulate")
 
@@ -117,7 +119,7 @@ def shortest_window(ruleset: RuleSet) -> tuple[float, str] | None:
     subquery) in the rules' expressions, and its rule."""
     best: tuple[float, str] | None = None
     for rule in ruleset.rules:
-        for expr in rule_exprs(rule):
+        for expr in rule.expressions():
             ranges: list[float] = []
 
             def visit(node: pp.Expr, ranges: list[float] = ranges) -> bool:
@@ -134,13 +136,6 @@ def shortest_window(ruleset: RuleSet) -> tuple[float, str] | None:
                 if best is None or r < best[0]:
                     best = (r, rule.name)
     return best
-
-
-def rule_exprs(rule: Rule) -> list[str]:
-    """Every expression a rule has evaluated: its own, its recover's and the
-    recovers of its ladder's steps."""
-    recovers = [rule.recover, *(step.recover for step in rule.escalate)]
-    return [e for e in (rule.expr, *(r.expr for r in recovers if r is not None)) if e]
 
 
 # What the actions themselves ask the source (``ctx.query``): the store must hold
@@ -186,7 +181,7 @@ def check_intervals(scenario: Scenario, ruleset: RuleSet) -> None:
             )
 
 
-def pool_provider(fleet: Fleet) -> Any:
+def pool_provider(fleet: Fleet) -> NodePoolProvider:
     """The production Cluster API provider over the fleet's MachineDeployments."""
     return ClusterAPIProvider(fleet.kube, CAPI_NAMESPACE, clock=fleet.clock)
 
@@ -198,8 +193,8 @@ async def _run_rules(
     fleet = Fleet(scenario, scheduler, static_pools=False, seed=seed)
     ruleset = load_ruleset(rules, source="scrape")
     check_intervals(scenario, ruleset)
-    exprs = [NODES_QUERY] + [e for r in ruleset.rules for e in rule_exprs(r)]
-    exprs += action_reads(ruleset)
+    # The telemetry makes the series the rules and their actions read, no others.
+    exprs = retained(ruleset) + action_reads(ruleset)
     store = SeriesStore()
     telemetry = Telemetry(fleet, store, exprs, seed)
     source = SimSource(telemetry, scrape=scenario.scrape_interval == scenario.evaluation_interval)
@@ -211,19 +206,10 @@ async def _run_rules(
         pools=pool_provider(fleet),
         query=source.query,
     )
-    executor = Executor(ctx)
-    source.retain(exprs)
-    state = EngineState()
-
-    def outcome(d: Decision, result: Outcome) -> None:
-        # As the controller does: a ladder step's outcome goes into the engine
-        # state, so a failed step escalates at once and a later step succeeds only
-        # once its action said "done".
-        step = d.extra.get("step")
-        if d.kind == "act" and isinstance(step, int):
-            state.report(d.rule, d.target, step, result.status)
-
-    executor.on_outcome = outcome
+    wiring = wire(source, lambda: ruleset, ctx)
+    retain(source, ruleset)
+    state, executor = wiring.state, wiring.executor
+    assert executor is not None  # wired with a context
     alerts = AlertReceiver()
     cluster = fleet_cluster(fleet)
     cycles = 0

@@ -1,5 +1,13 @@
-"""The source contract the controller drives once per evaluation cycle, and the one
-bounded reader of the HTTP bodies the sources fetch.
+"""The source contract the controller drives once per evaluation cycle, the
+optional capabilities a source may have, and the one bounded reader of the HTTP
+bodies the sources fetch.
+
+Capabilities are Protocols checked with ``isinstance``, never probed with
+``getattr``: a source that keeps its series in memory says so by having
+``retain`` (``Retaining``: the history it keeps follows the rules) and ``store``
+(``StoreBacked``: the controller's cluster-state series are written there, so the
+built-in evaluator answers rules on them). Prometheus has neither; it keeps its own
+history and reads the controller's ``/metrics``.
 
 Both HTTP sources read answers from outside (an exporter's exposition, a
 Prometheus API answer), so neither lets its client library read a body whole:
@@ -12,10 +20,12 @@ size. Its ``BodyError`` names the flag that raises the limit.
 from __future__ import annotations
 
 import zlib
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import aiohttp
 
+from autoscaler.promql.store import SeriesStore
 from autoscaler.types import QueryResult, Unknown, Vector
 
 _CHUNK = 64 * 1024
@@ -36,6 +46,22 @@ class Source(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Retaining(Protocol):
+    """A source that keeps its own history (``sources/store.py``): told which
+    expressions the rules ask, it keeps what their longest window needs."""
+
+    def retain(self, exprs: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class StoreBacked(Protocol):
+    """A source that answers from an in-memory ``SeriesStore`` (scrape, the
+    simulator, rule tests): series written into ``store`` are queryable."""
+
+    store: SeriesStore
 
 
 def has_data(result: QueryResult) -> bool:

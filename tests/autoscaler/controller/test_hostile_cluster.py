@@ -58,12 +58,12 @@ from autoscaler.actions.context import ActionContext
 from autoscaler.clusterstate import collect
 from autoscaler.controller import Controller, StateRecord
 from autoscaler.decision import Decision
-from autoscaler.executor import Executor
 from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
+from autoscaler.wiring import wire
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.capi import ClusterAPI, machine_health_check, machine_set
 from tests.support.kubeobjs import client, evictions, job, node, pod
@@ -182,23 +182,26 @@ class World:
             event_namespace=NS,
             pools=provider,
         )
-        self.executor = Executor(ctx)
+        watcher = RuleWatcher([path], clock=self.clock)
+        wiring = wire(source, lambda: watcher.current, ctx)
+        assert wiring.executor is not None
+        self.executor = wiring.executor
         kube = self.kube
 
         async def cluster_state(now: float) -> list[Any]:
             return list(await collect(kube, provider, now))
 
+        # The nodes' remediation entries are read each cycle (/metrics, breaker)
+        # from the executor's API, the default.
         self.controller = Controller(
-            RuleWatcher([path], clock=self.clock),
+            watcher,
             source,
             AlertReceiver(),
             clock=self.clock,
-            executor=self.executor,
+            wiring=wiring,
             record=StateRecord(self.kube, NS, "accel-autoscaler-state"),
             cluster_state=cluster_state,
         )
-        # The nodes' remediation entries are read each cycle (/metrics, breaker).
-        self.controller.kube = self.kube
 
     def scrape(self) -> None:
         for name in (self.bad, self.good):

@@ -36,11 +36,11 @@ from autoscaler.actions.context import ActionContext
 from autoscaler.actions.ops.ownership import iso
 from autoscaler.controller import Controller, StateRecord
 from autoscaler.decision import Decision
-from autoscaler.executor import Executor
 from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
+from autoscaler.wiring import wire
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.capi import ClusterAPI, machine_health_check, machine_set
 from tests.support.kubeobjs import client, events, pod
@@ -195,13 +195,16 @@ class Running:
             retry_interval=0.01,
             event_namespace=NS,
         )
-        self.executor = Executor(ctx)
+        watcher = RuleWatcher([rules], clock=world.clock)
+        wiring = wire(source, lambda: watcher.current, ctx)
+        assert wiring.executor is not None
+        self.executor = wiring.executor
         self.controller = Controller(
-            RuleWatcher([rules], clock=world.clock),
+            watcher,
             source,
             AlertReceiver(),
             clock=world.clock,
-            executor=self.executor,
+            wiring=wiring,
             record=StateRecord(self.kube, NS, "accel-autoscaler-state"),
         )
 

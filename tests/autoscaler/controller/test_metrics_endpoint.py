@@ -33,7 +33,6 @@ from autoscaler import metrics
 from autoscaler.actions.context import ActionContext
 from autoscaler.clusterstate import collect
 from autoscaler.controller import Controller
-from autoscaler.executor import Executor
 from autoscaler.kube.cache import CachedKube
 from autoscaler.metrics import CATALOGUE, ControllerStatus
 from autoscaler.promql.store import SeriesStore
@@ -42,6 +41,7 @@ from autoscaler.server import make_app, render_metrics
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.prometheus import PrometheusConfig, PrometheusSource
 from autoscaler.sources.store import StoreSource
+from autoscaler.wiring import wire
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.kubeobjs import client, node, pod
 from tests.support.procs import autoscaler, exporter, free_port, http_get
@@ -195,22 +195,24 @@ class World:
             query=source.query,
             retry_interval=0.01,
         )
-        self.executor = Executor(ctx)
+        watcher = RuleWatcher([str(rules)], clock=self.clock)
+        wiring = wire(source, lambda: watcher.current, ctx)
+        assert wiring.executor is not None
+        self.executor = wiring.executor
         kube = self.kube
 
         async def cluster_state(now: float) -> list[Any]:
             return list(await collect(kube, None, now))
 
-        c = Controller(
-            RuleWatcher([str(rules)], clock=self.clock),
+        return Controller(
+            watcher,
             source,
             AlertReceiver(ttl=TTL),
             clock=self.clock,
-            executor=self.executor,
+            wiring=wiring,
+            kube=self.cached,
             cluster_state=cluster_state,
         )
-        c.kube = self.cached
-        return c
 
     async def tick(self, c: Controller) -> None:
         self.now += 15

@@ -25,10 +25,10 @@ from autoscaler.actions.context import ActionContext
 from autoscaler.actions.ops.ownership import iso
 from autoscaler.controller import Controller, StateRecord
 from autoscaler.engine.state import EngineState
-from autoscaler.executor import Executor
 from autoscaler.kube.client import ClientKube
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
+from autoscaler.wiring import wire
 from tests.autoscaler.controller.test_controller_kube import remediation
 from tests.support.dying import wait
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
@@ -434,11 +434,13 @@ def in_process(tmp: Path, kube: ClientKube) -> Controller:
     rules = tmp / "rules.yaml"
     rules.write_text(STORM_RULES)
     ctx = ActionContext(kube=kube, controller="accel-autoscaler", replica="test")
+    watcher = RuleWatcher([str(rules)], source="prometheus")
+    source = HealthySource()
     return Controller(
-        RuleWatcher([str(rules)], source="prometheus"),
-        HealthySource(),
+        watcher,
+        source,
         AlertReceiver(),
-        executor=Executor(ctx),
+        wiring=wire(source, lambda: watcher.current, ctx),
         record=StateRecord(kube, NAMESPACE, RECORD),
     )
 

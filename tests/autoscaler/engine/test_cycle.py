@@ -121,16 +121,19 @@ def test_a_decision_appears_at_the_same_evaluation_in_the_simulator_the_controll
     # 2. The controller, over the same samples, evaluating at the same times.
     in_controller = Recording()
     monkeypatch.setattr("autoscaler.controller.run_cycle", in_controller)
-    clock = iter(evaluations)
+    # The controller reads its clock more than once a cycle (the alerts' expiry
+    # too): it shows each evaluation's time for the whole of that cycle.
+    now = [evaluations[0]]
     controller = Controller(
         RuleWatcher([str(rules)], source="scrape"),
         StoreSource(store),
         AlertReceiver(),
-        clock=lambda: next(clock),
+        clock=lambda: now[0],
     )
 
     async def drive() -> None:
-        for _ in evaluations:
+        for t in evaluations:
+            now[0] = t
             await controller.cycle()
 
     asyncio.run(drive())

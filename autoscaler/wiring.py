@@ -1,0 +1,123 @@
+"""How the evaluation cycle is wired to what acts: one builder for the controller
+and the simulator.
+
+``engine/cycle.py`` is the one evaluation cycle; what sits around it (the engine
+state it mutates, the executor that carries its decisions out, the hooks through
+which an action's outcome reaches an escalation ladder, the history a source keeps)
+is wired here, once, so that the controller (``autoscaler/controller.py``) and the
+fleet simulator (``autoscaler/simulate/run.py``) cannot drift apart: a figure the
+simulator prints comes from the same wiring the controller runs.
+
+- The executor receives its hooks in its constructor: ``ladder_outcomes`` puts a
+  ladder step's outcome into the engine state (a ``failed`` step escalates at the
+  next cycle, ``engine/ladder.py``), and ``ladder_steps`` gives a resumed in-flight
+  entry its step back. Nothing is rewired after construction.
+- What a source keeps history for is decided from ``Rule.expressions()`` (every
+  expression a rule may be asked: its own, its recover's, its ladder steps'
+  recovers) and ``NODES_QUERY`` (the breaker's nodes), in ``retained``; a source
+  with the ``Retaining`` capability is told, others keep their own history.
+- The cluster-state series go into the source's store when it has one
+  (``StoreBacked``): capabilities are Protocols checked with ``isinstance``.
+
+The builder sits below the controller and the simulator and above the executor
+(the "Autoscaler layers" contract in pyproject.toml), so both may import it and it
+imports neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.decision import Decision
+from autoscaler.engine.cycle import NODES_QUERY
+from autoscaler.engine.state import EngineState
+from autoscaler.executor import Executor, LadderStep, OnOutcome
+from autoscaler.promql.store import SeriesStore
+from autoscaler.ruleset.model import RuleSet
+from autoscaler.sources.base import Retaining, Source, StoreBacked
+from autoscaler.types import labels_of
+
+# The rule set in force when asked (the controller's reloads change it).
+Rules = Callable[[], RuleSet]
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """The engine state, and the executor whose outcomes reach it (None where
+    nothing acts: no Kubernetes API, or a rule test), and the store the
+    cluster-state series go into (None: the source keeps its own series)."""
+
+    state: EngineState
+    executor: Executor | None
+    store: SeriesStore | None
+
+
+def wire(
+    source: Source,
+    rules: Rules,
+    ctx: ActionContext | None = None,
+    *,
+    state: EngineState | None = None,
+) -> Wiring:
+    """The engine state (``state``, else a fresh one) and, with ``ctx``, an executor
+    built with the ladder hooks on that state; ``rules`` is read when an in-flight
+    entry is resumed, so it sees the rules in force then."""
+    state = EngineState() if state is None else state
+    executor = None
+    if ctx is not None:
+        executor = Executor(
+            ctx, on_outcome=ladder_outcomes(state), ladder_step=ladder_steps(state, rules)
+        )
+    store = source.store if isinstance(source, StoreBacked) else None
+    return Wiring(state, executor, store)
+
+
+def ladder_outcomes(state: EngineState) -> OnOutcome:
+    """The executor's outcome hook: a ladder step's outcome goes into the engine
+    state (a late one of an earlier step is ignored there), so that a ``failed``
+    step escalates at the next cycle and a later step succeeds only once its
+    action said ``done``."""
+
+    def report(d: Decision, outcome: Outcome) -> None:
+        step = d.extra.get("step")
+        if d.kind == "act" and isinstance(step, int):
+            state.report(d.rule, d.target, step, outcome.status)
+
+    return report
+
+
+def ladder_steps(state: EngineState, rules: Rules) -> LadderStep:
+    """The executor's resume hook: the ladder extra for an in-flight entry it
+    resumes, when the target's ladder is at a step of that entry's action."""
+
+    def step_of(rule: str, target: Mapping[str, str], action: str) -> dict[str, Any] | None:
+        ladder = state.ladders.get((rule, labels_of(target)))
+        if ladder is None:
+            return None
+        try:
+            if rules().rule(rule).step(ladder.step).action.type != action:
+                return None
+        except (KeyError, IndexError):
+            return None
+        return {"step": ladder.step, "incident": ladder.started}
+
+    return step_of
+
+
+def retained(ruleset: RuleSet) -> list[str]:
+    """The expressions whose history a source must keep for ``ruleset``: the
+    breaker's ``NODES_QUERY`` and every rule's ``expressions()``."""
+    return [NODES_QUERY, *ruleset.expressions()]
+
+
+def retain(source: Source, ruleset: RuleSet) -> None:
+    """Tells a source that keeps its own history what ``ruleset`` asks; a source
+    without the capability (Prometheus) is left alone."""
+    if isinstance(source, Retaining):
+        source.retain(retained(ruleset))
+
+
+__all__ = ["Rules", "Wiring", "ladder_outcomes", "ladder_steps", "retain", "retained", "wire"]
