@@ -470,19 +470,32 @@ async def _scale_down(
             f"{pool.name} down to {replicas} replicas ({_why(decision)})",
         )
     if not removed:
-        message = f"pool {pool.name} is at its minimum ({pool.replicas}, minimum {pool.min_size})"
-        if kept:
-            message = f"pool {pool.name}: {kept}"
-        elif replicas > pool.min_size:
-            message = f"pool {pool.name} has no registered node to remove"
-        await report("ScaleRefused", f"{message} ({_why(decision)})")
-        return Outcome("skipped", message, details)
+        return await _none_removed(pool, replicas, kept, decision, report, details)
     return Outcome(
         "done",
         f"scaled pool {pool.name} down from {pool.replicas} to {replicas} replicas; "
         f"{_done(removed)}",
         {**details, "to": replicas},
     )
+
+
+async def _none_removed(
+    pool: Pool,
+    replicas: int,
+    kept: str,
+    decision: Decision,
+    report: _Report,
+    details: dict[str, Any],
+) -> Outcome:
+    """A scale-down that removed no node: why (the minimum, a spare the buffer
+    keeps, or no registered node), said as an Event too."""
+    message = f"pool {pool.name} is at its minimum ({pool.replicas}, minimum {pool.min_size})"
+    if kept:
+        message = f"pool {pool.name}: {kept}"
+    elif replicas > pool.min_size:
+        message = f"pool {pool.name} has no registered node to remove"
+    await report("ScaleRefused", f"{message} ({_why(decision)})")
+    return Outcome("skipped", message, details)
 
 
 def _done(removed: Sequence[str]) -> str:

@@ -26,6 +26,7 @@ from autoscaler.actions.ops.drain import DEFAULT_DRAIN_TIMEOUT
 from autoscaler.actions.ops.nodes import claim, node_of
 from autoscaler.actions.ops.ownership import event, iso, parse_iso
 from autoscaler.actions.ops.pods import (
+    EvictionResult,
     claims_of,
     controller_owner,
     evict_until,
@@ -120,9 +121,14 @@ async def migrate(ctx: ActionContext, decision: Decision) -> Outcome:
         f"(until {iso(deadline)})" + (f": {decision.reason}" if decision.reason else ""),
         action=ACTION,
     )
-    recreated: list[str] = []
-    # Whether the node may hold bare-pod records: skip the final read when not.
-    saved = [bool((meta(claimed.node).get("annotations") or {}).get(BARE_PODS))]
+    bare = _BarePods(
+        ctx,
+        name,
+        decision.rule,
+        # Whether the node may hold bare-pod records: skip the final read when not.
+        saved=bool((meta(claimed.node).get("annotations") or {}).get(BARE_PODS)),
+    )
+    recreated = bare.recreated
 
     dra: DraState | None = None
 
@@ -134,32 +140,6 @@ async def migrate(ctx: ActionContext, decision: Decision) -> Outcome:
     def select(pod: Obj) -> bool:
         # A gang member is never evicted alone: its gang restarts as one, below.
         return chosen(pod) and gang_of(pod) is None
-
-    async def before_evict(pod: Obj) -> str | None:
-        if controller_owner(pod) is not None:
-            return None  # its owner makes a new one; the taint keeps it off this node
-        saved[0] = True
-        return await barepods.save(ctx, name, pod, decision.rule)
-
-    async def after_evict(pod: Obj) -> None:
-        if controller_owner(pod) is not None:
-            return
-        record = barepods.Record(
-            str(meta(pod).get("uid") or ""),
-            decision.rule,
-            barepods.replacement_name(pod),
-            barepods.sanitised(pod),
-        )
-        key = pod_key(pod)
-        if ctx.dry_run:
-            # The original stays in a dry run; show the create that would follow.
-            state = await barepods.create(ctx, name, key, record)
-        else:
-            state = await barepods.complete(ctx, name, key, record)
-            if state in ("recreated", "exists"):
-                await barepods.drop(ctx, name, {key: record.uid})
-        if state == "recreated":
-            recreated.append(f"{meta(pod).get('namespace', 'default')}/{record.replacement}")
 
     try:
         if holders is None:
@@ -179,20 +159,32 @@ async def migrate(ctx: ActionContext, decision: Decision) -> Outcome:
             deadline=deadline,
             rule=decision.rule,
             why=f"migrated off failing node ({decision.rule})",
-            before_evict=before_evict,
-            after_evict=after_evict,
+            before_evict=bare.before_evict,
+            after_evict=bare.after_evict,
         )
-        if saved[0] and not result.stopped:
+        if bare.saved and not result.stopped:
             settled = await barepods.settle(ctx, name, final=True)
             recreated.extend(settled.recreated)
             result.waiting.update(settled.waiting)
     except KubeError as e:
         return Outcome("unknown", f"node {name}: {e}")
     ganged.held_back(result)
+    return await _finished(ctx, claimed.node, decision.rule, result, ganged, recreated)
+
+
+async def _finished(
+    ctx: ActionContext,
+    node: Obj,
+    rule: str,
+    result: EvictionResult,
+    ganged: gangs.GangPass,
+    recreated: list[str],
+) -> Outcome:
+    """The move's phase, Event and outcome."""
     return await finish(
         ctx,
-        claimed.node,
-        decision.rule,
+        node,
+        rule,
         ACTION,
         result,
         # A replacement still to create keeps the work in flight: the next leader
@@ -203,6 +195,44 @@ async def migrate(ctx: ActionContext, decision: Decision) -> Outcome:
         + (f", {ganged.summary()}" if ganged.summary() else ""),
         details={"recreated": recreated, "gangs": [r.gang for r in ganged.restarts]},
     )
+
+
+class _BarePods:
+    """A move's bare pods (no owner recreates them): each is kept on the node
+    before its eviction and recreated elsewhere once it is gone, never twice
+    (``autoscaler/actions/ops/barepods.py``). Not frozen: it notes what it did."""
+
+    def __init__(self, ctx: ActionContext, node: str, rule: str, *, saved: bool) -> None:
+        self.ctx, self.node, self.rule = ctx, node, rule
+        self.saved = saved
+        self.recreated: list[str] = []
+
+    async def before_evict(self, pod: Obj) -> str | None:
+        if controller_owner(pod) is not None:
+            return None  # its owner makes a new one; the taint keeps it off this node
+        self.saved = True
+        return await barepods.save(self.ctx, self.node, pod, self.rule)
+
+    async def after_evict(self, pod: Obj) -> None:
+        if controller_owner(pod) is not None:
+            return
+        ctx, name = self.ctx, self.node
+        record = barepods.Record(
+            str(meta(pod).get("uid") or ""),
+            self.rule,
+            barepods.replacement_name(pod),
+            barepods.sanitised(pod),
+        )
+        key = pod_key(pod)
+        if ctx.dry_run:
+            # The original stays in a dry run; show the create that would follow.
+            state = await barepods.create(ctx, name, key, record)
+        else:
+            state = await barepods.complete(ctx, name, key, record)
+            if state in ("recreated", "exists"):
+                await barepods.drop(ctx, name, {key: record.uid})
+        if state == "recreated":
+            self.recreated.append(f"{meta(pod).get('namespace', 'default')}/{record.replacement}")
 
 
 async def _unknown_holders(

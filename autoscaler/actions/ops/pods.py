@@ -197,46 +197,16 @@ async def evict_until(
             return result
         refused_now = False
         for p in pods:
-            key = pod_key(p)
-            uid = meta(p).get("uid")
-            if before_evict is not None and key not in prepared:
-                held = await before_evict(p)
-                if held is not None:
-                    log.warning("%s stays on node %s: %s", key, node, held)
-                    result.held[key] = held
-                    continue
-                prepared.add(key)
-            try:
-                await ctx.kube.evict_pod(
-                    meta(p).get("namespace", "default"),
-                    meta(p)["name"],
-                    grace_period_seconds=grace_period_seconds,
-                    uid=uid,
-                )
-            except NotFound:
-                continue
-            except TooManyRequests as e:
-                if result.refused.get(key) is None:
-                    log.info("eviction of %s refused, will retry: %s", key, e)
-                result.refused[key] = str(e)
-                refused_now = True
-                continue
-            except KubeError as e:
-                result.failed[key] = str(e)
-                continue
-            result.refused.pop(key, None)
-            result.failed.pop(key, None)
-            result.evicted.append(key)
-            gone.add(uid or key)
-            await event(
+            refused_now |= await _evict_one(
                 ctx,
                 p,
-                "Evicted",
-                f"evicted from node {node} by rule {rule}: {why}",
-                action="Evict",
+                node,
+                result,
+                what=f"evicted from node {node} by rule {rule}: {why}",
+                grace_period_seconds=grace_period_seconds,
+                hooks=(before_evict, after_evict),
+                seen=(prepared, gone),
             )
-            if after_evict is not None:
-                await after_evict(p)
         if ctx.dry_run:
             # Nothing a dry run evicts goes away; one pass shows what would happen.
             return result
@@ -245,6 +215,60 @@ async def evict_until(
         if not refused_now:
             continue
         await ctx.sleep(min(ctx.retry_interval, max(0.0, deadline - ctx.clock())) or 0.001)
+
+
+async def _evict_one(
+    ctx: ActionContext,
+    p: Obj,
+    node: str,
+    result: EvictionResult,
+    *,
+    what: str,
+    grace_period_seconds: int | None,
+    hooks: tuple[
+        Callable[[Obj], Awaitable[str | None]] | None, Callable[[Obj], Awaitable[None]] | None
+    ],
+    seen: tuple[set[str], set[str]],
+) -> bool:
+    """One eviction attempt of ``evict_until``, noted in ``result``; whether a
+    PodDisruptionBudget refused it (the loop then waits and tries again). ``seen``:
+    the pods ``before_evict`` has run for, and those evicted (never twice)."""
+    before_evict, after_evict = hooks
+    prepared, gone = seen
+    key = pod_key(p)
+    uid = meta(p).get("uid")
+    if before_evict is not None and key not in prepared:
+        held = await before_evict(p)
+        if held is not None:
+            log.warning("%s stays on node %s: %s", key, node, held)
+            result.held[key] = held
+            return False
+        prepared.add(key)
+    try:
+        await ctx.kube.evict_pod(
+            meta(p).get("namespace", "default"),
+            meta(p)["name"],
+            grace_period_seconds=grace_period_seconds,
+            uid=uid,
+        )
+    except NotFound:
+        return False
+    except TooManyRequests as e:
+        if result.refused.get(key) is None:
+            log.info("eviction of %s refused, will retry: %s", key, e)
+        result.refused[key] = str(e)
+        return True
+    except KubeError as e:
+        result.failed[key] = str(e)
+        return False
+    result.refused.pop(key, None)
+    result.failed.pop(key, None)
+    result.evicted.append(key)
+    gone.add(uid or key)
+    await event(ctx, p, "Evicted", what, action="Evict")
+    if after_evict is not None:
+        await after_evict(p)
+    return False
 
 
 async def _force(
