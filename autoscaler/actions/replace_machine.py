@@ -64,7 +64,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from accel_common.clusterjson import ClusterValueError, annotation_object, annotations_of
 from accel_common.names import CAPI_CLUSTER_NAMESPACE_ANNOTATION as NAMESPACE_ANNOTATION
@@ -156,8 +156,20 @@ def _node_ref_name(machine: Obj) -> str | None:
     return str(name) if name else None
 
 
+@runtime_checkable
+class NamespacedPools(Protocol):
+    """What a provider may offer beyond ``NodePoolProvider``: the one namespace its
+    pools live in (``ClusterAPIProvider`` has it), where a Machine is looked for
+    when the node's annotations name none."""
+
+    namespace: str
+
+
 def _provider_namespace(ctx: ActionContext) -> str | None:
-    namespace = getattr(ctx.pools, "namespace", None)
+    pools = ctx.pools
+    if not isinstance(pools, NamespacedPools):
+        return None
+    namespace = pools.namespace
     return namespace if isinstance(namespace, str) and namespace else None
 
 
