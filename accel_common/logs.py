@@ -15,6 +15,9 @@ structure here, in the formatters, and no call site has to change:
 * Everything else is formatted as ``logging`` formats it. A format the splitter does
   not understand (``%*d``, a wrong argument count) falls back to that too, so a log
   call never fails because of this.
+
+``Once`` is the one "log this problem once" bookkeeping: a problem that a cluster
+object repeats on every cycle is worth one line, not one a cycle.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import json
 import logging
 import re
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
 LEVELS = ("debug", "info", "warn", "error")
@@ -151,6 +155,43 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["err"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
+
+
+class Once:
+    """Which problems were logged already, so that one met on every cycle (an
+    unreadable annotation, a list the Role forbids) is logged once, not every
+    cycle, and again only when its key changes (the key holds what changed: a
+    value's hash, say). One per owner: each module or object that reports such
+    problems holds its own, so one owner's keys never hide another's.
+
+    Bounded: at ``limit`` keys it forgets them all and starts again, since memory
+    that grows with what a hostile cluster writes costs more than a problem logged
+    a second time. Safe from several threads (a cluster read may run in one)."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        if limit < 1:
+            raise ValueError(f"Once: limit must be at least 1, got {limit}")
+        self.limit = limit
+        self._seen: set[Hashable] = set()
+        self._lock = threading.Lock()
+
+    def first(self, key: Hashable) -> bool:
+        """True the first time ``key`` is met (and remembered); False after."""
+        with self._lock:
+            if key in self._seen:
+                return False
+            if len(self._seen) >= self.limit:
+                self._seen.clear()
+            self._seen.add(key)
+            return True
+
+    def clear(self) -> None:
+        """Forget every key: each problem is logged again when next met."""
+        with self._lock:
+            self._seen.clear()
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 def add_arguments(group: argparse._ActionsContainer) -> None:

@@ -94,6 +94,7 @@ from accel_common.dra import DraState, driver_counts, has_claims
 from accel_common.durations import parse_duration
 from accel_common.exposition import Exposition
 from accel_common.gangs import gang_of
+from accel_common.logs import Once
 from accel_common.names import (
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_PAUSE_ANNOTATION,
@@ -267,12 +268,8 @@ def _report(pod: Obj, annotation: str, raw: Any, why: str) -> None:
         annotation,
         digest,
     )
-    if key in _REPORTED:
-        return
-    if len(_REPORTED) >= _MAX_REPORTED:
-        _REPORTED.clear()
-    _REPORTED.add(key)
-    log.warning("pod %s/%s: annotation %s: %s", key[0], key[1], annotation, why)
+    if _REPORTED.first(key):
+        log.warning("pod %s/%s: annotation %s: %s", key[0], key[1], annotation, why)
 
 
 def _rfc3339(raw: str) -> float:
@@ -335,8 +332,7 @@ _DECLARED: tuple[_Declared, ...] = (
 
 # (namespace, pod, annotation, value) of the annotations already reported as bad: a
 # bad value is logged once, not every cycle, and again only if it changes.
-_REPORTED: set[tuple[str, str, str, str]] = set()
-_MAX_REPORTED = 10_000
+_REPORTED = Once()
 
 
 def _declared(pod: Obj, what: _Declared) -> float | None:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from accel_common.dra import EMPTY_STATE, DraState, pod_claims
+from accel_common.logs import Once
 from autoscaler.kube.errors import Forbidden, NotFound
 from autoscaler.kube.protocol import Kube, Obj
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 # DRA reads the controller could not make (403: the Role lacks the verbs; the API
 # not served answers 404 and means "no DRA"), logged once each, not every cycle.
-_DRA_REPORTED: set[str] = set()
+_DRA_REPORTED = Once()
 
 
 async def read_dra(
@@ -50,8 +51,7 @@ async def read_dra(
         except NotFound:
             return []
         except Forbidden as e:
-            if what not in _DRA_REPORTED:
-                _DRA_REPORTED.add(what)
+            if _DRA_REPORTED.first(what):
                 log.warning(
                     "cannot list %s (%s): pods with ResourceClaims count as device pods, "
                     "their devices unknown; grant list on resource.k8s.io/%s (deploy/base/"

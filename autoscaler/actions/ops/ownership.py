@@ -62,6 +62,7 @@ from accel_common.clusterjson import (
     loads_object,
     text,
 )
+from accel_common.logs import Once
 from accel_common.names import MIGRATED_FROM_ANNOTATION as MIGRATED_FROM
 from accel_common.names import NO_REBALANCE_ANNOTATION as NO_REBALANCE
 from accel_common.names import REMEDIATION_ANNOTATION as ANNOTATION
@@ -194,17 +195,14 @@ def entries(node: Obj) -> dict[str, Entry]:
     owner's claim on the node (``UnknownFact``, which the action answers without
     acting)."""
     out, problem = read_entries(node)
-    if problem is not None and str(problem) not in _REPORTED:
-        # Once per node and problem, not on every read of every cycle.
-        if len(_REPORTED) >= 10_000:
-            _REPORTED.clear()
-        _REPORTED.add(str(problem))
+    # Once per node and problem, not on every read of every cycle.
+    if problem is not None and _REPORTED.first(str(problem)):
         log.warning("%s; treated as unknown (not ours, and not overwritten)", problem)
     return out
 
 
 # The unreadable annotations already reported (their messages: bounded, no value).
-_REPORTED: set[str] = set()
+_REPORTED = Once()
 
 
 def _writes_entries(patch: Obj) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from accel_common.logs import Once
 from accel_common.names import (
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_PAUSE_ANNOTATION,
@@ -87,7 +88,7 @@ async def test_gang_members_and_declared_pauses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # What earlier tests in this process logged must not hide this test's warnings.
-    monkeypatch.setattr(cs, "_REPORTED", set())
+    monkeypatch.setattr(cs, "_REPORTED", Once())
     gang_cluster(api)
     with caplog.at_level(logging.WARNING, logger="autoscaler.clusterstate"):
         rows = await cs.collect(kube, None, T0)
