@@ -13,7 +13,7 @@ from accel_common.durations import parse_duration
 from accel_common.secrets import SecretError, read_basic_auth, read_token
 from autoscaler.commands.limitflags import count
 from autoscaler.kube.client import ClientKube, KubeConfigError
-from autoscaler.kube.protocol import Kube
+from autoscaler.kube.protocol import Closable, Kube
 from autoscaler.sources.build import SourceOptions
 from autoscaler.sources.prometheus import DEFAULT_BODY_SIZE_LIMIT as PROMETHEUS_BODY_LIMIT
 from autoscaler.sources.scrape import DEFAULT_BODY_SIZE_LIMIT, DEFAULT_SAMPLE_LIMIT
@@ -222,9 +222,9 @@ async def open_kube(path: Path) -> Kube:
 
 
 async def close_kube(kube: Kube) -> None:
-    close = getattr(kube, "close", None)
-    if close is not None:
-        result = close()
+    """Close ``kube``'s connections, if it holds any (``Closable``)."""
+    if isinstance(kube, Closable):
+        result = kube.close()
         if inspect.isawaitable(result):
             await result
 

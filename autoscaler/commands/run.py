@@ -52,6 +52,7 @@ from autoscaler.controller import (
     StateRecord,
     always_leading,
 )
+from autoscaler.executor import Executor
 from autoscaler.kube.cache import CachedKube
 from autoscaler.kube.client import ClientKube, KubeConfigError
 from autoscaler.kube.dryrun import DryRunKube
@@ -378,32 +379,7 @@ async def _serve(
     executor = controller.executor
     election: ElectionThread | None = None
     if elector is not None and executor is not None:
-
-        async def lead() -> None:
-            # Rebuild from the cluster what the last leader did, and resume its
-            # in-flight work, before acting (the cycle waits for this too).
-            await controller.restore()
-            await asyncio.Event().wait()  # leads until the elector cancels it
-
-        label = LeaderLabel(executor.ctx.kube)
-        # A container restarted after a crash may find its pod still labelled.
-        await label.set(False)
-
-        async def step_down() -> None:
-            # What this replica received is stale by the time it leads again (it
-            # refuses the webhook while standing by): drop it now.
-            controller.alerts.clear()
-            controller.stand_down()
-            await executor.stop()
-            await label.set(False)
-
-        async def lead_and_label() -> None:
-            await label.set(True)
-            await lead()
-
-        # Renewals in a thread of their own: no request on this loop can starve them.
-        election = ElectionThread(elector)
-        election.start(lead_and_label, step_down)
+        election = await _elect(controller, executor, elector)
     elif executor is not None:
         await controller.restore()
     await listener.wait()
@@ -418,6 +394,40 @@ async def _serve(
     await controller.source.close()
     await listener.close()
     return 0
+
+
+async def _elect(
+    controller: Controller, executor: Executor, elector: LeaderElector
+) -> ElectionThread:
+    """Leader election started: this replica acts (and labels its pod) only while
+    it holds the Lease, and drops what it received when it steps down."""
+
+    async def lead() -> None:
+        # Rebuild from the cluster what the last leader did, and resume its
+        # in-flight work, before acting (the cycle waits for this too).
+        await controller.restore()
+        await asyncio.Event().wait()  # leads until the elector cancels it
+
+    label = LeaderLabel(executor.ctx.kube)
+    # A container restarted after a crash may find its pod still labelled.
+    await label.set(False)
+
+    async def step_down() -> None:
+        # What this replica received is stale by the time it leads again (it
+        # refuses the webhook while standing by): drop it now.
+        controller.alerts.clear()
+        controller.stand_down()
+        await executor.stop()
+        await label.set(False)
+
+    async def lead_and_label() -> None:
+        await label.set(True)
+        await lead()
+
+    # Renewals in a thread of their own: no request on this loop can starve them.
+    election = ElectionThread(elector)
+    election.start(lead_and_label, step_down)
+    return election
 
 
 def _connection_limits(args: argparse.Namespace) -> ConnectionLimits:

@@ -32,22 +32,27 @@ asked while the rule has active targets, and only about them, because
 ``evaluate`` reads a recover result for nothing else (``engine/evaluate.py``). A
 rule with an escalation ladder is asked the success condition of the step each
 active target is on: the rule's recover under the rule's name, a step's own under
-``<rule>/<step>`` (``engine/ladder.py``), each about its own targets.
+``<rule>/<step>`` (``engine/ladder.py``), each about its own targets. A source with
+the ``TargetedSource`` capability (``sources/base.py``) cuts that result down to
+the targets before building it; others are cut down after the query.
+
+What the cycle is plugged into is built once, for the controller and the simulator
+alike, by ``autoscaler/wiring.py``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from autoscaler.decision import Decision
 from autoscaler.engine.evaluate import evaluate
 from autoscaler.engine.ladder import has_success, step_of, success_key
 from autoscaler.engine.state import ClusterInfo, EngineState, TargetKey
 from autoscaler.ruleset.model import TARGET_LABELS, Rule, RuleSet
-from autoscaler.sources.base import Source
+from autoscaler.sources.base import Source, TargetedSource
 from autoscaler.types import QueryResult, Unknown, Vector
 
 log = logging.getLogger("accel_autoscaler.engine.cycle")
@@ -60,16 +65,6 @@ class Alerts(Protocol):
     def vector(self, alertname: str, now: float) -> QueryResult:
         """The firing alerts of one name, each a sample of value 1."""
         ...
-
-
-@runtime_checkable
-class TargetedSource(Protocol):
-    """A source that can cut a result down to some targets before building it
-    (``sources/store.py``); others are cut down after the query."""
-
-    async def query_targets(
-        self, expr: str, at: float, names: tuple[str, ...], targets: Iterable[tuple[str, ...]]
-    ) -> QueryResult: ...
 
 
 ClusterView = Callable[[float], Awaitable[ClusterInfo | None]]

@@ -33,7 +33,7 @@ from typing import Any
 
 from autoscaler.kube.client import ClientKube
 from autoscaler.kube.errors import KubeError
-from autoscaler.kube.protocol import Obj
+from autoscaler.kube.protocol import Kube, Obj
 
 log = logging.getLogger("accel_autoscaler.kube")
 
@@ -229,9 +229,10 @@ class CachedKube:
     have synced; every other call, and any list before the first sync, goes to the
     API server."""
 
-    def __init__(self, client: ClientKube, inner: Any = None) -> None:
+    def __init__(self, client: ClientKube, inner: Kube | None = None) -> None:
         self.client = client
-        self.inner = inner if inner is not None else client
+        # What every other call goes to: the client, or a dry-run wrapper in front of it.
+        self.inner: Kube = inner if inner is not None else client
         self.informers = {r: Informer(client, r) for r in PATHS}
 
     def start(self) -> None:

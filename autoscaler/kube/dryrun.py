@@ -25,7 +25,7 @@ from typing import Any
 
 from autoscaler.kube import names
 from autoscaler.kube.jsonmerge import copy_obj, merge_patch
-from autoscaler.kube.protocol import Kube, Obj
+from autoscaler.kube.protocol import CountsRequests, Kube, Obj, ServerDryRun
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,11 @@ class DryRunKube:
     @property
     def request_counts(self) -> Counter[tuple[str, str, int]] | None:
         """The inner client's counts, for ``/metrics`` (None for a non-client inner)."""
-        counts = getattr(self.inner, "request_counts", None)
-        return counts if isinstance(counts, Counter) else None
+        return self.inner.request_counts if isinstance(self.inner, CountsRequests) else None
 
     @property
     def _server_side(self) -> bool:
-        return bool(getattr(self.inner, "dry_run", False))
+        return isinstance(self.inner, ServerDryRun) and self.inner.dry_run
 
     def _record(self, method: str, what: str, **args: Any) -> None:
         self.writes.append((method, args))

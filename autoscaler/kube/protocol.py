@@ -29,6 +29,7 @@ deploy/ Role is checked against it by a test, so the RBAC holds exactly these.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Protocol, runtime_checkable
 
 from accel_common.names import (
@@ -193,6 +194,35 @@ class Kube(Protocol):
     ) -> Obj: ...
 
 
+# What some handles can do beyond ``Kube``, asked with ``isinstance`` by whoever holds
+# one (the dry-run wrapper, a command closing its client), never probed by name.
+
+
+@runtime_checkable
+class ServerDryRun(Protocol):
+    """A handle that can send its writes with ``dryRun=All`` (``ClientKube``):
+    ``dry_run`` says whether it does, so that a wrapper in front of it still lets
+    the server validate what a dry run would write."""
+
+    dry_run: bool
+
+
+@runtime_checkable
+class CountsRequests(Protocol):
+    """A handle that counts its API requests by (verb, resource, status), for
+    ``/metrics`` (``ClientKube``)."""
+
+    request_counts: Counter[tuple[str, str, int]]
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """A handle that holds connections to close when its user is done (its
+    ``close`` may be a coroutine function)."""
+
+    def close(self) -> object: ...
+
+
 # resource (as RBAC names it, "group/resource" for non-core) → the verbs the
 # controller uses on it, and which part of the controller needs each. The deploy/
 # ClusterRole is generated from and tested against this table.
@@ -303,6 +333,9 @@ __all__ = [
     "MACHINE_HEALTH_CHECKS",
     "MACHINE_SETS",
     "VERBS",
+    "Closable",
+    "CountsRequests",
     "Kube",
     "Obj",
+    "ServerDryRun",
 ]

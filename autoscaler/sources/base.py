@@ -4,10 +4,12 @@ bodies the sources fetch.
 
 Capabilities are Protocols checked with ``isinstance``, never probed with
 ``getattr``: a source that keeps its series in memory says so by having
-``retain`` (``Retaining``: the history it keeps follows the rules) and ``store``
+``retain`` (``Retaining``: the history it keeps follows the rules), ``store``
 (``StoreBacked``: the controller's cluster-state series are written there, so the
-built-in evaluator answers rules on them). Prometheus has neither; it keeps its own
-history and reads the controller's ``/metrics``.
+built-in evaluator answers rules on them) and ``query_targets``
+(``TargetedSource``: a result cut down to some targets before it is built).
+Prometheus has none of them; it keeps its own history and reads the controller's
+``/metrics``.
 
 Both HTTP sources read answers from outside (an exporter's exposition, a
 Prometheus API answer), so neither lets its client library read a body whole:
@@ -20,7 +22,7 @@ size. Its ``BodyError`` names the flag that raises the limit.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 import aiohttp
@@ -54,6 +56,17 @@ class Retaining(Protocol):
     expressions the rules ask, it keeps what their longest window needs."""
 
     def retain(self, exprs: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class TargetedSource(Protocol):
+    """A source that can cut a result down to some targets before building it
+    (``sources/store.py``); the evaluation cycle cuts others' down after the
+    query (a rule's recover condition, asked only about its active targets)."""
+
+    async def query_targets(
+        self, expr: str, at: float, names: tuple[str, ...], targets: Iterable[tuple[str, ...]]
+    ) -> QueryResult: ...
 
 
 @runtime_checkable
