@@ -54,10 +54,12 @@ def test_any_text_is_layouts_or_positioned_problems(tmp_path: Path, text: str) -
 
 
 def load_timed(path: Path) -> tuple[layouts.LayoutsError, float]:
-    started = time.perf_counter()
+    """The error and the CPU seconds it took: a quadratic reader burns CPU, and CPU
+    time does not grow when two cores are shared with other work."""
+    started = time.process_time()
     with pytest.raises(layouts.LayoutsError) as e:
         layouts.load(path)
-    return e.value, time.perf_counter() - started
+    return e.value, time.process_time() - started
 
 
 @pytest.mark.parametrize(
@@ -80,7 +82,8 @@ def test_layout_bombs_are_positioned_problems_in_under_a_second(
     error, seconds = load_timed(path)
     (problem,) = error.problems
     assert str(problem).startswith(f"{path}:2:28: layout 'big': ") and says in str(problem)
-    assert len(str(problem)) < 200  # the message names the item, it does not carry it
+    # The message names the item, it does not carry it (the path's length varies).
+    assert len(str(problem)) - len(str(path)) < 160
     assert seconds < 1.0, f"{seconds:.2f}s"
 
 
