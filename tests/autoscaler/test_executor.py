@@ -30,7 +30,7 @@ from autoscaler.kube.client import ClientKube
 from autoscaler.types import QueryResult, Vector
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.kubeobjs import Obj, evictions, node, pdb, pod
-from tests.support.procs import until
+from tests.support.waits import until
 
 pytestmark = pytest.mark.timeout(60)
 

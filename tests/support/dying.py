@@ -10,8 +10,6 @@ server has happened, and the controller never learns of it. ``Killed`` is a
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 
@@ -42,18 +40,3 @@ class Cut:
                     raise Killed(f"killed after call {len(self.calls)} ({name})")
 
         return call
-
-
-def wait(
-    cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition", every: float = 0.05
-) -> Any:
-    """Polls ``cond`` until it returns something true, and returns that; fails the
-    test when ``timeout`` seconds pass first (a controller in another thread or
-    process acts when it acts)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"{what} not reached within {timeout:g}s")

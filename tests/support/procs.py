@@ -3,7 +3,6 @@ with its own port and data directory, always stopped when the test ends."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -12,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -20,6 +19,7 @@ from typing import IO
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.waits import wait
 
 
 def free_port() -> int:
@@ -35,26 +35,22 @@ def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = No
         return body
 
 
-def wait_http(url: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    """Waits until ``url`` answers; fails with the last error after ``timeout``."""
+    last: list[Exception] = []
+
+    def answers() -> bool:
         try:
             http_get(url, timeout=1.0)
-            return
         except Exception as e:
-            last = e
-            time.sleep(0.05)
-    raise AssertionError(f"{url} did not answer within {timeout}s: {last}")
+            last[:] = [e]
+            return False
+        return True
 
-
-async def until(cond: Callable[[], object], timeout: float = 20.0) -> None:
-    """Wait, without blocking the event loop, until ``cond()`` is true."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, f"condition not reached within {timeout:g}s"
-        await asyncio.sleep(0.02)
+    try:
+        wait(answers, timeout, what=f"an answer from {url}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {last[0] if last else 'no error'}") from None
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -20,7 +20,7 @@ from autoscaler.kube.client import ClientKube
 from autoscaler.types import QueryResult, Sample, Unknown, Vector, labels_of
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.kubeobjs import events, evictions, job, node, pdb, pod
-from tests.support.procs import until
+from tests.support.waits import until
 
 pytestmark = pytest.mark.timeout(60)
 

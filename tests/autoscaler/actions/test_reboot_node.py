@@ -25,7 +25,7 @@ from nodeagent.reboot import RebootTask
 from nodeagent.tasks import AgentContext
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.kubeobjs import node, pod
-from tests.support.procs import until
+from tests.support.waits import until
 
 pytestmark = pytest.mark.timeout(60)
 

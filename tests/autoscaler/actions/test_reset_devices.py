@@ -33,7 +33,7 @@ from nodeagent.tasks import AgentContext
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.nvml import FakeNVML
 from tests.support.kubeobjs import node, pod
-from tests.support.procs import until
+from tests.support.waits import until
 
 pytestmark = pytest.mark.timeout(60)
 

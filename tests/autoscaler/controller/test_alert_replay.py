@@ -30,8 +30,9 @@ from autoscaler.types import Vector
 from tests.support.exposition import value
 from tests.support.fakes.apiserver import running_apiserver
 from tests.support.kubeobjs import node
-from tests.support.procs import alertmanager, autoscaler, free_port, http_get, until
+from tests.support.procs import alertmanager, autoscaler, free_port, http_get
 from tests.support.sources import HealthySource
+from tests.support.waits import until
 
 # Slow (real Alertmanager, a controller process, a TTL to wait out):
 # `make test-fast` leaves it out.

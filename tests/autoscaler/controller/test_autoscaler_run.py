@@ -21,8 +21,9 @@ from autoscaler.server import make_app, render_metrics
 from autoscaler.sources.alertmanager import MAX_BODY, AlertReceiver
 from autoscaler.sources.prometheus import PrometheusConfig, PrometheusSource
 from tests.support.exposition import value
-from tests.support.procs import alertmanager, exporter, free_port, prometheus, until
+from tests.support.procs import alertmanager, exporter, free_port, prometheus
 from tests.support.sources import HealthySource
+from tests.support.waits import until
 
 # Slow (the controller beside real Prometheus, Alertmanager and exporters):
 # `make test-fast` leaves it out.

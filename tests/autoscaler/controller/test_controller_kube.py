@@ -17,10 +17,10 @@ import pytest
 
 from accel_common.names import LEADER_LABEL
 from autoscaler.actions.ops.ownership import ANNOTATION
-from tests.support.dying import wait
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.kubeobjs import evictions, node, pdb, pod
 from tests.support.procs import autoscaler, free_port, http_get
+from tests.support.waits import wait
 
 # Slow (controller processes killed and restarted against the fake API server):
 # `make test-fast` leaves it out.

@@ -29,13 +29,13 @@ from exporter.poller import Poller
 from exporter.procmap import ProcMap
 from exporter.server import ExporterServer, fd_headroom_limits
 from tests.support import draobjs
-from tests.support.dying import wait
 from tests.support.exposition import parse
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.fakes.kubelet import FakeKubelet
 from tests.support.fakes.nvml import FakeNVML
 from tests.support.kubeobjs import evictions, node, pod
 from tests.support.procs import autoscaler, free_port, http_get
+from tests.support.waits import wait
 
 # A controller process and an exporter: `make test-fast` leaves it out.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -26,7 +26,8 @@ from autoscaler.server import make_app
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.types import QueryResult, Sample, Unknown, Vector, labels_of
 from tests.autoscaler.controller.test_autoscaler_run import post_alert
-from tests.support.procs import alertmanager, free_port, until
+from tests.support.procs import alertmanager, free_port
+from tests.support.waits import until
 
 # Slow (a real Alertmanager for several seconds): `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow

@@ -30,11 +30,11 @@ from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.wiring import wire
 from tests.autoscaler.controller.test_controller_kube import remediation
-from tests.support.dying import wait
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.kubeobjs import evictions, node, pdb, pod
 from tests.support.procs import autoscaler, free_port, http_get
 from tests.support.sources import HealthySource
+from tests.support.waits import wait
 
 # Slow (controller processes killed and restarted against the fake API server):
 # `make test-fast` leaves it out.

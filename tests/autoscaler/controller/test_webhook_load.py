@@ -29,11 +29,11 @@ import pytest
 
 from accel_common.httpbounds import ACCEPT_BURST, FD_RESERVE
 from autoscaler.sources.alertmanager import MAX_BODY
-from tests.support.dying import wait
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.kubeobjs import node, pod
 from tests.support.paths import REPO
 from tests.support.procs import free_port, http_get
+from tests.support.waits import wait
 
 # Slow (controller processes, real timeouts): `make test-fast` leaves it out.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

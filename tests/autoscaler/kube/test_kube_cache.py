@@ -11,7 +11,7 @@ from autoscaler.kube.cache import CachedKube
 from autoscaler.kube.errors import KubeError
 from tests.support.fakes.apiserver import running_apiserver
 from tests.support.kubeobjs import client, node, pod
-from tests.support.procs import until
+from tests.support.waits import until
 
 pytestmark = pytest.mark.timeout(60)
 
