@@ -239,6 +239,37 @@ def make_app(
     # beside the loop, its longest stall was 23 ms. One thread: scrapes are rare.
     renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics-render")
 
+    async def stop_decoding(app: web.Application) -> None:
+        decoder.shutdown(wait=False, cancel_futures=True)
+
+    async def stop_rendering(app: web.Application) -> None:
+        renderer.shutdown(wait=False, cancel_futures=True)
+
+    app = web.Application(client_max_size=max_body)
+    app.on_cleanup.append(stop_decoding)
+    app.on_cleanup.append(stop_rendering)
+    for path, handler in _read_pages(c, renderer):
+        app.router.add_get(path, handler)
+    app.router.add_post("/api/v1/alerts", _alerts_webhook(c, auth, decoder, max_body))
+    app.router.add_post("/api/v1/breaker/reset", _breaker_reset(c, auth))
+    return app
+
+
+async def _landing(request: web.Request) -> web.StreamResponse:
+    return web.Response(
+        text=(
+            f"accel-autoscaler {__version__}\n"
+            "/metrics /healthz /api/v1/rules /api/v1/decisions /api/v1/actions "
+            "/api/v1/state\n"
+            "POST /api/v1/alerts (Alertmanager webhook) POST /api/v1/breaker/reset\n"
+        )
+    )
+
+
+def _read_pages(c: Controller, renderer: ThreadPoolExecutor) -> list[tuple[str, Handler]]:
+    """The GET routes, in the order they are registered: they only read the
+    controller, so they need no auth; ``renderer`` is /metrics' one thread."""
+
     async def metrics_page(request: web.Request) -> web.StreamResponse:
         status = snapshot(c)  # on the loop, where the controller's state changes
         loop = asyncio.get_running_loop()
@@ -284,6 +315,26 @@ def make_app(
         body["sourceUp"] = c.source_up
         return web.json_response(body)
 
+    return [
+        ("/", _landing),
+        ("/metrics", metrics_page),
+        ("/healthz", healthz),
+        ("/api/v1/rules", rules),
+        ("/api/v1/decisions", decisions),
+        ("/api/v1/actions", actions),
+        ("/api/v1/state", state),
+    ]
+
+
+def _alerts_webhook(
+    c: Controller, auth: Auth, decoder: ThreadPoolExecutor, max_body: int
+) -> Handler:
+    """Alertmanager's webhook: only the leader takes alerts, and a body is decoded
+    in slices on the loop (``decoder`` reads only what is not a v4 payload)."""
+
+    async def one_piece(raw: bytes) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(decoder, load, raw, max_body)
+
     async def alerts(request: web.Request) -> web.StreamResponse:
         if not auth.allows(request.headers.get("Authorization")):
             return refuse(401, "authorization required")
@@ -320,8 +371,12 @@ def make_app(
             }
         )
 
-    async def one_piece(raw: bytes) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(decoder, load, raw, max_body)
+    return alerts
+
+
+def _breaker_reset(c: Controller, auth: Auth) -> Handler:
+    """The breaker reset: refused outright without configured credentials, since
+    anyone who can reach the port could otherwise re-open the fleet."""
 
     async def breaker_reset(request: web.Request) -> web.StreamResponse:
         if not auth.configured:
@@ -339,32 +394,4 @@ def make_app(
         )
         return web.json_response({"status": "success", "wasOpen": was_open})
 
-    async def landing(request: web.Request) -> web.StreamResponse:
-        return web.Response(
-            text=(
-                f"accel-autoscaler {__version__}\n"
-                "/metrics /healthz /api/v1/rules /api/v1/decisions /api/v1/actions "
-                "/api/v1/state\n"
-                "POST /api/v1/alerts (Alertmanager webhook) POST /api/v1/breaker/reset\n"
-            )
-        )
-
-    async def stop_decoding(app: web.Application) -> None:
-        decoder.shutdown(wait=False, cancel_futures=True)
-
-    async def stop_rendering(app: web.Application) -> None:
-        renderer.shutdown(wait=False, cancel_futures=True)
-
-    app = web.Application(client_max_size=max_body)
-    app.on_cleanup.append(stop_decoding)
-    app.on_cleanup.append(stop_rendering)
-    app.router.add_get("/", landing)
-    app.router.add_get("/metrics", metrics_page)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/api/v1/rules", rules)
-    app.router.add_get("/api/v1/decisions", decisions)
-    app.router.add_get("/api/v1/actions", actions)
-    app.router.add_get("/api/v1/state", state)
-    app.router.add_post("/api/v1/alerts", alerts)
-    app.router.add_post("/api/v1/breaker/reset", breaker_reset)
-    return app
+    return breaker_reset
