@@ -165,25 +165,31 @@ class _Frame:
         self.size = 1
 
 
-def _compose(loader: Any, max_depth: int, max_alias_nodes: int) -> Node | None:
-    loader.get_event()  # stream start
-    if loader.check_event(StreamEndEvent):
-        loader.get_event()
-        return None
-    document = loader.get_event()  # document start
-    anchors: dict[str, Node] = {}
-    # id(node) -> how many nodes it stands for with its aliases expanded; known
-    # once the node is complete, so an alias to an unfinished node is a cycle.
-    sizes: dict[int, int] = {}
-    stack: list[_Frame] = []
-    through_aliases = 0
-    root: Node | None = None
+class _Composition:
+    """One document's composition state: the anchors seen, the expanded size of
+    every finished node, the open collections, and the nodes reached through
+    aliases so far (the total ``max_alias_nodes`` bounds)."""
 
-    def attach(node: Node) -> Node | None:
-        if not stack:
+    __slots__ = ("anchors", "loader", "max_alias_nodes", "max_depth", "sizes", "stack", "through")
+
+    def __init__(self, loader: Any, max_depth: int, max_alias_nodes: int) -> None:
+        self.loader = loader
+        self.max_depth = max_depth
+        self.max_alias_nodes = max_alias_nodes
+        self.anchors: dict[str, Node] = {}
+        # id(node) -> how many nodes it stands for with its aliases expanded; known
+        # once the node is complete, so an alias to an unfinished node is a cycle.
+        self.sizes: dict[int, int] = {}
+        self.stack: list[_Frame] = []
+        self.through = 0
+
+    def attach(self, node: Node) -> Node | None:
+        """Adds a finished node to the open collection; the node itself when there
+        is none (it is the document's root)."""
+        if not self.stack:
             return node
-        frame = stack[-1]
-        frame.size += sizes[id(node)]
+        frame = self.stack[-1]
+        frame.size += self.sizes[id(node)]
         if isinstance(frame.node, SequenceNode):
             frame.node.value.append(node)
         elif frame.key is None:
@@ -193,79 +199,84 @@ def _compose(loader: Any, max_depth: int, max_alias_nodes: int) -> Node | None:
             frame.key = None
         return None
 
-    def anchor(event: Any, node: Node) -> None:
+    def anchor(self, event: Any, node: Node) -> None:
         name = getattr(event, "anchor", None)
         if name is None:
             return
-        if name in anchors:
+        if name in self.anchors:
             raise yaml.composer.ComposerError(
                 f"found duplicate anchor {name!r}; first occurrence",
-                anchors[name].start_mark,
+                self.anchors[name].start_mark,
                 "second occurrence",
                 event.start_mark,
             )
-        anchors[name] = node
+        self.anchors[name] = node
 
-    while root is None:
-        # Any: libyaml's events carry its own Mark type, which PyYAML's stubs
-        # do not accept where a Mark goes; both have line, column and index.
-        # (So events are told apart by ``kind``, which leaves ``event`` Any.)
-        event: Any = loader.get_event()
-        kind = type(event)
-        if kind is AliasEvent:
-            node = anchors.get(event.anchor)
-            if node is None:
-                raise yaml.composer.ComposerError(
-                    None, None, f"found undefined alias {event.anchor!r}", event.start_mark
-                )
-            size = sizes.get(id(node))
-            if size is None:
-                raise LimitError(
-                    None,
-                    None,
-                    f"the alias *{event.anchor} is inside the node it refers to; a "
-                    "node that contains itself has no end (refer to it from outside)",
-                    event.start_mark,
-                )
-            through_aliases += size
-            if through_aliases > max_alias_nodes:
-                raise LimitError(
-                    None,
-                    None,
-                    f"aliases expand to more than {max_alias_nodes} nodes (at *{event.anchor}); "
-                    "write the values out, or use fewer aliases of large nodes",
-                    event.start_mark,
-                )
-            root = attach(node)
-        elif kind is ScalarEvent:
-            tag = event.tag
-            if tag is None or tag == "!":
-                tag = loader.resolve(ScalarNode, event.value, event.implicit)
-            node = ScalarNode(
-                tag, event.value, event.start_mark, event.end_mark, style=event.style or None
-            )
-            anchor(event, node)
-            sizes[id(node)] = 1
-            root = attach(node)
-        elif kind in (SequenceStartEvent, MappingStartEvent):
-            if len(stack) >= max_depth:
-                raise LimitError(None, None, _too_deep(max_depth), event.start_mark)
-            cls = SequenceNode if kind is SequenceStartEvent else MappingNode
-            tag = event.tag
-            if tag is None or tag == "!":
-                tag = loader.resolve(cls, None, event.implicit)
-            collection = cls(tag, [], event.start_mark, None, flow_style=event.flow_style)
-            anchor(event, collection)
-            stack.append(_Frame(collection))
-        elif kind in (SequenceEndEvent, MappingEndEvent):
-            frame = stack.pop()
-            frame.node.end_mark = event.end_mark
-            sizes[id(frame.node)] = frame.size
-            root = attach(frame.node)
-        else:  # pragma: no cover - the parser emits nothing else inside a document
+    def alias(self, event: Any) -> Node | None:
+        """The aliased node, attached, once its expanded size is counted against
+        the limit; a cycle or an undefined alias is refused at the alias."""
+        node = self.anchors.get(event.anchor)
+        if node is None:
             raise yaml.composer.ComposerError(
-                None, None, f"unexpected {type(event).__name__}", event.start_mark
+                None, None, f"found undefined alias {event.anchor!r}", event.start_mark
             )
+        size = self.sizes.get(id(node))
+        if size is None:
+            raise LimitError(
+                None,
+                None,
+                f"the alias *{event.anchor} is inside the node it refers to; a "
+                "node that contains itself has no end (refer to it from outside)",
+                event.start_mark,
+            )
+        self.through += size
+        if self.through > self.max_alias_nodes:
+            raise LimitError(
+                None,
+                None,
+                f"aliases expand to more than {self.max_alias_nodes} nodes (at *{event.anchor}); "
+                "write the values out, or use fewer aliases of large nodes",
+                event.start_mark,
+            )
+        return self.attach(node)
+
+    def scalar(self, event: Any) -> Node | None:
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self.loader.resolve(ScalarNode, event.value, event.implicit)
+        node = ScalarNode(
+            tag, event.value, event.start_mark, event.end_mark, style=event.style or None
+        )
+        self.anchor(event, node)
+        self.sizes[id(node)] = 1
+        return self.attach(node)
+
+    def open(self, event: Any, kind: type) -> None:
+        """A collection starts: refused past ``max_depth``, at its position."""
+        if len(self.stack) >= self.max_depth:
+            raise LimitError(None, None, _too_deep(self.max_depth), event.start_mark)
+        cls = SequenceNode if kind is SequenceStartEvent else MappingNode
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self.loader.resolve(cls, None, event.implicit)
+        collection = cls(tag, [], event.start_mark, None, flow_style=event.flow_style)
+        self.anchor(event, collection)
+        self.stack.append(_Frame(collection))
+
+    def close(self, event: Any) -> Node | None:
+        frame = self.stack.pop()
+        frame.node.end_mark = event.end_mark
+        self.sizes[id(frame.node)] = frame.size
+        return self.attach(frame.node)
+
+
+def _compose(loader: Any, max_depth: int, max_alias_nodes: int) -> Node | None:
+    loader.get_event()  # stream start
+    if loader.check_event(StreamEndEvent):
+        loader.get_event()
+        return None
+    document = loader.get_event()  # document start
+    root = _compose_document(_Composition(loader, max_depth, max_alias_nodes))
     loader.get_event()  # document end
     if not loader.check_event(StreamEndEvent):
         event = loader.get_event()
@@ -276,6 +287,32 @@ def _compose(loader: Any, max_depth: int, max_alias_nodes: int) -> Node | None:
             event.start_mark,
         )
     loader.get_event()
+    return root
+
+
+def _compose_document(c: _Composition) -> Node:
+    """The loop over one document's events, with an explicit stack instead of
+    PyYAML's recursion, until its root node is complete."""
+    root: Node | None = None
+    get_event = c.loader.get_event
+    while root is None:
+        # Any: libyaml's events carry its own Mark type, which PyYAML's stubs
+        # do not accept where a Mark goes; both have line, column and index.
+        # (So events are told apart by ``kind``, which leaves ``event`` Any.)
+        event: Any = get_event()
+        kind = type(event)
+        if kind is AliasEvent:
+            root = c.alias(event)
+        elif kind is ScalarEvent:
+            root = c.scalar(event)
+        elif kind in (SequenceStartEvent, MappingStartEvent):
+            c.open(event, kind)
+        elif kind in (SequenceEndEvent, MappingEndEvent):
+            root = c.close(event)
+        else:  # pragma: no cover - the parser emits nothing else inside a document
+            raise yaml.composer.ComposerError(
+                None, None, f"unexpected {type(event).__name__}", event.start_mark
+            )
     return root
 
 
