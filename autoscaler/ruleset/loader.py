@@ -46,6 +46,7 @@ from autoscaler.promql.errors import ExprError
 from autoscaler.promql.guard import parse
 from autoscaler.ruleset.errors import Problem, RuleSetError, whole_file
 from autoscaler.ruleset.exprpos import BUDGET, error_offset, token_at
+from autoscaler.ruleset.files import rule_files
 from autoscaler.ruleset.labels import missing_labels, value_type
 from autoscaler.ruleset.model import (
     TARGET_LABELS,
@@ -65,7 +66,6 @@ from exporter import schema
 API_VERSION = "accel-fleet/v1"
 KIND = "RuleSet"
 SOURCES = ("prometheus", "scrape")
-RULE_FILE_SUFFIXES = (".yaml", ".yml")
 
 TOP_KEYS = ("apiVersion", "kind", "spec")
 SPEC_KEYS = ("evaluationInterval", "limits", "rules")
@@ -137,46 +137,6 @@ _MAX_COUNT: dict[str, int] = {
 _LOCATED_PER_FILE = 3
 # The controller's own telemetry, which no catalogue above lists.
 _SELF_PREFIX = "accel_autoscaler_"
-
-
-def rule_files(paths: Sequence[str | Path]) -> tuple[list[str], list[Problem]]:
-    """The rule files that ``paths`` name: files as given, and the ``*.yaml``/``*.yml``
-    files directly inside a directory (so ``rules/tests/`` is not read). A path that
-    does not exist, or a directory without rule files, is a problem."""
-    files: list[str] = []
-    problems: list[Problem] = []
-    seen: set[Path] = set()
-    for raw in paths:
-        path = Path(raw)
-        try:
-            if path.is_dir():
-                found = sorted(
-                    c for c in path.iterdir() if c.is_file() and c.suffix in RULE_FILE_SUFFIXES
-                )
-                if not found:
-                    problems.append(
-                        Problem(whole_file(str(path)), "no rule files (*.yaml, *.yml) in directory")
-                    )
-            elif path.exists():
-                found = [path]
-            else:
-                problems.append(Problem(whole_file(str(raw)), "no such file or directory"))
-                continue
-        except (OSError, ValueError) as e:
-            # A name too long for the system, a NUL byte, a directory that cannot
-            # be listed: pathlib passes these through where it says False to others.
-            problems.append(Problem(whole_file(str(raw)), f"cannot read: {_reason(e)}"))
-            continue
-        for f in found:
-            key = f.resolve()
-            if key not in seen:
-                seen.add(key)
-                files.append(str(f))
-    return files, problems
-
-
-def _reason(e: Exception) -> str:
-    return (e.strerror if isinstance(e, OSError) else None) or str(e)
 
 
 def load_ruleset(paths: Sequence[str | Path], *, source: str = "prometheus") -> RuleSet:
@@ -316,92 +276,21 @@ class _FileReader(Reader):
         entries = self.mapping(node, "a rule", RULE_KEYS, required=("name", "target"))
         if entries is None:
             return None
-
-        name = ""
-        if "name" in entries:
-            v = entries["name"][1]
-            name = self.string(v, "name") or ""
-            if name:
-                self.out.names.append((name, self.pos(v)))
-                if len(name) > 63 or not _RULE_NAME.match(name):
-                    self.problem(
-                        v,
-                        f"rule name {name!r} must be at most 63 lowercase letters, digits "
-                        "or '-', starting and ending with a letter or digit",
-                    )
+        name = self.rule_name(entries)
         description = ""
         if "description" in entries:
             description = self.string(entries["description"][1], "description", empty=True) or ""
-
         target: str | None = None
         if "target" in entries:
-            v = entries["target"][1]
-            target = self.choice(v, "target", TARGETS)
-
-        expr_node = entries["expr"][1] if "expr" in entries else None
-        alert_node = entries["alertname"][1] if "alertname" in entries else None
-        expr = alertname = None
-        if expr_node is not None and alert_node is not None:
-            self.problem(
-                alert_node,
-                "a rule has expr or alertname, not both (expr is evaluated; alertname "
-                "waits for a firing Alertmanager alert)",
-            )
-        elif expr_node is None and alert_node is None:
-            self.problem(node, "a rule: missing required key 'expr' (or 'alertname')")
-        if expr_node is not None:
-            expr = self.expr(expr_node, "expr", target)
-        if alert_node is not None:
-            alertname = self.string(alert_node, "alertname")
-
+            target = self.choice(entries["target"][1], "target", TARGETS)
+        expr, alertname = self.condition(node, entries, target)
         for_ = self.optional_duration(entries, "for")
         cooldown = self.optional_duration(entries, "cooldown")
         repeat = self.optional_duration(entries, "repeat")
-
-        action = self.action(entries["action"][1], target) if "action" in entries else None
-        steps: tuple[Step, ...] = ()
-        if "action" in entries and "escalate" in entries:
-            self.problem(
-                entries["escalate"][0],
-                "a rule has action (one step) or escalate (a ladder of steps), not both",
-            )
-        elif "escalate" in entries:
-            steps = self.ladder(entries["escalate"][1], target, "recover" in entries)
-            action = steps[0].action if steps else None
-        elif "action" not in entries:
-            self.problem(node, "a rule: missing required key 'action' (or 'escalate')")
+        action, steps = self.remedy(node, entries, target)
         rule_limits = self.rule_limits(entries["limits"][1]) if "limits" in entries else None
-
-        recover = None
-        if "recover" in entries:
-            key_node, v = entries["recover"]
-            recover = self.recover(v, target)
-            spec = ACTIONS.get(action.type) if action is not None else None
-            if "escalate" in entries:
-                spec = None  # the ladder's own check, in ``ladder``
-            if spec is not None and not spec.reversible:
-                self.problem(
-                    key_node,
-                    f"recover: {spec.name} cannot be undone, so a rule with it has no recover",
-                )
-        if "repeat" in entries and "escalate" in entries:
-            self.problem(
-                entries["repeat"][0],
-                "repeat: a ladder acts once per incident and escalates by its steps' timeouts",
-            )
-        elif "repeat" in entries and action is not None:
-            # A remediation acts once per incident; repeating a drain is the repeated
-            # eviction this guards against. Capacity and load actions may repeat.
-            spec = ACTIONS.get(action.type)
-            if spec is not None and spec.reversible:
-                self.problem(
-                    entries["repeat"][0],
-                    f"repeat: {spec.name} acts once per incident (its recover undoes it); "
-                    "repeat is for actions that cannot be undone, such as scale_node_pool",
-                )
-            elif repeat is not None and repeat <= 0:
-                self.problem(entries["repeat"][1], "repeat must be more than 0s")
-
+        recover = self.rule_recover(entries, action, target) if "recover" in entries else None
+        self.check_repeat(entries, action, repeat)
         if len(self.out.problems) > before or target is None or action is None:
             return None
         return Rule(
@@ -419,6 +308,99 @@ class _FileReader(Reader):
             position=self.pos(node),
             escalate=steps,
         )
+
+    def rule_name(self, entries: Entries) -> str:
+        """The name, noted for the unique-across-files check; a Kubernetes-label-
+        shaped one, since it becomes a label value and an annotation key part."""
+        if "name" not in entries:
+            return ""
+        v = entries["name"][1]
+        name = self.string(v, "name") or ""
+        if name:
+            self.out.names.append((name, self.pos(v)))
+            if len(name) > 63 or not _RULE_NAME.match(name):
+                self.problem(
+                    v,
+                    f"rule name {name!r} must be at most 63 lowercase letters, digits "
+                    "or '-', starting and ending with a letter or digit",
+                )
+        return name
+
+    def condition(
+        self, node: Node, entries: Entries, target: str | None
+    ) -> tuple[str | None, str | None]:
+        """What makes the rule fire: an expression it evaluates, or an alert it
+        waits for; exactly one of them."""
+        expr_node = entries["expr"][1] if "expr" in entries else None
+        alert_node = entries["alertname"][1] if "alertname" in entries else None
+        expr = alertname = None
+        if expr_node is not None and alert_node is not None:
+            self.problem(
+                alert_node,
+                "a rule has expr or alertname, not both (expr is evaluated; alertname "
+                "waits for a firing Alertmanager alert)",
+            )
+        elif expr_node is None and alert_node is None:
+            self.problem(node, "a rule: missing required key 'expr' (or 'alertname')")
+        if expr_node is not None:
+            expr = self.expr(expr_node, "expr", target)
+        if alert_node is not None:
+            alertname = self.string(alert_node, "alertname")
+        return expr, alertname
+
+    def remedy(
+        self, node: Node, entries: Entries, target: str | None
+    ) -> tuple[Action | None, tuple[Step, ...]]:
+        """What the rule does: one action, or a ladder whose first step acts first."""
+        action = self.action(entries["action"][1], target) if "action" in entries else None
+        steps: tuple[Step, ...] = ()
+        if "action" in entries and "escalate" in entries:
+            self.problem(
+                entries["escalate"][0],
+                "a rule has action (one step) or escalate (a ladder of steps), not both",
+            )
+        elif "escalate" in entries:
+            steps = self.ladder(entries["escalate"][1], target, "recover" in entries)
+            action = steps[0].action if steps else None
+        elif "action" not in entries:
+            self.problem(node, "a rule: missing required key 'action' (or 'escalate')")
+        return action, steps
+
+    def rule_recover(
+        self, entries: Entries, action: Action | None, target: str | None
+    ) -> Recover | None:
+        """The recover condition, refused beside an action nothing can undo."""
+        key_node, v = entries["recover"]
+        recover = self.recover(v, target)
+        spec = ACTIONS.get(action.type) if action is not None else None
+        if "escalate" in entries:
+            spec = None  # the ladder's own check, in ``ladder``
+        if spec is not None and not spec.reversible:
+            self.problem(
+                key_node,
+                f"recover: {spec.name} cannot be undone, so a rule with it has no recover",
+            )
+        return recover
+
+    def check_repeat(self, entries: Entries, action: Action | None, repeat: float | None) -> None:
+        """repeat is for actions that cannot be undone, and never for a ladder."""
+        if "repeat" in entries and "escalate" in entries:
+            self.problem(
+                entries["repeat"][0],
+                "repeat: a ladder acts once per incident and escalates by its steps' timeouts",
+            )
+        elif "repeat" in entries and action is not None:
+            # A remediation acts once per incident; repeating a drain is the repeated
+            # eviction this guards against. Capacity and load actions may repeat.
+            spec = ACTIONS.get(action.type)
+            if spec is not None and spec.reversible:
+                self.problem(
+                    entries["repeat"][0],
+                    f"repeat: {spec.name} acts once per incident (its recover undoes it); "
+                    "repeat is for actions that cannot be undone, such as scale_node_pool",
+                )
+            elif repeat is not None and repeat <= 0:
+                self.problem(entries["repeat"][1], "repeat must be more than 0s")
 
     def action(self, node: Node, target: str | None) -> Action | None:
         entries = self.mapping(node, "action", None, required=("type",))
