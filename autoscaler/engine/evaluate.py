@@ -473,6 +473,19 @@ def _close_window_breaker(
     )
 
 
+@dataclass
+class _Room:
+    """What this cycle's limits have left, counted as targets act: not frozen,
+    since each act in the cycle takes its share before the next is weighed."""
+
+    allowed: int | None
+    size_unknown: str | None
+    unhealthy: set[str]
+    active_by_rule: Counter[str]
+    drains: int
+    actions_by_rule: Counter[str]
+
+
 def _gate(
     limits: Limits,
     fired: list[_Fired],
@@ -486,95 +499,117 @@ def _gate(
         allowed = allowed_unhealthy(limits, cluster, now)
     except SizeUnknown as e:
         allowed, size_unknown = None, str(e)
-    unhealthy = counted((a.node for a in state.active.values()), limits, cluster, now)
-    active_by_rule = Counter(rule for rule, _ in state.active)
-    drains = sum(1 for a in state.active.values() if a.action in DRAIN_ACTIONS)
-    actions_by_rule = Counter(rule for _, rule in state.actions)
-
+    room = _Room(
+        allowed=allowed,
+        size_unknown=size_unknown,
+        unhealthy=counted((a.node for a in state.active.values()), limits, cluster, now),
+        active_by_rule=Counter(rule for rule, _ in state.active),
+        drains=sum(1 for a in state.active.values() if a.action in DRAIN_ACTIONS),
+        actions_by_rule=Counter(rule for _, rule in state.actions),
+    )
     decisions: list[Decision] = []
     for f in fired:
-        rule = f.rule
-
-        def hold(reason: str, f: _Fired = f) -> None:
-            state.notes.append(Note(f.rule.name, "held", reason, f.target))
-
-        if state.breaker_open:
-            hold(f"circuit breaker open: {state.breaker_reason}")
+        held = _held_by_limit(f, limits, state, room)
+        counts = False
+        if held is None:
+            counts = f.node is not None and not in_grace(f.node, limits, cluster, now)
+            held = _held_by_size(f, counts, limits, state, cluster, now, room)
+        if held is not None:
+            state.notes.append(Note(f.rule.name, "held", held, f.target))
             continue
-        rl = rule.limits
-        if rl.max_concurrent is not None and active_by_rule[rule.name] >= rl.max_concurrent:
-            hold(
-                f"maxConcurrent: {active_by_rule[rule.name]} targets under remediation "
-                f"by this rule (limit {rl.max_concurrent})"
-            )
-            continue
-        if rl.max_actions_per_hour is not None and actions_by_rule[rule.name] >= (
-            rl.max_actions_per_hour
-        ):
-            hold(
-                f"maxActionsPerHour: {actions_by_rule[rule.name]} actions by this rule in "
-                f"the last hour (limit {rl.max_actions_per_hour})"
-            )
-            continue
-        if limits.max_actions_per_hour is not None and (
-            len(state.actions) >= limits.max_actions_per_hour
-        ):
-            hold(
-                f"global maxActionsPerHour: {len(state.actions)} actions in the last hour "
-                f"(limit {limits.max_actions_per_hour})"
-            )
-            continue
-        is_drain = rule.action.type in DRAIN_ACTIONS
-        max_drains = limits.max_concurrent_drains
-        if is_drain and max_drains is not None and drains >= max_drains:
-            hold(f"maxConcurrentDrains: {drains} drains in progress (limit {max_drains})")
-            continue
-        counts = f.node is not None and not in_grace(f.node, limits, cluster, now)
-        if counts and f.node not in unhealthy:
-            if size_unknown is not None:
-                hold(size_unknown)
-                continue
-            if allowed is not None and len(unhealthy) + 1 > allowed:
-                state.breaker_open = True
-                state.breaker_opened_at = now
-                state.breaker_reason = (
-                    f"{_nodes(len(unhealthy) + 1)} under remediation would exceed "
-                    f"{describe_limit(limits, cluster, now)}"
-                )
-                state.notes.append(Note("", "breaker", f"opened: {state.breaker_reason}"))
-                hold(f"circuit breaker opened: {state.breaker_reason}")
-                continue
-        if counts and f.node is not None:
-            unhealthy.add(f.node)
-        state.active[f.key] = Active(now, rule.action.type, f.node)
-        state.last_acted[f.key] = now
-        state.actions.append((now, rule.name))
-        state.incidents[f.key] = replace(state.incidents[f.key], handled=now)
-        active_by_rule[rule.name] += 1
-        actions_by_rule[rule.name] += 1
-        drains += is_drain
-        if rule.alertname is not None:
-            reason = f"alert {rule.alertname} firing"
-        else:
-            reason = "condition held"
-        # The alert's identity leaves the sample with the bookkeeping labels; the
-        # reason keeps it, so that the log says which incident acted.
-        incident = f"; incident {', '.join(f.ids)}" if f.ids else ""
-        extra = start(rule, f.key, state, now, f.sample.labels) if rule.escalate else {}
-        decisions.append(
-            _decision(
-                rule,
-                "act",
-                f.target,
-                f.sample,
-                now,
-                dry_run,
-                f"{reason} for {format_duration(now - f.since)} "
-                f"(for: {format_duration(rule.for_)}){incident}",
-                extra=extra,
-            )
-        )
+        decisions.append(_act(f, counts, state, now, dry_run, room))
     return decisions
+
+
+def _held_by_limit(f: _Fired, limits: Limits, state: EngineState, room: _Room) -> str | None:
+    """Why the breaker or a count limit holds this target back, or None."""
+    rule = f.rule
+    if state.breaker_open:
+        return f"circuit breaker open: {state.breaker_reason}"
+    rl = rule.limits
+    if rl.max_concurrent is not None and room.active_by_rule[rule.name] >= rl.max_concurrent:
+        return (
+            f"maxConcurrent: {room.active_by_rule[rule.name]} targets under remediation "
+            f"by this rule (limit {rl.max_concurrent})"
+        )
+    if rl.max_actions_per_hour is not None and room.actions_by_rule[rule.name] >= (
+        rl.max_actions_per_hour
+    ):
+        return (
+            f"maxActionsPerHour: {room.actions_by_rule[rule.name]} actions by this rule in "
+            f"the last hour (limit {rl.max_actions_per_hour})"
+        )
+    if limits.max_actions_per_hour is not None and (
+        len(state.actions) >= limits.max_actions_per_hour
+    ):
+        return (
+            f"global maxActionsPerHour: {len(state.actions)} actions in the last hour "
+            f"(limit {limits.max_actions_per_hour})"
+        )
+    max_drains = limits.max_concurrent_drains
+    if rule.action.type in DRAIN_ACTIONS and max_drains is not None and room.drains >= max_drains:
+        return f"maxConcurrentDrains: {room.drains} drains in progress (limit {max_drains})"
+    return None
+
+
+def _held_by_size(
+    f: _Fired,
+    counts: bool,
+    limits: Limits,
+    state: EngineState,
+    cluster: ClusterInfo | None,
+    now: float,
+    room: _Room,
+) -> str | None:
+    """Why one more unhealthy node is too many, or None. Going over the limit
+    opens the breaker (its note comes before the hold's)."""
+    if not counts or f.node in room.unhealthy:
+        return None
+    if room.size_unknown is not None:
+        return room.size_unknown
+    if room.allowed is not None and len(room.unhealthy) + 1 > room.allowed:
+        state.breaker_open = True
+        state.breaker_opened_at = now
+        state.breaker_reason = (
+            f"{_nodes(len(room.unhealthy) + 1)} under remediation would exceed "
+            f"{describe_limit(limits, cluster, now)}"
+        )
+        state.notes.append(Note("", "breaker", f"opened: {state.breaker_reason}"))
+        return f"circuit breaker opened: {state.breaker_reason}"
+    return None
+
+
+def _act(
+    f: _Fired, counts: bool, state: EngineState, now: float, dry_run: bool, room: _Room
+) -> Decision:
+    """The target acts: it becomes active, its incident handled, and the act is
+    counted against the limits the rest of the cycle is weighed by."""
+    rule = f.rule
+    if counts and f.node is not None:
+        room.unhealthy.add(f.node)
+    state.active[f.key] = Active(now, rule.action.type, f.node)
+    state.last_acted[f.key] = now
+    state.actions.append((now, rule.name))
+    state.incidents[f.key] = replace(state.incidents[f.key], handled=now)
+    room.active_by_rule[rule.name] += 1
+    room.actions_by_rule[rule.name] += 1
+    room.drains += rule.action.type in DRAIN_ACTIONS
+    reason = "condition held" if rule.alertname is None else f"alert {rule.alertname} firing"
+    # The alert's identity leaves the sample with the bookkeeping labels; the
+    # reason keeps it, so that the log says which incident acted.
+    incident = f"; incident {', '.join(f.ids)}" if f.ids else ""
+    extra = start(rule, f.key, state, now, f.sample.labels) if rule.escalate else {}
+    return _decision(
+        rule,
+        "act",
+        f.target,
+        f.sample,
+        now,
+        dry_run,
+        f"{reason} for {format_duration(now - f.since)} "
+        f"(for: {format_duration(rule.for_)}){incident}",
+        extra=extra,
+    )
 
 
 def _decision(
