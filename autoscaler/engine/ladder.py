@@ -106,68 +106,102 @@ def escalate(
     for rule in ruleset.rules:
         if not rule.escalate:
             continue
-        last = len(rule.escalate)
         for key in sorted(k for k in state.ladders if k[0] == rule.name):
             if key in recovered:
                 continue
-            ladder = state.ladders[key]
-            step = min(ladder.step, last)
-            current = rule.escalate[step - 1]
-            failed = ladder.outcome == "failed" and step < last
-            timed_out = current.timeout is not None and now - ladder.since >= current.timeout
-            if not (failed or timed_out):
-                continue
-            what = f"step {step} ({current.action.type})"
-            faults = observed.get(rule.name)
-            if faults is None:
-                state.notes.append(
-                    Note(
-                        rule.name,
-                        "unknown",
-                        f"{what} {'failed' if failed else 'timed out'} but whether the fault "
-                        "is still there is unknown; not escalating",
-                        key[1],
-                    )
-                )
-                continue
-            if not failed and key in unknown:
-                state.notes.append(
-                    Note(
-                        rule.name,
-                        "unknown",
-                        f"{what} timed out but its success is unknown; not escalating",
-                        key[1],
-                    )
-                )
-                continue
-            if step == last:
-                _exhaust(rule, key, state, what, now)
-                continue
-            following = rule.escalate[step].action.type
-            if following in DESTRUCTIVE and key[1] not in faults:
-                state.notes.append(
-                    Note(
-                        rule.name,
-                        "held",
-                        f"escalation from {what} to {following}: the fault is not observed "
-                        "now (the rule's expr does not hold for the target), and a "
-                        f"{following} starts only on a fault seen at that moment",
-                        key[1],
-                    )
-                )
-                continue
-            held = _held(ruleset.limits, rule, state)
-            if held is not None:
-                state.notes.append(Note(rule.name, "held", f"escalation: {held}", key[1]))
-                continue
-            why = (
-                f"{what} failed"
-                if failed
-                else f"{what} did not succeed within its timeout "
-                f"{format_whole(round((current.timeout or 0.0) * 1000))}"
-            )
-            decisions.append(_step(rule, key, step + 1, ladder, state, now, dry_run, why))
+            decision = _climb(ruleset, rule, key, state, now, unknown, observed, dry_run)
+            if decision is not None:
+                decisions.append(decision)
     return decisions
+
+
+def _climb(
+    ruleset: RuleSet,
+    rule: Rule,
+    key: TargetKey,
+    state: EngineState,
+    now: float,
+    unknown: set[TargetKey],
+    observed: Mapping[str, Set[Labels] | None],
+    dry_run: bool,
+) -> Decision | None:
+    """One ladder's next step, when its current one failed or timed out, the fault
+    is known to be there still, and the limits allow it; otherwise a note says
+    what stands in the way (or the last step's ladder is exhausted)."""
+    ladder = state.ladders[key]
+    last = len(rule.escalate)
+    step = min(ladder.step, last)
+    current = rule.escalate[step - 1]
+    failed = ladder.outcome == "failed" and step < last
+    timed_out = current.timeout is not None and now - ladder.since >= current.timeout
+    if not (failed or timed_out):
+        return None
+    what = f"step {step} ({current.action.type})"
+    faults = observed.get(rule.name)
+    note = _doubt(rule, key, what, failed, faults, unknown)
+    if note is None and step == last:
+        _exhaust(rule, key, state, what, now)
+        return None
+    if note is None and faults is not None:
+        note = _unobserved(rule, key, what, rule.escalate[step].action.type, faults)
+    if note is None:
+        held = _held(ruleset.limits, rule, state)
+        if held is not None:
+            note = Note(rule.name, "held", f"escalation: {held}", key[1])
+    if note is not None:
+        state.notes.append(note)
+        return None
+    why = (
+        f"{what} failed"
+        if failed
+        else f"{what} did not succeed within its timeout "
+        f"{format_whole(round((current.timeout or 0.0) * 1000))}"
+    )
+    return _step(rule, key, step + 1, ladder, state, now, dry_run, why)
+
+
+def _doubt(
+    rule: Rule,
+    key: TargetKey,
+    what: str,
+    failed: bool,
+    faults: Set[Labels] | None,
+    unknown: set[TargetKey],
+) -> Note | None:
+    """Why it is not known that the ladder should climb: whether the fault is
+    still there, or (for a timeout) whether the step succeeded after all."""
+    if faults is None:
+        return Note(
+            rule.name,
+            "unknown",
+            f"{what} {'failed' if failed else 'timed out'} but whether the fault "
+            "is still there is unknown; not escalating",
+            key[1],
+        )
+    if not failed and key in unknown:
+        return Note(
+            rule.name,
+            "unknown",
+            f"{what} timed out but its success is unknown; not escalating",
+            key[1],
+        )
+    return None
+
+
+def _unobserved(
+    rule: Rule, key: TargetKey, what: str, following: str, faults: Set[Labels]
+) -> Note | None:
+    """A step that takes a machine away starts only on a fault seen now."""
+    if following in DESTRUCTIVE and key[1] not in faults:
+        return Note(
+            rule.name,
+            "held",
+            f"escalation from {what} to {following}: the fault is not observed "
+            "now (the rule's expr does not hold for the target), and a "
+            f"{following} starts only on a fault seen at that moment",
+            key[1],
+        )
+    return None
 
 
 def start(
