@@ -7,6 +7,9 @@ monotonic clock (client-go's ``observedTime``), so the skew changes nothing: nev
 two replicas acting at once, across several lease periods and across each kind of
 hand-over, and the standby still takes over from a leader that stopped.
 
+The replicas run on one fake clock (``test_leader``'s module docstring says how),
+at client-go's durations: a 15 s Lease, a 10 s renew deadline, a 2 s retry.
+
 Under the rule it replaced, ``renewTime + leaseDurationSeconds < local now``, both
 orders of this test fail: with the slow replica leading, the fast one finds every
 renewal already 120 s old and takes the Lease while the slow one still acts (two
@@ -19,109 +22,104 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoscaler.kube.leader import Observed, micro_time, parse_time
-from tests.autoscaler.kube.test_leader import LEASE, RETRY, Replica, lease_of, until
+from tests.autoscaler.kube.test_leader import (
+    LEASE,
+    RETRY,
+    TICK,
+    WALL,
+    Replica,
+    Samples,
+    advance_until,
+    elapse,
+    lease_of,
+    settle,
+    together,
+)
+from tests.support.clock import FakeClock
 from tests.support.fakes.apiserver import FakeApiServer
-
-# Slow (waits out real lease durations): `make test-fast` leaves it out.
-pytestmark = pytest.mark.slow
 
 SKEW = 60.0
 
 
-def skewed(offset: float) -> Callable[[], float]:
-    return lambda: time.time() + offset
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(0.0)
 
 
 @pytest.fixture
-async def pair(api: FakeApiServer, tmp_path: Path) -> AsyncIterator[dict[str, Replica]]:
+async def pair(
+    api: FakeApiServer, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[dict[str, Replica]]:
     replicas = {
-        "fast": Replica(api, tmp_path, "fast", clock=skewed(+SKEW)),
-        "slow": Replica(api, tmp_path, "slow", clock=skewed(-SKEW)),
+        "fast": Replica(api, tmp_path, "fast", clock, offset=+SKEW),
+        "slow": Replica(api, tmp_path, "slow", clock, offset=-SKEW),
     }
     yield replicas
     for r in replicas.values():
         if r.task is not None and not r.task.done():
             r.elector.stop()  # step down and release, as a clean shutdown does
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(r.task), timeout=5)
+                await asyncio.wait_for(asyncio.shield(r.task), timeout=20)
             r.task.cancel()
-            await asyncio.wait_for(asyncio.gather(r.task, return_exceptions=True), timeout=10)
+            await asyncio.wait_for(asyncio.gather(r.task, return_exceptions=True), timeout=20)
         r.kube.inner.close()
-
-
-@contextlib.contextmanager
-def sampled(replicas: list[Replica]) -> Iterator[list[tuple[float, list[str]]]]:
-    """Who believes it leads, every 10 ms, for as long as the block runs."""
-    samples: list[tuple[float, list[str]]] = []
-
-    async def sample() -> None:
-        while True:
-            samples.append((time.time(), [r.identity for r in replicas if r.elector.is_leader()]))
-            await asyncio.sleep(0.01)
-
-    task = asyncio.ensure_future(sample())
-    try:
-        yield samples
-    finally:
-        task.cancel()
-
-
-def together(samples: list[tuple[float, list[str]]]) -> list[tuple[float, list[str]]]:
-    return [s for s in samples if len(s[1]) > 1]
 
 
 @pytest.mark.parametrize("first", ["fast", "slow"], ids=["fast-clock leads", "slow-clock leads"])
 async def test_skewed_replicas_never_lead_together_and_still_hand_over(
-    api: FakeApiServer, pair: dict[str, Replica], first: str
+    api: FakeApiServer, pair: dict[str, Replica], first: str, clock: FakeClock
 ) -> None:
     leader = pair[first]
     standby = pair["slow" if first == "fast" else "fast"]
-    with sampled(list(pair.values())) as samples:
-        leader.start()
-        await until(leader.elector.is_leader, 3)
-        standby.start()
+    both = list(pair.values())
+    samples: Samples = []  # who believes it leads, at every step of time
+    leader.start()
+    await settle(clock, both)
+    assert leader.elector.is_leader()
+    standby.start()
+    await settle(clock, both)
 
-        # Several lease periods of renewals written 60 s off real time, either way.
-        await asyncio.sleep(3 * LEASE)
-        spec = lease_of(api)["spec"]
-        assert spec["holderIdentity"] == leader.identity
-        written = parse_time(spec["renewTime"])
-        assert written is not None
-        offset = SKEW if first == "fast" else -SKEW
-        assert abs(written - (time.time() + offset)) < 1.0
-        assert standby.started == [], "the standby took a Lease that was being renewed"
-        assert not together(samples)
+    # Several lease periods of renewals written 60 s off true time, either way.
+    await elapse(clock, both, 3 * LEASE, samples)
+    spec = lease_of(api)["spec"]
+    assert spec["holderIdentity"] == leader.identity
+    written = parse_time(spec["renewTime"])
+    assert written is not None
+    offset = SKEW if first == "fast" else -SKEW
+    assert abs(written - (WALL + clock() + offset)) <= RETRY  # the last renewal's time
+    assert standby.started == [], "the standby took a Lease that was being renewed"
+    assert not together(samples)
 
-        # The leader is cut off (a crash, to everyone else): it stops renewing and,
-        # past its renew deadline, acting; the standby waits a lease duration from
-        # the last renewal it saw, on its own clock.
-        leader.kube.cut = True
-        cut_at = time.time()
-        took = await until(standby.elector.is_leader, LEASE + 2 * RETRY + 1.0)
-        print(f"\n{first}-clock leader cut off; the other took over after {took:.2f} s")
-        assert leader.stopped and leader.stopped[0] <= standby.started[0]
-        assert standby.started[0] - cut_at >= LEASE - RETRY  # not before the Lease expired
-        assert lease_of(api)["spec"]["holderIdentity"] == standby.identity
+    # The leader is cut off (a crash, to everyone else): it stops renewing and,
+    # past its renew deadline, acting; the standby waits a lease duration from
+    # the last renewal it saw, on its own clock.
+    leader.kube.cut = True
+    cut_at = clock()
+    took = await advance_until(clock, both, standby.elector.is_leader, LEASE + 3 * RETRY, samples)
+    print(f"\n{first}-clock leader cut off; the other took over after {took:g} fake s")
+    assert leader.stopped and leader.stopped[0] <= standby.started[0]
+    assert standby.started[0] - cut_at >= LEASE - RETRY  # not before the Lease expired
+    assert lease_of(api)["spec"]["holderIdentity"] == standby.identity
 
-        # Back on the network, the old leader stays a standby while the Lease is
-        # renewed; a clean stop of the new leader hands back at its next retry.
-        leader.kube.cut = False
-        await asyncio.sleep(LEASE)
-        assert not leader.elector.is_leader() and len(leader.started) == 1
-        await standby.stop()
-        took = await until(leader.elector.is_leader, LEASE)
-        print(f"after a clean stop, the first leader took back over in {took:.2f} s")
-        assert took < LEASE  # the Lease was released: no waiting for it to expire
-        await asyncio.sleep(4 * RETRY)
-    assert len(samples) > 500
+    # Back on the network, the old leader stays a standby while the Lease is
+    # renewed; a clean stop of the new leader hands back at its next retry.
+    leader.kube.cut = False
+    await elapse(clock, both, LEASE, samples)
+    assert not leader.elector.is_leader() and len(leader.started) == 1
+    await standby.stop()
+    took = await advance_until(clock, both, leader.elector.is_leader, LEASE, samples)
+    print(f"after a clean stop, the first leader took back over in {took:g} fake s")
+    assert took < LEASE  # the Lease was released: no waiting for it to expire
+    await elapse(clock, both, 4 * RETRY, samples)
+    # Sampled at every step, before and after the replicas acted on it.
+    assert len(samples) >= 2 * (3 * LEASE + LEASE + 4 * RETRY) / TICK
     assert not together(samples), f"two leaders at once: {together(samples)[:3]}"
     assert any(s[1] == [standby.identity] for s in samples)
     assert samples[-1][1] == [leader.identity]
