@@ -192,11 +192,32 @@ class SmiReader:
         )
 
     def read(self, gpu: Gpu) -> Reading:
-        smi, h = self.smi, gpu.handle
+        # One family of fields at a time, in the order AMD SMI is asked: a lost GPU
+        # ends the read at the first call that finds it gone.
         r = Reading()
-        missing = self.missing[gpu.name]
+        self._read_activity(gpu, r)
+        self._read_memory_ecc(gpu, r)
+        self._read_temperatures(gpu, r)
+        self._read_power(gpu, r)
+        self._read_clocks(gpu, r)
+        self._read_metrics_table(gpu, r)
+        if hasattr(self.smi, "amdsmi_get_gpu_process_list"):  # an older amdsmi may lack it
+            procs.read(
+                lambda: self._smi_call(gpu, "processes", "amdsmi_get_gpu_process_list", gpu.handle),
+                gpu,
+                r,
+                self.clock(),
+            )
+            self.missing[gpu.name].pop("processes", None)  # not a catalogue field
+        return r
+
+    def _read_activity(self, gpu: Gpu, r: Reading) -> None:
+        """Busy percentages: the graphics engine's and the memory controller's."""
         activity = self._smi_call(
-            gpu, ("utilization", "memory_bandwidth_utilization"), "amdsmi_get_gpu_activity", h
+            gpu,
+            ("utilization", "memory_bandwidth_utilization"),
+            "amdsmi_get_gpu_activity",
+            gpu.handle,
         )
         if activity is not None:
             r.utilization = _smi_percent(activity.get("gfx_activity"))
@@ -204,7 +225,10 @@ class SmiReader:
             if umc is not None:
                 r.memory_bandwidth_utilization = umc
                 r.memory_bandwidth_source = AMDSMI_UMC_SOURCE
-        vram = smi.AmdSmiMemoryType.VRAM
+
+    def _read_memory_ecc(self, gpu: Gpu, r: Reading) -> None:
+        """VRAM size and use, and the ECC counts, whose rises are fault events."""
+        h, vram = gpu.handle, self.smi.AmdSmiMemoryType.VRAM
         total = self._smi_call(gpu, "memory_total_bytes", "amdsmi_get_gpu_memory_total", h, vram)
         used = self._smi_call(gpu, "memory_used_bytes", "amdsmi_get_gpu_memory_usage", h, vram)
         if _smi_number(total):
@@ -221,6 +245,10 @@ class SmiReader:
                 counts = {"total": (int(ue), int(ce), int(de or 0))}
                 r.fault_events.extend(ras_events(gpu.ras_previous, counts))
                 gpu.ras_previous.update(counts)
+
+    def _read_temperatures(self, gpu: Gpu, r: Reading) -> None:
+        """Three sensors, each asked on its own; missing only when all are."""
+        smi, missing = self.smi, self.missing[gpu.name]
         no_temperature: list[str] = []
         for sensor, kind in (("gpu", "EDGE"), ("hotspot", "HOTSPOT"), ("memory", "VRAM")):
             key = f"temperatures.{sensor}"
@@ -228,7 +256,7 @@ class SmiReader:
                 gpu,
                 key,
                 "amdsmi_get_temp_metric",
-                h,
+                gpu.handle,
                 smi.AmdSmiTemperatureType[kind],
                 smi.AmdSmiTemperatureMetric.CURRENT,
             )
@@ -240,6 +268,10 @@ class SmiReader:
                 no_temperature.append(f"{kind}: {reason}")
         if not r.temperatures and no_temperature:
             missing["temperatures"] = "; ".join(no_temperature)
+
+    def _read_power(self, gpu: Gpu, r: Reading) -> None:
+        """Power drawn, its cap, and the energy counter."""
+        h = gpu.handle
         power = self._smi_call(gpu, "power_watts", "amdsmi_get_power_info", h)
         if power is not None:
             # MI300 and newer report current_socket_power; older GPUs the average. 0
@@ -260,15 +292,26 @@ class SmiReader:
             resolution = _smi_number(energy.get("counter_resolution"))
             if ticks and resolution:
                 r.energy_joules = ticks * resolution / 1e6  # resolution is in µJ
+
+    def _read_clocks(self, gpu: Gpu, r: Reading) -> None:
         for clock, kind in (("graphics", "GFX"), ("memory", "MEM")):
             info = self._smi_call(
-                gpu, f"clocks_hz.{clock}", "amdsmi_get_clock_info", h, smi.AmdSmiClkType[kind]
+                gpu,
+                f"clocks_hz.{clock}",
+                "amdsmi_get_clock_info",
+                gpu.handle,
+                self.smi.AmdSmiClkType[kind],
             )
             mhz = _smi_number(info.get("clk")) if info is not None else None
             if mhz:
                 r.clocks_hz[clock] = mhz * 1e6
+
+    def _read_metrics_table(self, gpu: Gpu, r: Reading) -> None:
+        """Throttle residencies and xGMI rates: differences between this poll's
+        gpu_metrics table and the last one."""
+        missing = self.missing[gpu.name]
         table = self._smi_call(
-            gpu, ("throttle", "link_bytes_per_second"), "amdsmi_get_gpu_metrics_info", h
+            gpu, ("throttle", "link_bytes_per_second"), "amdsmi_get_gpu_metrics_info", gpu.handle
         )
         if table is not None:
             m = _metrics_from_amdsmi(table)
@@ -282,15 +325,6 @@ class SmiReader:
             r.link_bytes_per_second, why = xgmi_rates(before, m)
             if why:
                 missing["link_bytes_per_second"] = why
-        if hasattr(smi, "amdsmi_get_gpu_process_list"):  # an older amdsmi may lack it
-            procs.read(
-                lambda: self._smi_call(gpu, "processes", "amdsmi_get_gpu_process_list", h),
-                gpu,
-                r,
-                self.clock(),
-            )
-            missing.pop("processes", None)  # not a catalogue field: no reason to report
-        return r
 
     def _smi_call(self, gpu: Gpu, keys: str | tuple[str, ...], fn: str, *args: Any) -> Any:
         """One AMD SMI call for the fields ``keys``: its value, or None with the reason
