@@ -66,91 +66,104 @@ def translate_go_regex(pattern: str) -> str:
     while i < n:
         c = pattern[i]
         if c == "\\":
-            if i + 1 >= n:
-                raise RegexError(f"regular expression {pattern!r} ends with a lone backslash")
-            nxt = pattern[i + 1]
-            if nxt in "pP":
-                raise RegexError(
-                    f"regular expression {pattern!r} uses Unicode classes (\\{nxt}), "
-                    "which the built-in evaluator does not support"
-                )
-            if nxt == "Q":
-                raise RegexError(
-                    f"regular expression {pattern!r} uses \\Q...\\E, "
-                    "which the built-in evaluator does not support"
-                )
-            if nxt == "C":
-                raise RegexError(
-                    f"regular expression {pattern!r} uses \\C, "
-                    "which the built-in evaluator does not support"
-                )
-            if nxt == "z" and not in_class:
-                out.append("\\Z")
-            else:
-                out.append(pattern[i : i + 2])
+            out.append(_escape(pattern, i, in_class))
             i += 2
-            continue
-        if in_class:
-            if c == "[" and pattern.startswith("[:", i):
-                end = pattern.find(":]", i + 2)
-                if end < 0:
-                    out.append(c)
-                    i += 1
-                    continue
-                name = pattern[i + 2 : end]
-                if name.startswith("^") or name not in _POSIX_CLASSES:
-                    raise RegexError(
-                        f"regular expression {pattern!r} uses the class [:{name}:], "
-                        "which the built-in evaluator does not support"
-                    )
-                out.append(_POSIX_CLASSES[name])
-                i = end + 2
-                continue
-            if c == "[":
-                # A literal "[" inside a class: Python warns about possible set
-                # operations unless it is escaped.
-                out.append("\\[")
-                i += 1
-                continue
-            if c == "]":
-                in_class = False
-            out.append(c)
-            i += 1
-            continue
-        if c == "[":
+        elif in_class:
+            text, i, in_class = _class_member(pattern, i)
+            out.append(text)
+        elif c == "[":
+            text, i = _class_start(pattern, i)
+            out.append(text)
             in_class = True
+        elif (flags := _flag_group(pattern, i)) is not None:
+            # RE2 lets "(?i)" stand anywhere and apply to the rest of its group;
+            # Python only takes it at the start, so it becomes a scoped "(?i:"
+            # closed where the group ends.
+            out.append(flags[:-1] + ":")
+            opened[-1] += 1
+            i += len(flags)
+        else:
+            if c == "(":
+                opened.append(0)
+            elif c == ")" and len(opened) > 1:
+                out.append(")" * opened.pop())
             out.append(c)
             i += 1
-            # "]" right after "[" or "[^" is a literal in both dialects.
-            if i < n and pattern[i] == "^":
-                out.append("^")
-                i += 1
-            if i < n and pattern[i] == "]":
-                out.append("\\]")
-                i += 1
-            continue
-        if c == "(" and pattern.startswith("(?", i):
-            flags = re.match(r"\(\?([imsU-]*)[:)]", pattern[i:])
-            if flags and "U" in flags.group(1):
-                raise RegexError(
-                    f"regular expression {pattern!r} uses the (?U) flag, "
-                    "which the built-in evaluator does not support"
-                )
-            if flags and flags.group(0).endswith(")"):
-                # RE2 lets "(?i)" stand anywhere and apply to the rest of its
-                # group; Python only takes it at the start, so it becomes a
-                # scoped "(?i:" closed where the group ends.
-                out.append(flags.group(0)[:-1] + ":")
-                opened[-1] += 1
-                i += len(flags.group(0))
-                continue
-        if c == "(":
-            opened.append(0)
-        elif c == ")" and len(opened) > 1:
-            out.append(")" * opened.pop())
-        out.append(c)
-        i += 1
     return "".join(out) + ")" * opened[0]
+
+
+def _unsupported(pattern: str, what: str) -> RegexError:
+    return RegexError(
+        f"regular expression {pattern!r} uses {what}, which the built-in evaluator does not support"
+    )
+
+
+def _escape(pattern: str, i: int, in_class: bool) -> str:
+    """The escape at ``pattern[i]`` (a backslash and one character), rewritten:
+    RE2's ``\\z`` is Python's ``\\Z``; escapes with no Python equivalent are refused."""
+    if i + 1 >= len(pattern):
+        raise RegexError(f"regular expression {pattern!r} ends with a lone backslash")
+    nxt = pattern[i + 1]
+    if nxt in "pP":
+        raise RegexError(
+            f"regular expression {pattern!r} uses Unicode classes (\\{nxt}), "
+            "which the built-in evaluator does not support"
+        )
+    if nxt == "Q":
+        raise _unsupported(pattern, "\\Q...\\E")
+    if nxt == "C":
+        raise _unsupported(pattern, "\\C")
+    if nxt == "z" and not in_class:
+        return "\\Z"
+    return pattern[i : i + 2]
+
+
+def _class_member(pattern: str, i: int) -> tuple[str, int, bool]:
+    """Inside a character class: the rewrite of what starts at ``i``, where the
+    next piece starts, and whether the class is still open. POSIX classes are
+    spelled out; a literal "[" is escaped."""
+    c = pattern[i]
+    if c == "[" and pattern.startswith("[:", i):
+        end = pattern.find(":]", i + 2)
+        if end < 0:
+            return c, i + 1, True
+        name = pattern[i + 2 : end]
+        if name.startswith("^") or name not in _POSIX_CLASSES:
+            raise _unsupported(pattern, f"the class [:{name}:]")
+        return _POSIX_CLASSES[name], end + 2, True
+    if c == "[":
+        # A literal "[" inside a class: Python warns about possible set
+        # operations unless it is escaped.
+        return "\\[", i + 1, True
+    return c, i + 1, c != "]"
+
+
+def _class_start(pattern: str, i: int) -> tuple[str, int]:
+    """The opening "[" at ``i`` (with a "^" after it), and where the class's
+    members start: "]" right after "[" or "[^" is a literal in both dialects."""
+    n = len(pattern)
+    text = "["
+    i += 1
+    if i < n and pattern[i] == "^":
+        text += "^"
+        i += 1
+    if i < n and pattern[i] == "]":
+        text += "\\]"
+        i += 1
+    return text, i
+
+
+def _flag_group(pattern: str, i: int) -> str | None:
+    """The flags-only group ("(?i)") at ``i``, or None; (?U) is refused, since
+    Python has no ungreedy flag."""
+    if not pattern.startswith("(?", i):
+        return None
+    flags = re.match(r"\(\?([imsU-]*)[:)]", pattern[i:])
+    if flags and "U" in flags.group(1):
+        raise _unsupported(pattern, "the (?U) flag")
+    if flags and flags.group(0).endswith(")"):
+        return flags.group(0)
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
