@@ -36,13 +36,10 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
 import ssl
-import tempfile
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -53,6 +50,7 @@ from accel_common.readfile import FieldError, read_bytes
 from accel_common.suggest import did_you_mean
 from accel_common.yamlread import LIMITS, Entries, Position, Reader, is_null, kind
 from exporter.basicauth import BCRYPT_HASH, BasicAuth
+from exporter.pemload import EncryptedKeyError, load_cert_chain
 
 TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
 TLS_KEYS = (
@@ -427,6 +425,41 @@ class _Loader:
         }
         if not fields:
             return None
+        self.tls_refusals(fields)
+        auth_name, verify_mode = self.client_auth(fields)
+        minimum, maximum = self.versions(fields)
+        ciphers = self.ciphers(fields)
+        curve = self.curve(fields)
+        prefer_server = True
+        if "prefer_server_cipher_suites" in fields:
+            chosen = self.boolean(
+                fields["prefer_server_cipher_suites"][1], _tls("prefer_server_cipher_suites")
+            )
+            prefer_server = True if chosen is None else chosen
+        cert_key, cert, key_key, key = self.key_pair(fields)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        with warnings.catch_warnings():
+            # Setting TLS 1.0/1.1 warns that they are deprecated; the file asked for
+            # them explicitly, and the warning would only be noise at startup.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx.minimum_version = minimum
+            ctx.maximum_version = maximum
+        if prefer_server:
+            ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+        else:
+            ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+        self.key_exchange(ctx, fields, ciphers, curve)
+        self.load_chain(
+            ctx,
+            (fields[cert_key][1], _tls(cert_key), cert),
+            (fields[key_key][1], _tls(key_key), key),
+        )
+        self.client_ca(ctx, fields, auth_name, verify_mode)
+        return ctx
+
+    def tls_refusals(self, fields: Entries) -> None:
+        """What is refused before anything is built: a key not implemented, and a
+        PEM set both inline and as a file."""
         if "client_allowed_sans" in fields:
             self.fail(
                 fields["client_allowed_sans"][0],
@@ -441,16 +474,9 @@ class _Loader:
             if inline in fields and file_key in fields:
                 self.fail(fields[inline][0], _tls(inline), f"set {inline} or {file_key}, not both")
 
-        auth_name, verify_mode = self.client_auth(fields)
-        minimum, maximum = self.versions(fields)
-        ciphers = self.ciphers(fields)
-        curve = self.curve(fields)
-        prefer_server = True
-        if "prefer_server_cipher_suites" in fields:
-            chosen = self.boolean(
-                fields["prefer_server_cipher_suites"][1], _tls("prefer_server_cipher_suites")
-            )
-            prefer_server = True if chosen is None else chosen
+    def key_pair(self, fields: Entries) -> tuple[str, tuple[bytes, str], str, tuple[bytes, str]]:
+        """The certificate and its key (each key written, and its PEM); both or
+        neither is a mistake to say, never plain HTTP served instead."""
         cert_key, cert = self.source(fields, "cert", "cert_file")
         key_key, key = self.source(fields, "key", "key_file")
         if cert is None and key is None:
@@ -473,18 +499,12 @@ class _Loader:
                 _tls(key_key),
                 "set without cert_file; add cert_file, the certificate of this key",
             )
+        return cert_key, cert, key_key, key
 
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        with warnings.catch_warnings():
-            # Setting TLS 1.0/1.1 warns that they are deprecated; the file asked for
-            # them explicitly, and the warning would only be noise at startup.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            ctx.minimum_version = minimum
-            ctx.maximum_version = maximum
-        if prefer_server:
-            ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
-        else:
-            ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+    def key_exchange(
+        self, ctx: ssl.SSLContext, fields: Entries, ciphers: list[str], curve: str | None
+    ) -> None:
+        """The cipher suites and the curve, refused where this OpenSSL lacks them."""
         if ciphers:
             try:
                 ctx.set_ciphers(":".join(ciphers))
@@ -503,13 +523,6 @@ class _Loader:
                     _tls("curve_preferences"),
                     "this curve is not available in this OpenSSL; choose another",
                 )
-        self.load_chain(
-            ctx,
-            (fields[cert_key][1], _tls(cert_key), cert),
-            (fields[key_key][1], _tls(key_key), key),
-        )
-        self.client_ca(ctx, fields, auth_name, verify_mode)
-        return ctx
 
     def client_auth(self, fields: Entries) -> tuple[str, ssl.VerifyMode]:
         if "client_auth_type" not in fields:
@@ -639,9 +652,8 @@ class _Loader:
                 f"no PEM certificate in {cert_name}; name the server's certificate (PEM)",
             )
         try:
-            with _pem_file(cert_pem) as cert_path, _pem_file(key_pem) as key_path:
-                ctx.load_cert_chain(cert_path, key_path, password=_no_passphrase)
-        except _EncryptedKeyError:
+            load_cert_chain(ctx, cert_pem, key_pem)
+        except EncryptedKeyError:
             self.fail(
                 key_node,
                 key_where,
@@ -662,35 +674,3 @@ class _Loader:
                 + (f" ({e.reason})" if e.reason and e.reason != "PEM lib" else "")
                 + "; name the certificate's private key (PEM)",
             )
-
-
-class _EncryptedKeyError(Exception):
-    pass
-
-
-def _no_passphrase() -> bytes:
-    # Without a callback OpenSSL prompts on the terminal, which hangs a service.
-    raise _EncryptedKeyError
-
-
-@contextlib.contextmanager
-def _pem_file(data: bytes) -> Iterator[str]:
-    """A path that holds ``data``, for ``load_cert_chain``, which only reads files.
-
-    PEM that was read once is loaded from memory (a memfd) rather than by opening
-    the path again: what was checked is what is loaded, and an inline key never
-    touches the disk. Without memfd, a private temporary directory does."""
-    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-        fd = os.memfd_create("accel-exporter-pem", os.MFD_CLOEXEC)
-        try:
-            with os.fdopen(os.dup(fd), "wb") as f:
-                f.write(data)
-            yield f"/proc/self/fd/{fd}"
-        finally:
-            os.close(fd)
-        return
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "pem"
-        path.touch(mode=0o600)
-        path.write_bytes(data)
-        yield str(path)
