@@ -6,8 +6,11 @@ answers reset requests in ``accel-fleet.io/reset-status`` and reboots a node by
 changing its boot id when a SelfNodeRemediation CR names it) and the exporter (it
 writes the faulty device's series into the controller's series store).
 
-Time is the test's: one clock for the controller and the actions, moved a minute
-per tick; every loop is bounded by a tick count. A ``kill -9`` is the controller,
+Time is the test's: one ``FakeClock`` for the controller and the actions, moved a
+minute per tick; every loop is bounded by a tick count. The actions sleep on that
+clock too, so after each tick the test waits for the event that every action the
+executor runs has finished or parked in its next sleep, never for a guessed
+quarter of a second of real time. A ``kill -9`` is the controller,
 its executor and its client dropped where they stand (their tasks cancelled, no
 cleanup of theirs runs) and a fresh one built from what is on the cluster: the
 nodes' remediation entries and the state record ConfigMap.
@@ -15,7 +18,6 @@ nodes' remediation entries and the state record ConfigMap.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections.abc import Iterator
@@ -41,10 +43,12 @@ from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
 from autoscaler.wiring import wire
+from tests.support.clock import FakeClock
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.capi import ClusterAPI, machine_health_check, machine_set
 from tests.support.kubeobjs import client, events, pod
 from tests.support.paths import REPO
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -90,7 +94,7 @@ class World:
 
     def __init__(self, api: FakeApiServer) -> None:
         self.api = api
-        self.now = T0
+        self.clock = FakeClock(T0)
         self.capi = ClusterAPI(api)
         api.add(machine_set("gpu", CAPI_NS, "gpu", 3))
         # Cluster API remediates a marked Machine only where a MachineHealthCheck
@@ -105,8 +109,9 @@ class World:
         self.device = Device()
         self.store = SeriesStore(retention=math.inf)
 
-    def clock(self) -> float:
-        return self.now
+    @property
+    def now(self) -> float:
+        return self.clock()
 
     def _boot(self, name: str, boot: str) -> None:
         node = self.api.get("nodes", None, name)
@@ -190,7 +195,7 @@ class Running:
             kube=self.kube,
             controller="accel-autoscaler",
             clock=world.clock,
-            sleep=_yield,
+            sleep=world.clock.sleep,
             query=source.query,
             retry_interval=0.01,
             event_namespace=NS,
@@ -214,25 +219,28 @@ class Running:
         self.kube.close()
 
 
-async def _yield(seconds: float) -> None:
-    # Actions poll on the test's clock, which only the test moves: let others run.
-    await asyncio.sleep(0.005)
-
-
 @pytest.fixture
 def world(api: FakeApiServer) -> Iterator[World]:
     yield World(api)
 
 
 async def tick(world: World, running: Running) -> list[Decision]:
-    world.now += TICK
+    world.clock.advance(TICK)
     world.capi.reconcile()
     world.scrape()
     world.agent()
     decisions = await running.controller.cycle()
-    # Let the actions run up to their next wait on the clock (bounded).
-    await running.executor.wait(timeout=0.25)
+    await settled(world, running)
     return decisions
+
+
+async def settled(world: World, running: Running) -> None:
+    """Wait until every action the executor runs has finished or parked on the
+    test's clock: all they can do at this instant is done."""
+    await until(
+        lambda: running.executor.in_flight <= world.clock.sleepers,
+        what="the actions finished or waiting on the clock",
+    )
 
 
 def acts(decisions: list[Decision]) -> list[tuple[int, str]]:
