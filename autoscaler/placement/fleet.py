@@ -125,6 +125,43 @@ async def read_fleet(source: Source, at: float, *, refresh: bool = True) -> Flee
     util = _values(await source.query(Q_UTIL, at))
     used = _values(await source.query(Q_MEM_USED, at))
     total = _values(await source.query(Q_MEM_TOTAL, at))
+    fatal = await _fatal(source, at)
+    pods = await _query(source, Q_PODS, at)
+    dist = await _query(source, Q_DISTANCE, at)
+    readings = _Readings(
+        up=_values(up) if up is not None else {},
+        utilization=util,
+        memory_used=used,
+        memory_total=total,
+        fatal=fatal,
+        holders=_holders(pods),
+    )
+    devices = _devices(info, readings)
+    distances = _distances(dist)
+    nodes = {
+        node: NodeDevices(node, devs, distances.get(node, {})) for node, devs in devices.items()
+    }
+    if not nodes:
+        raise FleetUnavailable("no accel_device_info series carries a node label")
+    return FleetState(nodes, at)
+
+
+@dataclass(frozen=True)
+class _Readings:
+    """Per device, what the queries besides the catalogue said."""
+
+    up: dict[_Key, float]
+    utilization: dict[_Key, float]
+    memory_used: dict[_Key, float]
+    memory_total: dict[_Key, float]
+    fatal: dict[_Key, float]
+    holders: dict[_Key, list[str]]
+
+
+async def _fatal(source: Source, at: float) -> dict[_Key, float]:
+    """The devices with a recent fatal fault, and those whose fault cannot be dated
+    (no sample from 10 minutes ago), which are refused too and said so."""
+    global _last_undated
     fatal = _values(await source.query(Q_FATAL, at))
     undated = {
         k: v for k, v in _values(await source.query(Q_FATAL_UNDATED, at)).items() if k not in fatal
@@ -139,20 +176,25 @@ async def read_fleet(source: Source, at: float, *, refresh: bool = True) -> Flee
             "scrape source that has run for 10 minutes, can tell)"
         )
         # A reader that refreshes every 15 s (the extender) says it once, not 40 times.
-        global _last_undated
         log.log(logging.DEBUG if message == _last_undated else logging.WARNING, "%s", message)
         _last_undated = message
         fatal.update(undated)
-    pods = await _query(source, Q_PODS, at)
-    dist = await _query(source, Q_DISTANCE, at)
-    up_by = _values(up) if up is not None else {}
+    return fatal
 
+
+def _holders(pods: Vector | None) -> dict[_Key, list[str]]:
+    """The pods (namespace/name) that hold each device."""
     holders: dict[_Key, list[str]] = defaultdict(list)
     for s in pods.samples if pods is not None else ():
         k = _key(s)
         if k is not None:
             holders[k].append(f"{s.get('namespace')}/{s.get('pod')}")
+    return holders
 
+
+def _devices(info: Vector, readings: _Readings) -> dict[str, dict[str, Device]]:
+    """The catalogue's devices by node; series without a node label are left out
+    and counted in a warning, not guessed."""
     devices: dict[str, dict[str, Device]] = defaultdict(dict)
     skipped = 0
     for s in info.samples:
@@ -161,18 +203,19 @@ async def read_fleet(source: Source, at: float, *, refresh: bool = True) -> Flee
             skipped += 1
             continue
         mem: float | None = None
+        total = readings.memory_total
         if total.get(k):
-            mem = min(1.0, used.get(k, 0.0) / total[k])
+            mem = min(1.0, readings.memory_used.get(k, 0.0) / total[k])
         # No accel_up answer at all (a partial query failure) leaves the device
         # offered; an explicit 0 does not.
-        healthy = up_by.get(k, 1.0) == 1.0 and k not in fatal
+        healthy = readings.up.get(k, 1.0) == 1.0 and k not in readings.fatal
         devices[k.node][k.device] = Device(
             name=k.device,
             vendor=s.get("vendor"),
             model=s.get("model"),
             healthy=healthy,
-            holders=tuple(sorted(set(holders.get(k, ())))),
-            utilization=util.get(k),
+            holders=tuple(sorted(set(readings.holders.get(k, ())))),
+            utilization=readings.utilization.get(k),
             memory_used_ratio=mem,
         )
     if skipped:
@@ -181,15 +224,15 @@ async def read_fleet(source: Source, at: float, *, refresh: bool = True) -> Flee
             "(relabel the node name into `node`)",
             skipped,
         )
+    return devices
+
+
+def _distances(dist: Vector | None) -> dict[str, dict[tuple[str, str], float]]:
+    """By node, the distance between each ordered pair of its devices."""
     distances: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
     for s in dist.samples if dist is not None else ():
         k = _key(s)
         peer = s.get("peer_device")
         if k is not None and peer:
             distances[k.node][(k.device, peer)] = s.value
-    nodes = {
-        node: NodeDevices(node, devs, distances.get(node, {})) for node, devs in devices.items()
-    }
-    if not nodes:
-        raise FleetUnavailable("no accel_device_info series carries a node label")
-    return FleetState(nodes, at)
+    return distances
