@@ -85,6 +85,22 @@ class FakeClock:
         with self._lock:
             return sum(1 for s in self._sleepers if not s.future.done())
 
+    def next_deadline(self) -> float | None:
+        """When the earliest parked sleeper wakes; None when none is parked."""
+        with self._lock:
+            due = [s.deadline for s in self._sleepers if not s.future.done()]
+        return min(due) if due else None
+
+    def wake_next(self) -> float:
+        """Jump to the earliest parked sleeper's deadline, waking it (and any other
+        sleeper due by then), as looptime does when every task waits on time. The
+        new time; fails when nothing sleeps."""
+        deadline = self.next_deadline()
+        if deadline is None:
+            raise AssertionError("wake_next: no sleeper is parked on the fake clock")
+        self.set(max(deadline, self._t))
+        return self._t
+
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` of fake time: at once on an auto clock, else parked
         until ``advance`` reaches the deadline. Always yields to the loop once."""

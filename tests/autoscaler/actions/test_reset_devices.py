@@ -30,12 +30,16 @@ from exporter.model import PodAssignment
 from nodeagent.agent import Agent, NodeAPI
 from nodeagent.reset import ResetTask
 from nodeagent.tasks import AgentContext
+from tests.support.clock import FakeClock
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.nvml import FakeNVML
 from tests.support.kubeobjs import node, pod
 from tests.support.waits import until
 
 pytestmark = pytest.mark.timeout(60)
+
+
+T0 = 1_800_000_000.0  # the fake clock's start, a plausible wall-clock time
 
 
 def decide(target: dict[str, str], uuid: str = "", **raw: Any) -> Decision:
@@ -58,10 +62,26 @@ async def fast_sleep(seconds: float) -> None:
     await asyncio.sleep(min(seconds, 0.02))
 
 
-def ctx(kube: ClientKube, query: Any = None) -> ActionContext:
+def ctx(kube: ClientKube, query: Any = None, clock: FakeClock | None = None) -> ActionContext:
+    """The action's context; on ``clock`` (fake time, moved by the test) when given,
+    else on real time with short sleeps, for the tests with a real agent."""
+    if clock is not None:
+        return ActionContext(
+            kube=kube,
+            replica="test",
+            retry_interval=0.05,
+            clock=clock,
+            sleep=clock.sleep,
+            query=query,
+        )
     return ActionContext(
         kube=kube, replica="test", retry_interval=0.05, sleep=fast_sleep, query=query
     )
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
 
 
 async def run(c: ActionContext, d: Decision) -> Outcome:
@@ -193,23 +213,50 @@ async def test_device_scope_moves_only_the_devices_pods(
     assert fake.resets == [(fake.gpus[1].bus_id,)]
 
 
-async def emulate(api: FakeApiServer, answers: list[tuple[str, str]]) -> None:
+async def parked(clock: FakeClock, finished: Callable[[], bool]) -> None:
+    """Wait until the action is done or waiting on the test's clock."""
+    await until(
+        lambda: finished() or clock.sleepers >= 1, what="the action done or waiting on time"
+    )
+
+
+async def emulate(
+    api: FakeApiServer,
+    clock: FakeClock,
+    finished: Callable[[], bool],
+    answers: list[tuple[str, str]],
+) -> None:
     """An agent that answers the reset request with ``answers`` (state, message), one
-    per poll of the node."""
-    while True:
-        await asyncio.sleep(0.02)
-        raw = node_annotations(api).get(RESET_REQUEST_ANNOTATION)
-        if raw:
-            break
-    rid = json.loads(raw)["id"]
+    per poll of the node, on the test's clock: once the action has asked and waits,
+    it writes an answer and moves time to the action's next poll; then time runs on,
+    a poll at a time, until the action ends (``finished``)."""
+    await until(
+        lambda: (
+            finished()
+            or (RESET_REQUEST_ANNOTATION in node_annotations(api) and clock.sleepers >= 1)
+        ),
+        what="the reset request, and the action waiting for its answer",
+    )
+    if finished():
+        return
+    rid = json.loads(node_annotations(api)[RESET_REQUEST_ANNOTATION])["id"]
     for state, message in answers:
+        if finished():
+            return  # it ended before hearing them all: the test's asserts say so
         n = api.get("nodes", None, "n1")
         assert n is not None
         n["metadata"]["annotations"][RESET_STATUS_ANNOTATION] = json.dumps(
             {"id": rid, "state": state, "devices": [], "message": message, "at": "x"}
         )
         api.add(n)
-        await asyncio.sleep(0.05)
+        clock.wake_next()
+        await parked(clock, finished)
+    for _ in range(1_000):  # bounded: the action's own deadline ends it
+        if finished():
+            return
+        clock.wake_next()
+        await parked(clock, finished)
+    raise AssertionError("the action never ended")
 
 
 @pytest.mark.parametrize(
@@ -218,18 +265,22 @@ async def emulate(api: FakeApiServer, answers: list[tuple[str, str]]) -> None:
         ([("resetting", "resetting"), ("failed", "nvidia-smi exited 15")], "nvidia-smi exited 15"),
         (
             [("refused", "pod ml/x holds GPU-1")],
-            "still said refused after 1s: pod ml/x holds GPU-1",
+            "still said refused after 20s: pod ml/x holds GPU-1",
         ),
-        ([], "no answer from the node agent within 1s"),
+        ([], "no answer from the node agent within 20s"),
     ],
 )
 async def test_failed_refused_or_silent_agent_ends_failed(
-    api: FakeApiServer, kube: ClientKube, answers: list[tuple[str, str]], says: str
+    api: FakeApiServer,
+    kube: ClientKube,
+    clock: FakeClock,
+    answers: list[tuple[str, str]],
+    says: str,
 ) -> None:
     api.add(node("n1"))
-    agent = asyncio.create_task(emulate(api, answers))
-    outcome = await run(ctx(kube), decide({"node": "n1"}, wait="1s"))
-    agent.cancel()
+    action = asyncio.create_task(run(ctx(kube, clock=clock), decide({"node": "n1"}, wait="20s")))
+    await emulate(api, clock, action.done, answers)
+    outcome = await action
     assert outcome.status == "failed" and says in outcome.message, outcome.message
     rec = json.loads(node_annotations(api)[ANNOTATION])["fatal-device-fault"]
     assert rec["phase"] == "reset-failed"
@@ -238,24 +289,25 @@ async def test_failed_refused_or_silent_agent_ends_failed(
 
 
 async def test_kill_9_while_waiting_resumes_without_asking_or_moving_again(
-    api: FakeApiServer, kube: ClientKube
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
 ) -> None:
     api.add(node("n1"))
     api.add(pod("train-0", "n1"))
     d = decide({"node": "n1"}, wait="30s")
-    first = asyncio.create_task(run(ctx(kube), d))
+    first = asyncio.create_task(run(ctx(kube, clock=clock), d))
     await until(lambda: RESET_REQUEST_ANNOTATION in node_annotations(api))
-    await asyncio.sleep(0.1)
+    await parked(clock, first.done)  # waiting for the agent's answer
+    assert not first.done()
     first.cancel()  # kill -9: nothing after this point of the first run happens
     await asyncio.gather(first, return_exceptions=True)
     assert (
         json.loads(node_annotations(api)[ANNOTATION])["fatal-device-fault"]["phase"] == "resetting"
     )
 
-    agent = asyncio.create_task(emulate(api, [("done", "reset 8 GPUs")]))
     again = replace_at(d, 1234.0)  # the same decision, made again after the restart
-    outcome = await run(ctx(kube), again)
-    await agent
+    action = asyncio.create_task(run(ctx(kube, clock=clock), again))
+    await emulate(api, clock, action.done, [("done", "reset 8 GPUs")])
+    outcome = await action
     assert outcome.status == "done", outcome.message
     assert requests_written(api) == 1
     assert api.evicted == [("ml", "train-0")]
@@ -268,20 +320,21 @@ def replace_at(d: Decision, at: float) -> Decision:
 
 
 async def test_a_ladder_step_keeps_one_id_per_incident(
-    api: FakeApiServer, kube: ClientKube
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
 ) -> None:
     api.add(node("n1"))
     d = decide({"node": "n1"}, wait="1s")
     step = Decision(**{**d.__dict__, "extra": {"step": 2, "since": 1_800_000_000.0}})
-    agent = asyncio.create_task(emulate(api, [("done", "ok")]))
-    assert (await run(ctx(kube), step)).status == "done"
-    await agent
+    action = asyncio.create_task(run(ctx(kube, clock=clock), step))
+    await emulate(api, clock, action.done, [("done", "ok")])
+    assert (await action).status == "done"
     rid = json.loads(node_annotations(api)[RESET_REQUEST_ANNOTATION])["id"]
-    assert (await run(ctx(kube), step)).status == "done"  # answered: not asked again
+    assert (await run(ctx(kube, clock=clock), step)).status == "done"  # answered: not asked again
     assert requests_written(api) == 1
     later = Decision(**{**d.__dict__, "extra": {"step": 2, "since": 1_800_009_999.0}})
-    task = asyncio.create_task(run(ctx(kube), later))
+    task = asyncio.create_task(run(ctx(kube, clock=clock), later))
     await until(lambda: json.loads(node_annotations(api)[RESET_REQUEST_ANNOTATION])["id"] != rid)
+    await emulate(api, clock, task.done, [])  # unanswered: its wait runs out
     await task
 
 
@@ -300,7 +353,7 @@ def test_parameters_are_validated() -> None:
 
 
 async def test_the_executor_resumes_a_ladder_step_from_the_node_alone(
-    api: FakeApiServer, kube: ClientKube
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
 ) -> None:
     from autoscaler.executor import Executor
 
@@ -308,18 +361,17 @@ async def test_the_executor_resumes_a_ladder_step_from_the_node_alone(
     api.add(pod("train-0", "n1"))
     d = decide({"node": "n1"}, wait="30s")
     step = Decision(**{**d.__dict__, "extra": {"step": 2, "since": 1_800_000_000.0}})
-    first = asyncio.create_task(run(ctx(kube), step))
+    first = asyncio.create_task(run(ctx(kube, clock=clock), step))
     await until(lambda: RESET_REQUEST_ANNOTATION in node_annotations(api))
     first.cancel()  # kill -9
     await asyncio.gather(first, return_exceptions=True)
 
     # A new controller: the executor rebuilds the decision from the node's entry, which
     # knows nothing of the ladder's incident; it must still find the request it wrote.
-    agent = asyncio.create_task(emulate(api, [("done", "reset")]))
-    executor = Executor(ctx(kube))
+    executor = Executor(ctx(kube, clock=clock))
     assert await executor.resume({"fatal-device-fault"}) == 1
+    await emulate(api, clock, lambda: executor.in_flight == 0, [("done", "reset")])
     await executor.wait(timeout=20)
-    await agent
     (record,) = executor.history
     assert record.outcome.status == "done", record.outcome.message
     assert requests_written(api) == 1
