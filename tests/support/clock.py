@@ -13,10 +13,13 @@ every injection point our components have:
   ``advance`` moves time past its deadline, so a test steps a component through
   time and looks at it between steps; an *auto* clock (``auto=True``) jumps time
   forward at once, for an action whose waits are not what the test is about;
-- ``await clock.sleeping(n)``: waits until ``n`` sleepers are parked, the event
-  that says "every party has done what this instant asks of it". After
-  ``advance``, that is how a test knows the components have caught up, instead of
-  sleeping a guessed real margin.
+- ``await clock.sleeping(n)`` / ``await clock.parked(done)``: wait until ``n``
+  sleepers are parked (or the work is done), the event that says "every party has
+  done what this instant asks of it". After ``advance``, that is how a test knows
+  the components have caught up, instead of sleeping a guessed real margin;
+- ``clock.wake_next()`` / ``await clock.run_out(done)``: jump to the next
+  sleeper's deadline, or keep doing so until the work is done, as looptime
+  moves time whenever every task waits on it.
 
 ``advance`` may be called from another thread than the sleepers' loop (it wakes
 them through ``call_soon_threadsafe``); a manual clock only ever moves when the
@@ -30,7 +33,10 @@ import asyncio
 import heapq
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from tests.support.waits import until
 
 
 @dataclass(order=True)
@@ -147,6 +153,26 @@ class FakeClock:
                 raise AssertionError(
                     f"{self.sleepers} of {count} sleepers parked within {timeout:g}s"
                 ) from None
+
+
+    async def parked(self, finished: Callable[[], object], count: int = 1) -> None:
+        """Wait until ``finished()`` or ``count`` sleepers are parked: whoever the
+        test steps has done all it can at this instant."""
+        await until(
+            lambda: finished() or self.sleepers >= count,
+            what=f"done, or {count} sleeper(s) parked on the fake clock",
+        )
+
+    async def run_out(self, finished: Callable[[], object], steps: int = 1_000) -> None:
+        """Move time from one wake-up to the next until ``finished()``: a component
+        left to run its course on fake time (its own deadlines bound it; ``steps``
+        bounds a broken one)."""
+        for _ in range(steps):
+            await self.parked(finished)
+            if finished():
+                return
+            self.wake_next()
+        raise AssertionError(f"not finished after {steps} wake-ups of the fake clock")
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

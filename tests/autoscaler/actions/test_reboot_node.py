@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from autoscaler.kube.client import ClientKube
 from nodeagent.agent import Agent, NodeAPI
 from nodeagent.reboot import RebootTask
 from nodeagent.tasks import AgentContext
+from tests.support.clock import FakeClock
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.kubeobjs import node, pod
 from tests.support.waits import until
@@ -31,6 +33,9 @@ pytestmark = pytest.mark.timeout(60)
 
 SNR = "selfnoderemediations"
 NS = "medik8s"
+
+
+T0 = 1_800_000_000.0  # the fake clock's start, a plausible wall-clock time
 
 
 def decide(**raw: Any) -> Decision:
@@ -53,8 +58,26 @@ async def fast_sleep(seconds: float) -> None:
     await asyncio.sleep(min(seconds, 0.02))
 
 
-def ctx(kube: ClientKube) -> ActionContext:
+def ctx(kube: ClientKube, clock: FakeClock | None = None) -> ActionContext:
+    """The action's context; on ``clock`` (fake time, moved by the test) when given,
+    else on real time with short sleeps, for the test with a real node agent."""
+    if clock is not None:
+        return ActionContext(
+            kube=kube, replica="test", retry_interval=0.05, clock=clock, sleep=clock.sleep
+        )
     return ActionContext(kube=kube, replica="test", retry_interval=0.05, sleep=fast_sleep)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+async def drive(clock: FakeClock, work: Coroutine[Any, Any, Outcome]) -> Outcome:
+    """Run an action to its end on fake time."""
+    task = asyncio.create_task(work)
+    await clock.run_out(task.done)
+    return await task
 
 
 async def run(c: ActionContext, d: Decision) -> Outcome:
@@ -103,20 +126,25 @@ def not_served(api: FakeApiServer) -> None:
     api.faults.fail(10_000, status=404, path_regex=f"/{SNR}")
 
 
-async def test_self_node_remediation_cr_when_served(api: FakeApiServer, kube: ClientKube) -> None:
+async def test_self_node_remediation_cr_when_served(
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
+) -> None:
     api.add(booted("n1", "boot-1"))
     api.add(pod("train-0", "n1"))
     api.add(pod("web", "n1", owner="ReplicaSet", gpus=0))
-    task = asyncio.create_task(run(ctx(kube), decide(wait="20s")))
+    task = asyncio.create_task(run(ctx(kube, clock), decide(wait="20s")))
     await until(lambda: api.get(SNR, NS, "n1") is not None)
     cr = api.get(SNR, NS, "n1")
     assert cr is not None and cr["kind"] == "SelfNodeRemediation"
     record = json.loads(cr["metadata"]["annotations"][REBOOT_REQUEST_ANNOTATION])
     assert record["bootID"] == "boot-1"
     assert api.evicted == [("ml", "train-0")]  # device pods moved before the CR
-    await asyncio.sleep(0.1)
+    await clock.parked(task.done)
+    clock.wake_next()  # a poll later, the node has not come back: it still waits
+    await clock.parked(task.done)
     assert not task.done()
     come_back(api, "boot-2")  # the operator rebooted it
+    await clock.run_out(task.done)
     outcome = await task
     assert outcome.status == "done" and "boot-1 -> boot-2" in outcome.message
     assert api.get(SNR, NS, "n1") is None  # removed once the node is back
@@ -128,34 +156,41 @@ async def test_self_node_remediation_cr_when_served(api: FakeApiServer, kube: Cl
 
 
 async def test_a_reboot_that_never_comes_fails_and_removes_the_cr(
-    api: FakeApiServer, kube: ClientKube
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
 ) -> None:
     api.add(booted("n1", "boot-1"))
-    outcome = await run(ctx(kube), decide(wait="1s", method="selfNodeRemediation"))
+    outcome = await drive(
+        clock, run(ctx(kube, clock), decide(wait="1s", method="selfNodeRemediation"))
+    )
     assert outcome.status == "failed" and "did not come back rebooted" in outcome.message
     assert api.get(SNR, NS, "n1") is None
 
 
 async def test_kill_9_resumes_without_a_second_cr_or_move(
-    api: FakeApiServer, kube: ClientKube
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
 ) -> None:
     api.add(booted("n1", "boot-1"))
     api.add(pod("train-0", "n1"))
     d = decide(wait="30s")
-    first = asyncio.create_task(run(ctx(kube), d))
+    first = asyncio.create_task(run(ctx(kube, clock), d))
     await until(lambda: api.get(SNR, NS, "n1") is not None)
-    await asyncio.sleep(0.1)
+    await clock.parked(first.done)  # waiting for the node to come back
+    assert not first.done()
     first.cancel()
     await asyncio.gather(first, return_exceptions=True)
-    again = asyncio.create_task(run(ctx(kube), d))
-    await asyncio.sleep(0.2)
+    again = asyncio.create_task(run(ctx(kube, clock), d))
+    await clock.parked(again.done)  # resumed, and waiting again
+    assert not again.done()
     come_back(api, "boot-2")
+    await clock.run_out(again.done)
     assert (await again).status == "done"
     assert len(api.requests_for("POST", f"/{SNR}$")) == 1
     assert api.evicted == [("ml", "train-0")]
 
 
-async def test_someone_elses_cr_is_not_reused(api: FakeApiServer, kube: ClientKube) -> None:
+async def test_someone_elses_cr_is_not_reused(
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
+) -> None:
     api.add(booted("n1", "boot-1"))
     api.add(
         {
@@ -165,7 +200,7 @@ async def test_someone_elses_cr_is_not_reused(api: FakeApiServer, kube: ClientKu
             "spec": {},
         }
     )
-    outcome = await run(ctx(kube), decide(wait="1s"))
+    outcome = await drive(clock, run(ctx(kube, clock), decide(wait="1s")))
     assert outcome.status == "unknown" and "already exists" in outcome.message
 
 
@@ -221,10 +256,10 @@ async def test_the_agent_reboots_where_the_api_is_not_served(
 
 
 async def test_agent_silence_ends_failed_and_closes_the_request(
-    api: FakeApiServer, kube: ClientKube
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
 ) -> None:
     api.add(booted("n1", "boot-1"))
-    outcome = await run(ctx(kube), decide(wait="1s", method="agent"))
+    outcome = await drive(clock, run(ctx(kube, clock), decide(wait="1s", method="agent")))
     assert outcome.status == "failed"
     n = api.get("nodes", None, "n1")
     assert n is not None
@@ -241,21 +276,23 @@ def test_parameters_are_validated() -> None:
 
 
 async def test_the_executor_resumes_a_ladder_step_without_a_second_cr(
-    api: FakeApiServer, kube: ClientKube
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
 ) -> None:
     from autoscaler.executor import Executor
 
     api.add(booted("n1", "boot-1"))
     d = decide(wait="30s")
     step = Decision(**{**d.__dict__, "extra": {"step": 3, "since": 1_800_000_000.0}})
-    first = asyncio.create_task(run(ctx(kube), step))
+    first = asyncio.create_task(run(ctx(kube, clock), step))
     await until(lambda: api.get(SNR, NS, "n1") is not None)
     first.cancel()  # kill -9
     await asyncio.gather(first, return_exceptions=True)
-    executor = Executor(ctx(kube))
+    executor = Executor(ctx(kube, clock))
     assert await executor.resume({"fatal-device-fault"}) == 1
-    await asyncio.sleep(0.2)
+    await clock.parked(lambda: executor.in_flight == 0)  # resumed, and waiting
+    assert executor.in_flight == 1
     come_back(api, "boot-2")
+    await clock.run_out(lambda: executor.in_flight == 0)
     await executor.wait(timeout=20)
     (record,) = executor.history
     assert record.outcome.status == "done", record.outcome.message

@@ -213,13 +213,6 @@ async def test_device_scope_moves_only_the_devices_pods(
     assert fake.resets == [(fake.gpus[1].bus_id,)]
 
 
-async def parked(clock: FakeClock, finished: Callable[[], bool]) -> None:
-    """Wait until the action is done or waiting on the test's clock."""
-    await until(
-        lambda: finished() or clock.sleepers >= 1, what="the action done or waiting on time"
-    )
-
-
 async def emulate(
     api: FakeApiServer,
     clock: FakeClock,
@@ -250,13 +243,8 @@ async def emulate(
         )
         api.add(n)
         clock.wake_next()
-        await parked(clock, finished)
-    for _ in range(1_000):  # bounded: the action's own deadline ends it
-        if finished():
-            return
-        clock.wake_next()
-        await parked(clock, finished)
-    raise AssertionError("the action never ended")
+        await clock.parked(finished)
+    await clock.run_out(finished)  # bounded: the action's own deadline ends it
 
 
 @pytest.mark.parametrize(
@@ -296,7 +284,7 @@ async def test_kill_9_while_waiting_resumes_without_asking_or_moving_again(
     d = decide({"node": "n1"}, wait="30s")
     first = asyncio.create_task(run(ctx(kube, clock=clock), d))
     await until(lambda: RESET_REQUEST_ANNOTATION in node_annotations(api))
-    await parked(clock, first.done)  # waiting for the agent's answer
+    await clock.parked(first.done)  # waiting for the agent's answer
     assert not first.done()
     first.cancel()  # kill -9: nothing after this point of the first run happens
     await asyncio.gather(first, return_exceptions=True)
