@@ -186,8 +186,9 @@ async def test_one_task_per_decision_in_order_per_target_side_by_side_across_tar
 
     # n2 finishing releases nothing on n1.
     probe.gates["n2"].set()
-    await until(lambda: "end n2" in probe.log)
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(tasks[1], 20)  # n2 ended, and the executor heard it end
+    await asyncio.sleep(0)  # one more turn: whatever its end scheduled has run
+    assert "end n2" in probe.log
     assert "start n1-device" not in probe.log
     assert ex.in_flight == 3
 
