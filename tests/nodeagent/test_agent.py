@@ -28,6 +28,7 @@ from tests.support.exposition import parse
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.nvml import FakeNVML, h100
 from tests.support.kubeobjs import node
+from tests.support.waits import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -136,10 +137,7 @@ async def test_api_errors_and_bad_annotations_never_end_the_loop(
     try:
         stop = asyncio.Event()
         run = asyncio.create_task(agent.run(stop))
-        for _ in range(500):
-            await asyncio.sleep(0.01)
-            if agent.rounds["ok"]:
-                break
+        await until(lambda: agent.rounds["ok"], what="a good round after the errors")
         stop.set()
         await run
     finally:
