@@ -180,54 +180,13 @@ def read_workload(
     m = r.fields(node, "workload", WORKLOAD_KEYS, required=("arrivalsPerHour", "sizes", "duration"))
     if m is None:
         return None
-    pools = {p.name for p in specs}
     rate = r.get(m, "arrivalsPerHour", r.number, 1.0)
-    sizes: list[tuple[int, float]] = []
-    if "sizes" in m:
-        sm = r.fields(m["sizes"], "sizes (devices: weight)", None)
-        for k, v in m["sizes"].value if sm is not None else []:
-            size = r.integer(k, "a job size (devices)", 1)
-            weight = r.number(v, f"the weight of size {k.value}")
-            if size is not None and weight is not None:
-                sizes.append((size, weight))
-        if sm is not None and not sizes:
-            r.problem(m["sizes"], "sizes needs at least one entry, e.g. {1: 3, 8: 1}")
-        elif sizes and sum(w for _, w in sizes) <= 0:
-            r.problem(m["sizes"], "the weights of sizes must not all be 0")
+    sizes = _sizes(r, m["sizes"]) if "sizes" in m else []
     duration = _duration_spec(r, m["duration"]) if "duration" in m else None
-    util = (0.6, 0.95)
-    if "utilization" in m:
-        um = r.fields(m["utilization"], "utilization", ("min", "max"), required=("min", "max"))
-        if um is not None:
-            lo = r.get(um, "min", lambda n, w: r.number(n, w, 0.0, 1.0), 0.6)
-            hi = r.get(um, "max", lambda n, w: r.number(n, w, 0.0, 1.0), 0.95)
-            if lo > hi:
-                r.problem(m["utilization"], f"min {lo:g} is above max {hi:g}")
-            util = (lo, hi)
-    weights: list[tuple[str, float]] = []
-    if "pools" in m:
-        pm = r.fields(m["pools"], "workload pools (pool: weight)", None)
-        for k, v in m["pools"].value if pm is not None else []:
-            if not isinstance(k, ScalarNode):
-                continue  # reported by fields(): keys must be strings
-            if k.value not in pools:
-                r.problem(
-                    k, f"no pool named {k.value!r}{did_you_mean(str(k.value), sorted(pools))}"
-                )
-                continue
-            w = r.number(v, f"the weight of pool {k.value}")
-            if w is not None:
-                weights.append((str(k.value), w))
-    swing = None
-    if "swing" in m:
-        wm = r.fields(
-            m["swing"], "swing", ("period", "amplitude"), required=("period", "amplitude")
-        )
-        if wm is not None:
-            swing = SwingSpec(
-                r.get(wm, "period", r.period, 86400.0),
-                r.get(wm, "amplitude", lambda n, w: r.number(n, w, 0.0, 1.0), 0.5),
-            )
+    util = _utilization(r, m["utilization"]) if "utilization" in m else (0.6, 0.95)
+    pools = {p.name for p in specs}
+    weights = _pool_weights(r, m["pools"], pools) if "pools" in m else []
+    swing = _swing(r, m["swing"]) if "swing" in m else None
     pdb = r.get(m, "pdbMaxUnavailable", lambda n, w: r.bounded(n, w, 1, MAX_INT32), None)
     listed: tuple[str, ...]
     eligible, listed = "pool", ()
@@ -266,6 +225,62 @@ def read_workload(
         gang_kind=gang_kind,
         checkpoint_pause=pause,
         initial_jobs=r.get(m, "initialJobs", lambda n, w: r.bounded(n, w, 0, MAX_INITIAL_JOBS), 0),
+    )
+
+
+def _sizes(r: ScenarioReader, node: Node) -> list[tuple[int, float]]:
+    """``sizes``: job sizes in devices, each with its weight in the draw."""
+    sizes: list[tuple[int, float]] = []
+    sm = r.fields(node, "sizes (devices: weight)", None)
+    for k, v in node.value if sm is not None else []:
+        size = r.integer(k, "a job size (devices)", 1)
+        weight = r.number(v, f"the weight of size {k.value}")
+        if size is not None and weight is not None:
+            sizes.append((size, weight))
+    if sm is not None and not sizes:
+        r.problem(node, "sizes needs at least one entry, e.g. {1: 3, 8: 1}")
+    elif sizes and sum(w for _, w in sizes) <= 0:
+        r.problem(node, "the weights of sizes must not all be 0")
+    return sizes
+
+
+def _utilization(r: ScenarioReader, node: Node) -> tuple[float, float]:
+    """``utilization``: the range a running job's device busy fraction is drawn from."""
+    um = r.fields(node, "utilization", ("min", "max"), required=("min", "max"))
+    if um is None:
+        return (0.6, 0.95)
+    lo = r.get(um, "min", lambda n, w: r.number(n, w, 0.0, 1.0), 0.6)
+    hi = r.get(um, "max", lambda n, w: r.number(n, w, 0.0, 1.0), 0.95)
+    if lo > hi:
+        r.problem(node, f"min {lo:g} is above max {hi:g}")
+    return (lo, hi)
+
+
+def _pool_weights(r: ScenarioReader, node: Node, pools: set[str]) -> list[tuple[str, float]]:
+    """``pools``: which fleet pools jobs are drawn for, and how often; a name that
+    is no pool of the fleet is a problem."""
+    weights: list[tuple[str, float]] = []
+    pm = r.fields(node, "workload pools (pool: weight)", None)
+    for k, v in node.value if pm is not None else []:
+        if not isinstance(k, ScalarNode):
+            continue  # reported by fields(): keys must be strings
+        if k.value not in pools:
+            r.problem(k, f"no pool named {k.value!r}{did_you_mean(str(k.value), sorted(pools))}")
+            continue
+        w = r.number(v, f"the weight of pool {k.value}")
+        if w is not None:
+            weights.append((str(k.value), w))
+    return weights
+
+
+def _swing(r: ScenarioReader, node: Node) -> SwingSpec | None:
+    """``swing``: a daily (or other ``period``) rise and fall of the arrival rate."""
+    wm = r.fields(node, "swing", ("period", "amplitude"), required=("period", "amplitude"))
+    if wm is None:
+        return None
+    return SwingSpec(
+        r.get(wm, "period", r.period, 86400.0),
+        r.get(wm, "amplitude", lambda n, w: r.number(n, w, 0.0, 1.0), 0.5),
     )
 
 
