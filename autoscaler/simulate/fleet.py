@@ -83,11 +83,26 @@ class Fleet:
         self.accounting = Accounting([p.name for p in scenario.pools])
         self.stats = self.accounting.stats
         self.timeline = self.accounting.timeline
+        self._wire(s_arrival, s_job, s_fault, s_repair)
+        self._expose()
+        self._spares_at = EPOCH
+
+    def _wire(
+        self,
+        s_arrival: np.random.SeedSequence,
+        s_job: np.random.SeedSequence,
+        s_fault: np.random.SeedSequence,
+        s_repair: np.random.SeedSequence,
+    ) -> None:
+        """The parts, each with its own random stream, in the order they depend on
+        each other (and listen: the fleet's own node-removed hook goes between the
+        repairs and the faults)."""
+        scenario = self.scenario
         self.machines = MachineSet(
             scenario,
             self.kube,
             self.time,
-            static_pools=static_pools,
+            static_pools=self.static_pools,
             emit=self._emit,
             pod_gone=self.pod_removed,
         )
@@ -97,7 +112,7 @@ class Fleet:
             self.time,
             self.machines,
             self.accounting,
-            scheduler,
+            self.scheduler,
             rng_arrival=np.random.default_rng(s_arrival),
             rng_job=np.random.default_rng(s_job),
             emit=self._emit,
@@ -124,8 +139,10 @@ class Fleet:
             rng=np.random.default_rng(s_fault),
             emit=self._emit,
         )
-        # What the runner, telemetry and tests read: the parts' own containers,
-        # mutated in place and never replaced.
+
+    def _expose(self) -> None:
+        """What the runner, telemetry and tests read: the parts' own containers,
+        mutated in place and never replaced."""
         m, j = self.machines, self.job_controller
         self.slots = m.slots
         self.pool_slots = m.pool_slots
@@ -141,7 +158,6 @@ class Fleet:
         self.pending = j.pending
         self.running = j.running
         self.gangs = j.gangs
-        self._spares_at = EPOCH
 
     @property
     def now(self) -> float:
