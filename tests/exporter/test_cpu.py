@@ -15,6 +15,7 @@ import pytest
 from exporter.backends.base import BackendOptions
 from exporter.backends.cpu import CpuBackend, parse_cpu_list
 from exporter.poller import Poller
+from tests.support.clock import FakeClock
 from tests.support.exposition import names, value
 from tests.support.paths import FIXTURES
 
@@ -28,14 +29,6 @@ _VARYING = re.compile(r"^(# (HELP|TYPE) )?accel_exporter_poll_duration_seconds[ 
 def stable(text: str) -> str:
     """The exposition without the lines that vary from run to run."""
     return "".join(line for line in text.splitlines(keepends=True) if not _VARYING.match(line))
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def backend(root: Path = FIXTURES, clock: Callable[[], float] | None = None) -> CpuBackend:
@@ -175,11 +168,11 @@ async def test_power_and_energy_wraparound(tree: Path) -> None:
     first = 123456789
 
     def plus_1500_joules() -> None:
-        clock.now += 10
+        clock.advance(10)
         (zone / "energy_uj").write_text(f"{first + 1_500_000_000}\n")
 
     def plus_2000_joules_across_the_wrap() -> None:
-        clock.now += 10
+        clock.advance(10)
         # A range that wraps 500 J above the last value: 500 J to the top, 1500 after.
         (zone / "max_energy_range_uj").write_text(f"{first + 2_000_000_000}\n")
         (zone / "energy_uj").write_text("1500000000\n")

@@ -21,6 +21,7 @@ from exporter.backends.sim import SimBackend, parse_sim_devices
 from exporter.model import DeviceInfo, Reading
 from exporter.poller import Poller
 from exporter.render import normalise_device_id
+from tests.support.clock import FakeClock
 from tests.support.exposition import parse, value
 from tests.support.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
 from tests.support.paths import REPO
@@ -28,11 +29,6 @@ from tests.support.paths import REPO
 FIXED = 1_700_000_000.0
 GPU = "nvidia.com/gpu"
 POD_INFO = "accel_device_pod_info"
-
-
-class Clock:
-    def __call__(self) -> float:
-        return 0.0
 
 
 @pytest.fixture
@@ -61,7 +57,7 @@ def kubelet_backend(path: Path) -> KubeletBackend:
 
 
 def sim_backend(devices: str) -> SimBackend:
-    return SimBackend(BackendOptions(sim_devices=parse_sim_devices(devices)), clock=Clock())
+    return SimBackend(BackendOptions(sim_devices=parse_sim_devices(devices)), clock=FakeClock(0.0))
 
 
 class StaticBackend(Backend):

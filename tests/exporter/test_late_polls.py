@@ -22,20 +22,13 @@ import pytest
 from exporter.backends.base import Backend, BackendOptions
 from exporter.model import BackendUnavailableError, DeviceInfo, Reading
 from exporter.poller import REDISCOVER_SECONDS, Poller
+from tests.support.clock import FakeClock
 
 pytestmark = pytest.mark.timeout(30)
 
 # The poll timeout: long enough that a loaded test machine answers a poll that is
 # not held, short enough to keep the test quick.
 TIMEOUT = 1.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class SlowDiscovery(Backend):
@@ -95,20 +88,20 @@ async def time_out_then_end(poller: Poller, backend: SlowDiscovery) -> None:
 async def test_a_late_unavailable_answer_is_collected_and_backs_off() -> None:
     errors = LoopErrors()
     asyncio.get_running_loop().set_exception_handler(errors)
-    clock = Clock()
+    clock = FakeClock(1_700_000_000.0)
     backend = SlowDiscovery(fails=True)
     poller = Poller([backend], interval=1, timeout=TIMEOUT, clock=clock)
     try:
         await time_out_then_end(poller, backend)
         # The next polls within the back-off do not start the discovery again.
-        clock.t += 2
+        clock.advance(2)
         await poller.poll_backend(poller._states[0])
-        clock.t += 2
+        clock.advance(2)
         await poller.poll_backend(poller._states[0])
         assert backend.discoveries == 1
         assert not poller.backend_up["slow"]
         # After the back-off it is asked again.
-        clock.t += REDISCOVER_SECONDS
+        clock.advance(REDISCOVER_SECONDS)
         backend.fails = False
         await poller.poll_backend(poller._states[0])
         assert backend.discoveries == 2 and poller.backend_up["slow"]
@@ -125,7 +118,7 @@ async def test_a_late_discovery_is_kept_and_the_next_poll_only_reads() -> None:
     errors = LoopErrors()
     asyncio.get_running_loop().set_exception_handler(errors)
     backend = SlowDiscovery(fails=False)
-    poller = Poller([backend], interval=1, timeout=TIMEOUT, clock=Clock())
+    poller = Poller([backend], interval=1, timeout=TIMEOUT, clock=FakeClock(1_700_000_000.0))
     try:
         await time_out_then_end(poller, backend)
         await poller.poll_backend(poller._states[0])

@@ -33,6 +33,7 @@ from exporter.backends.oneapi.sysman import BANDWIDTH_SOURCE
 from exporter.backends.oneapi.zes import PROTOTYPES
 from exporter.model import BackendUnavailableError, DeviceInfo, DeviceLostError, Reading
 from exporter.poller import Poller
+from tests.support.clock import FakeClock
 from tests.support.exposition import names, parse, stable, value
 from tests.support.fakes import level_zero as lz
 from tests.support.fakes.dpctl import FakeDpctl, SyclDevice
@@ -45,14 +46,6 @@ FLEX = "Intel(R) Data Center GPU Flex 170"
 B580 = "Intel(R) Arc(TM) B580 Graphics"
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def cpu(**kw: Any) -> SyclDevice:
@@ -318,7 +311,7 @@ async def test_sysfs_cards_power_energy_frequency(
     flex_energy.write_text(f"{8124537810 + 191_000_000}\n")  # 95.5 W for 2 s
     b580_energy = tree / "class/drm/card3/device/hwmon/hwmon6/energy2_input"
     b580_energy.write_text(f"{4512398741 + 300_000_000}\n")  # 150 W for 2 s
-    clock.now += 2.0
+    clock.advance(2.0)
     text = await poll(poller)
 
     info = info_of(text)
@@ -1093,7 +1086,7 @@ def test_power_limit_disabled_and_sysfs_energy_going_back(tree: Path) -> None:
     # Sysman says the sustained limit is off; sysfs's PL1 is the limit in force.
     assert r.power_limit_watts == 120
     (tree / "class/drm/card2/device/hwmon/hwmon5/energy1_input").write_text("1000\n")
-    clock.now += 1.0
+    clock.advance(1.0)
     r = backend.read(devices[0])
     assert r.energy_joules == 0.001 and r.power_watts is None
     assert backend.missing["oneapi0"]["power_watts"] == (

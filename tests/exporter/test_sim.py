@@ -18,18 +18,11 @@ import pytest
 from exporter.backends.base import BackendOptions
 from exporter.backends.sim import SimBackend, SimScriptError, load_script, parse_sim_devices
 from exporter.poller import Poller
+from tests.support.clock import FakeClock
 from tests.support.exposition import CORE_METRICS, names, parse, stable, value
 from tests.support.paths import REPO
 
 FIXED = 1_700_000_000.0
-
-
-class Clock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def sim(
@@ -39,7 +32,7 @@ def sim(
     seed: int = 0,
 ) -> SimBackend:
     opts = BackendOptions(sim_devices=parse_sim_devices(devices), sim_script=script, sim_seed=seed)
-    return SimBackend(opts, clock=clock or Clock())
+    return SimBackend(opts, clock=clock or FakeClock(0.0))
 
 
 async def text_of(poller: Poller) -> str:
@@ -98,9 +91,9 @@ def test_script_problems_are_all_reported_with_positions(tmp_path: Path) -> None
 
 
 async def test_same_seed_and_clock_give_the_same_exposition() -> None:
-    a = Poller([sim("nvidia:2,amd:1", clock=Clock(42))], 1, 5, clock=lambda: FIXED)
-    b = Poller([sim("nvidia:2,amd:1", clock=Clock(42))], 1, 5, clock=lambda: FIXED)
-    c = Poller([sim("nvidia:2,amd:1", clock=Clock(42), seed=7)], 1, 5, clock=lambda: FIXED)
+    a = Poller([sim("nvidia:2,amd:1", clock=FakeClock(42))], 1, 5, clock=lambda: FIXED)
+    b = Poller([sim("nvidia:2,amd:1", clock=FakeClock(42))], 1, 5, clock=lambda: FIXED)
+    c = Poller([sim("nvidia:2,amd:1", clock=FakeClock(42), seed=7)], 1, 5, clock=lambda: FIXED)
     ta, tb, tc = [stable(await text_of(p)) for p in (a, b, c)]
     assert ta == tb
     assert ta != tc
@@ -109,21 +102,21 @@ async def test_same_seed_and_clock_give_the_same_exposition() -> None:
 async def test_sim_golden_and_promtool(
     golden: Callable[[str, str], None], promtool_check: Callable[[str], None]
 ) -> None:
-    clock = Clock(0)
+    clock = FakeClock(0)
     poller = Poller([sim("nvidia:2,amd:1,oneapi:1", clock=clock)], 1, 5, clock=lambda: FIXED)
     await poller.poll_once()
-    clock.t = 10.0  # a second poll, so energy has accumulated
+    clock.set(10.0)  # a second poll, so energy has accumulated
     text = await text_of(poller)
     promtool_check(text)
     golden("sim.prom", stable(text))
 
 
 async def test_load_is_plausible_and_moves() -> None:
-    clock = Clock(0)
+    clock = FakeClock(0)
     poller = Poller([sim("nvidia:4", clock=clock)], 1, 5)
     seen: set[float] = set()
     for t in range(0, 600, 60):
-        clock.t = float(t)
+        clock.set(float(t))
         text = await text_of(poller)
         for i in range(4):
             u = value(text, "accel_utilization_ratio", device=f"nvidia{i}")
@@ -145,13 +138,13 @@ async def test_script_fault_loses_device_and_counts_fatal(tmp_path: Path) -> Non
         "  - {at: 90s, device: nvidia3, recover: true}\n"
         "  - {at: 90s, device: nvidia0, set: {utilization: 0.99, temperature: 92}}\n"
     )
-    clock = Clock(0)
+    clock = FakeClock(0)
     poller = Poller([sim("nvidia:4,amd:2", script, clock)], 1, 5)
     text = await text_of(poller)
     assert value(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 0
     assert value(text, "accel_ecc_errors_total", device="amd1", type="uncorrected") == 0
 
-    clock.t = 45
+    clock.set(45)
     text = await text_of(poller)
     assert value(text, "accel_up", device="nvidia3") == 0
     assert value(text, "accel_device_info", device="nvidia3") == 1  # identity kept
@@ -164,13 +157,13 @@ async def test_script_fault_loses_device_and_counts_fatal(tmp_path: Path) -> Non
     assert value(text, "accel_up", device="nvidia2") == 1
     assert value(text, "accel_exporter_backend_up", backend="sim") == 1
 
-    clock.t = 61
+    clock.set(61)
     text = await text_of(poller)
     assert value(text, "accel_up", device="nvidia3") == 0  # still lost, counter kept
     assert value(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 1
     assert value(text, "accel_ecc_errors_total", device="amd1", type="uncorrected") == 2
 
-    clock.t = 95
+    clock.set(95)
     text = await text_of(poller)
     assert value(text, "accel_up", device="nvidia3") == 1
     assert value(text, "accel_utilization_ratio", device="nvidia0") == 0.99
@@ -181,7 +174,7 @@ async def test_scripted_hang_times_out_only_that_backend(tmp_path: Path) -> None
     script = tmp_path / "hang.yaml"
     script.write_text("- {at: 0s, device: nvidia0, hang: forever}\n")
     hung = sim("nvidia:1", script)
-    healthy = SimBackend(BackendOptions(sim_devices=(("amd", 1),)), clock=Clock())
+    healthy = SimBackend(BackendOptions(sim_devices=(("amd", 1),)), clock=FakeClock(0.0))
     healthy.name = "sim-amd"  # type: ignore[misc]  # two sims, told apart by name
     poller = Poller([hung, healthy], 1, timeout=0.3)
     loop = asyncio.get_running_loop()
@@ -337,7 +330,7 @@ def test_uuids_differ_across_hosts_and_stay_put_on_one() -> None:
             sim_host=host,
             sim_partitions=True,
         )
-        return [d.uuid for d in SimBackend(opts, clock=Clock()).discover()]
+        return [d.uuid for d in SimBackend(opts, clock=FakeClock(0.0)).discover()]
 
     a, b = uuids("node-a"), uuids("node-b")
     assert len(set(a)) == len(a)
@@ -355,5 +348,5 @@ def test_the_cli_derives_uuids_from_this_host() -> None:
     assert proc.returncode == 0, proc.stderr
     [info] = [labels for name, labels, _ in parse(proc.stdout) if name == "accel_device_info"]
     here = BackendOptions(sim_devices=(("nvidia", 1),), sim_host=socket.gethostname())
-    assert info["uuid"] == SimBackend(here, clock=Clock()).discover()[0].uuid
+    assert info["uuid"] == SimBackend(here, clock=FakeClock(0.0)).discover()[0].uuid
     assert info["model"] == "Simulated NVIDIA H100 80GB HBM3"

@@ -16,6 +16,7 @@ from exporter.backends.sim import SimBackend, parse_sim_devices
 from exporter.backends.sim_pods import IDLE_UTILIZATION, SHARED_ACCOUNTED
 from exporter.cli import make_backends, parse_args
 from exporter.poller import Poller
+from tests.support.clock import FakeClock
 from tests.support.exposition import Sample, parse
 
 FIXED = 1_700_000_000.0
@@ -23,14 +24,6 @@ NVIDIA_NAME = re.compile(r"^gpu-\d+$")
 MIG_NAME = re.compile(r"^gpu-\d+-mig-[a-z0-9]+-\d+-\d+$")
 PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PARTITION_REF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]/\d$")
-
-
-class Clock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def sim(devices: str, *, pods: int, seed: int = 0, claims: bool, sharing: bool) -> SimBackend:
@@ -42,7 +35,7 @@ def sim(devices: str, *, pods: int, seed: int = 0, claims: bool, sharing: bool) 
         sim_claims=claims,
         sim_sharing=sharing,
     )
-    return SimBackend(opts, clock=Clock(30.0))
+    return SimBackend(opts, clock=FakeClock(30.0))
 
 
 async def exposition(backend: SimBackend) -> list[Sample]:

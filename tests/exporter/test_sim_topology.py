@@ -13,17 +13,10 @@ from exporter.backends.sim import SimBackend, parse_sim_devices
 from exporter.cli import make_backends, parse_args
 from exporter.poller import Poller
 from exporter.topology import distances
+from tests.support.clock import FakeClock
 from tests.support.exposition import stable
 
 FIXED = 1_700_000_000.0
-
-
-class Clock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def sim(
@@ -32,7 +25,7 @@ def sim(
     partitions: bool = False,
     pods: int = 0,
     seed: int = 0,
-    clock: Clock | None = None,
+    clock: FakeClock | None = None,
 ) -> SimBackend:
     opts = BackendOptions(
         sim_devices=parse_sim_devices(devices),
@@ -40,7 +33,7 @@ def sim(
         sim_partitions=partitions,
         sim_pods=pods,
     )
-    return SimBackend(opts, clock=clock or Clock())
+    return SimBackend(opts, clock=clock or FakeClock(0.0))
 
 
 def matrix(backend: SimBackend) -> dict[tuple[str, str], float]:
@@ -159,11 +152,11 @@ def test_flags_reach_the_backend() -> None:
 async def test_sim_topology_golden_and_promtool(
     golden: Callable[[str, str], None], promtool_check: Callable[[str], None]
 ) -> None:
-    clock = Clock(0)
+    clock = FakeClock(0)
     backend = sim("nvidia:2,amd:2,oneapi:4", partitions=True, pods=3, clock=clock)
     poller = Poller([backend], 1, 5, clock=lambda: FIXED)
     await poller.poll_once()
-    clock.t = 10.0
+    clock.set(10.0)
     text = (await poller.poll_once()).text.decode()
     promtool_check(text)
     assert 'accel_device_pod_info{device="nvidia1_mig1"' in text or "train-" in text

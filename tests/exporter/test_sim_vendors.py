@@ -19,6 +19,7 @@ from exporter.backends.sim import SimBackend, parse_sim_devices
 from exporter.faults import CATALOGUES
 from exporter.poller import Poller
 from exporter.topology import distances
+from tests.support.clock import FakeClock
 from tests.support.exposition import parse, value
 from tests.support.paths import REPO
 
@@ -27,30 +28,22 @@ ALL_SIX = "nvidia:2,amd:2,oneapi:2,gaudi:2,ascend:2,tpu:2"
 NEW = ("gaudi", "ascend", "tpu")
 
 
-class Clock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def sim(devices: str, script: Path | None = None, clock: Clock | None = None) -> SimBackend:
+def sim(devices: str, script: Path | None = None, clock: FakeClock | None = None) -> SimBackend:
     opts = BackendOptions(sim_devices=parse_sim_devices(devices), sim_script=script)
-    return SimBackend(opts, clock=clock or Clock())
+    return SimBackend(opts, clock=clock or FakeClock(0.0))
 
 
-async def exposition(backend: SimBackend, clock: Clock) -> str:
+async def exposition(backend: SimBackend, clock: FakeClock) -> str:
     poller = Poller([backend], 1, 5, clock=lambda: FIXED)
     await poller.poll_once()
-    clock.t += 10.0  # a second poll: energy and counters have moved
+    clock.advance(10.0)  # a second poll: energy and counters have moved
     return (await poller.poll_once()).text.decode()
 
 
 async def test_all_six_vendors_in_one_exposition_pass_promtool(
     promtool_check: Callable[[str], None],
 ) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     text = await exposition(sim(ALL_SIX, clock=clock), clock)
     promtool_check(text)
     up = {labels["device"]: v for name, labels, v in parse(text) if name == "accel_up"}
@@ -107,7 +100,7 @@ async def test_a_fatal_code_from_each_catalogue_counts_as_fatal(tmp_path: Path) 
         "events:\n"
         + "".join(f"  - {{at: 5s, device: {v}1, fault: {_fatal_code(v)!r}}}\n" for v in NEW)
     )
-    clock = Clock()
+    clock = FakeClock(0.0)
     text = await exposition(sim("gaudi:2,ascend:2,tpu:2", script=script, clock=clock), clock)
     for vendor in NEW:
         code = _fatal_code(vendor)
@@ -126,7 +119,7 @@ async def test_a_fatal_code_from_each_catalogue_counts_as_fatal(tmp_path: Path) 
 
 
 async def test_tpu_leaves_out_what_the_runtime_does_not_report() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     text = await exposition(sim("tpu:1,gaudi:1", clock=clock), clock)
     for metric in (
         "accel_temperature_celsius",

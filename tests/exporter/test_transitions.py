@@ -11,16 +11,9 @@ import pytest
 from exporter.backends.base import Backend, BackendOptions
 from exporter.model import DeviceInfo, DeviceLostError, FaultEvent, Reading
 from exporter.poller import Poller
+from tests.support.clock import FakeClock
 
 pytestmark = pytest.mark.timeout(30)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Scripted(Backend):
@@ -63,7 +56,7 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 async def test_a_lost_device_is_down_once_and_up_once_with_how_long(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    backend, clock = Scripted(), Clock()
+    backend, clock = Scripted(), FakeClock(1_700_000_000.0)
     poller = Poller([backend], interval=1, timeout=5, clock=clock)
     try:
         with caplog.at_level(logging.DEBUG, "accel_exporter.poller"):
@@ -73,9 +66,9 @@ async def test_a_lost_device_is_down_once_and_up_once_with_how_long(
             await poller.poll_once()
             backend.state["gpu1"] = "lost"
             for _ in range(3):
-                clock.t += 15
+                clock.advance(15)
                 await poller.poll_once()
-            clock.t += 45
+            clock.advance(45)
             backend.state["gpu1"] = "up"
             await poller.poll_once()
             await poller.poll_once()
@@ -95,7 +88,7 @@ async def test_a_lost_device_is_down_once_and_up_once_with_how_long(
 async def test_a_backend_down_is_one_line_and_its_devices_come_back_with_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    backend, clock = Scripted(), Clock()
+    backend, clock = Scripted(), FakeClock(1_700_000_000.0)
     poller = Poller([backend], interval=1, timeout=5, clock=clock)
     try:
         with caplog.at_level(logging.DEBUG, "accel_exporter.poller"):
@@ -104,14 +97,14 @@ async def test_a_backend_down_is_one_line_and_its_devices_come_back_with_it(
             caplog.clear()
             backend.broken = "driver reloading"
             await poller.poll_once()
-            clock.t += 5
+            clock.advance(5)
             backend.broken = "driver still reloading"
             await poller.poll_once()
-            clock.t += 7
+            clock.advance(7)
             backend.broken = ""
             backend.state["gpu0"] = "lost"  # back, but this GPU did not survive it
             await poller.poll_once()
-            clock.t += 3
+            clock.advance(3)
             backend.state["gpu0"] = "up"
             await poller.poll_once()
         said = [(r.levelno, r.getMessage()) for r in caplog.records]
@@ -132,7 +125,7 @@ async def test_a_backend_down_is_one_line_and_its_devices_come_back_with_it(
 async def test_a_device_down_from_the_first_poll_is_said_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    backend, clock = Scripted(), Clock()
+    backend, clock = Scripted(), FakeClock(1_700_000_000.0)
     backend.state["gpu0"] = "lost"
     poller = Poller([backend], interval=1, timeout=5, clock=clock)
     try:

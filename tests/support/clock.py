@@ -112,8 +112,8 @@ class FakeClock:
         until ``advance`` reaches the deadline. Always yields to the loop once."""
         self.slept.append(seconds)
         if self.auto or seconds <= 0:
-            if self.auto and seconds > 0:
-                self.advance(seconds)
+            if self.auto:  # at least a millisecond: a loop that sleeps 0 still ends
+                self.advance(max(seconds, 0.001))
             await asyncio.sleep(0)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

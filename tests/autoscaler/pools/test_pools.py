@@ -5,7 +5,7 @@ One behaviour per test: scale-up respects the maximum and counts provisioning
 Machines; scale-down drains, marks the Machine and only then lowers replicas (read
 from the server's request log); never below the minimum; and a MachineDeployment
 without the autoscaler annotations is refused with a message that names them. Time
-is fake (``Clock``): a drain that a PodDisruptionBudget holds runs to its deadline
+is fake (an auto ``FakeClock``): a drain that a PodDisruptionBudget holds runs to its deadline
 without the test waiting for it.
 """
 
@@ -32,6 +32,7 @@ from autoscaler.pools.clusterapi import (
     PoolRefused,
     count_machines,
 )
+from tests.support.clock import FakeClock
 from tests.support.fakes.apiserver import FakeApiServer, RecordedRequest
 
 NS = "capi"
@@ -164,21 +165,8 @@ def add_pool(
 # -- harness ---------------------------------------------------------------------
 
 
-class Clock:
-    """Fake time for the action: ``sleep`` advances it at once."""
-
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        self.t += max(seconds, 0.001)
-
-
 def context(kube: Kube, *, dry_run: bool = False) -> ActionContext:
-    clock = Clock()
+    clock = FakeClock(T0, auto=True)
     return ActionContext(
         kube=kube,
         replica="replica-a",

@@ -22,6 +22,7 @@ from autoscaler.ruleset.labels import missing_labels, output_labels
 from autoscaler.ruleset.loader import load_ruleset, rule_files
 from autoscaler.ruleset.model import Action, Limits, Position, Recover, RuleLimits
 from autoscaler.ruleset.watch import RuleWatcher
+from tests.support.clock import FakeClock
 from tests.support.paths import FIXTURES, REPO
 
 RULES = FIXTURES / "rules"
@@ -686,14 +687,6 @@ def test_spec_conflicts_between_files_point_at_the_second_file() -> None:
 # --- the watcher ----------------------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def touch(path: Path, text: str, mtime: float) -> None:
     """Rewrites a file with an explicit mtime, so a test never depends on the file
     system's timestamp granularity."""
@@ -710,7 +703,7 @@ def test_watcher_reloads_a_changed_file(tmp_path: Path) -> None:
     assert (w.reload_success, w.last_problems, w.loaded_at) == (True, [], 1000.0)
     assert w.check() is False
 
-    clock.now = 1015.0
+    clock.set(1015.0)
     touch(path, rules_file(GOOD_RULE.replace("3m", "5m")), 1_000_100)
     assert w.check() is True
     assert w.current.rule("device-lost").for_ == 300.0
