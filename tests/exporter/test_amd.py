@@ -54,7 +54,7 @@ from tests.support.amd_gpu_metrics import (
     fixture_tables,
     offsets,
 )
-from tests.support.exposition import names, parse, value
+from tests.support.exposition import names, parse, stable, value
 from tests.support.fakes.amdsmi import STATUS, FakeAmdGpu, FakeAmdProcess, FakeAmdSmi
 from tests.support.paths import FIXTURES, REPO
 
@@ -66,11 +66,6 @@ CARD_DIRS = {card: SYS / Path(rel).parent for card, rel in GPU_METRICS_PATHS.ite
 DEVICE = {"card0": "amd0", "card1": "amd1"}
 MI300X_UUID = "c4ff74a1-0000-1000-80e1-d2b0a7f2e5c3"
 MI210_UUID = "5aff740f-0000-1000-803c-9e7f01d2b846"
-_VARYING = re.compile(r"^(# (HELP|TYPE) )?accel_exporter_poll_duration_seconds[ {]")
-
-
-def stable(text: str) -> str:
-    return "".join(line for line in text.splitlines(keepends=True) if not _VARYING.match(line))
 
 
 def num(table: dict[str, Value], key: str) -> int:

@@ -35,7 +35,7 @@ from exporter.backends.ascend.npusmi import (
 from exporter.backends.base import BackendOptions
 from exporter.model import BackendUnavailableError
 from exporter.poller import Poller
-from tests.support.exposition import names, parse, value
+from tests.support.exposition import names, parse, stable, value
 from tests.support.fakes.dcmi import FakeChip, FakeDcmi, FakeNpuSmi, render_info
 
 pytestmark = pytest.mark.timeout(60)
@@ -123,14 +123,6 @@ async def poll(backend: AscendBackend, *changes: Callable[[], None], timeout: fl
         return snapshot.text.decode()
     finally:
         await poller.stop()
-
-
-def stable(text: str) -> str:
-    return "".join(
-        line + "\n"
-        for line in text.splitlines()
-        if "accel_exporter_poll_duration_seconds" not in line
-    )
 
 
 # -- the ctypes layer and the fake -------------------------------------------------------

@@ -4,7 +4,6 @@ one look at this machine's own /sys and /proc."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -16,19 +15,13 @@ from exporter.backends.base import BackendOptions
 from exporter.backends.cpu import CpuBackend, parse_cpu_list
 from exporter.poller import Poller
 from tests.support.clock import FakeClock
-from tests.support.exposition import names, value
+from tests.support.exposition import names, stable, value
 from tests.support.paths import FIXTURES
 
 NOW = 1700000000.0
 KIB = 1024
 # Lines whose value is a measured duration differ on every run; the golden file
 # leaves them out (the Poller's fixed clock keeps last_success stable).
-_VARYING = re.compile(r"^(# (HELP|TYPE) )?accel_exporter_poll_duration_seconds[ {]")
-
-
-def stable(text: str) -> str:
-    """The exposition without the lines that vary from run to run."""
-    return "".join(line for line in text.splitlines(keepends=True) if not _VARYING.match(line))
 
 
 def backend(root: Path = FIXTURES, clock: Callable[[], float] | None = None) -> CpuBackend:

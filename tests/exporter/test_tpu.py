@@ -28,7 +28,7 @@ from exporter.backends.tpu.chips import find_chips
 from exporter.backends.tpu.runtime import HBM_BANDWIDTH
 from exporter.model import BackendUnavailableError, DeviceInfo, DeviceLostError
 from exporter.poller import Poller
-from tests.support.exposition import names, parse, value
+from tests.support.exposition import names, parse, stable, value
 from tests.support.fakes.tpu_runtime import GIB, FakeChip, FakeTpuRuntime
 from tests.support.paths import FIXTURES, REPO
 
@@ -38,14 +38,6 @@ NOW = 1_700_000_000.0
 V5E = FIXTURES / "tpu_v5e"
 V4 = FIXTURES / "tpu_v4"
 TIMEOUT = 0.5
-
-
-def stable(text: str) -> str:
-    return "".join(
-        line
-        for line in text.splitlines(keepends=True)
-        if "accel_exporter_poll_duration_seconds" not in line
-    )
 
 
 def chips() -> dict[int, FakeChip]:

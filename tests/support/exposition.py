@@ -55,3 +55,14 @@ def stable(text: str) -> str:
         for line in text.splitlines()
         if "accel_exporter_poll_duration_seconds" not in line
     )
+
+
+def masked(text: str) -> str:
+    """The exposition with the poll duration's value masked (``<duration>``): for the
+    golden files that show the series is there, which ``stable`` leaves out."""
+    return re.sub(
+        r"^(accel_exporter_poll_duration_seconds\{[^}]*\}) \S+$",
+        r"\1 <duration>",
+        text,
+        flags=re.M,
+    )
