@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from autoscaler.cli import build_parser
 from autoscaler.commands.run import exposure_problem, is_loopback
 from tests.support.paths import REPO
 from tests.support.procs import autoscaler, free_port, http_get
+from tests.support.waits import wait
 
 RULES = """\
 apiVersion: accel-fleet/v1
@@ -316,13 +316,16 @@ def answering_503() -> Iterator[tuple[str, list[str]]]:
 
 
 def wait_for(log: Path, text: str, timeout: float = 20.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
+    """The log's content once it holds ``text``; the failure shows what it held."""
+
+    def logged() -> str:
         content = log.read_text(errors="replace")
-        if text in content:
-            return content
-        assert time.monotonic() < deadline, f"{text!r} not logged within {timeout}s:\n{content}"
-        time.sleep(0.1)
+        return content if text in content else ""  # "": not yet
+
+    try:
+        return wait(logged, timeout, what=f"{text!r} logged", every=0.1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}:\n{log.read_text(errors='replace')}") from None
 
 
 @pytest.mark.parametrize("where", ["unreachable", "answering 503"])
