@@ -18,6 +18,7 @@ from typing import IO
 
 import pytest
 
+from tests.support.exposition import value
 from tests.support.paths import REPO
 from tests.support.waits import wait
 
@@ -51,6 +52,27 @@ def wait_http(url: str, timeout: float = 20.0) -> None:
         wait(answers, timeout, what=f"an answer from {url}")
     except AssertionError as e:
         raise AssertionError(f"{e}: {last[0] if last else 'no error'}") from None
+
+
+LAST_EVALUATION = "accel_autoscaler_last_evaluation_timestamp_seconds"
+
+
+def last_evaluation(url: str) -> float:
+    """When the controller at ``url`` last finished an evaluation cycle (0: never)."""
+    return value(http_get(url + "/metrics", timeout=5.0).decode(), LAST_EVALUATION) or 0.0
+
+
+def wait_cycles(url: str, count: int = 1, timeout: float = 20.0) -> None:
+    """Waits until the controller at ``url`` has finished ``count`` evaluation cycles
+    after this moment: the event a test waits for before it asserts that the
+    controller did (or did not do) something "by now", instead of a fixed sleep."""
+    for n in range(count):
+        before = last_evaluation(url)
+        wait(
+            lambda before=before: last_evaluation(url) > before,  # type: ignore[misc]
+            timeout,
+            f"evaluation cycle {n + 1} of {count}",
+        )
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

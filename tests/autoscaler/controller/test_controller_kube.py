@@ -19,7 +19,7 @@ from accel_common.names import LEADER_LABEL
 from autoscaler.actions.ops.ownership import ANNOTATION
 from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.kubeobjs import evictions, node, pdb, pod
-from tests.support.procs import autoscaler, free_port, http_get
+from tests.support.procs import autoscaler, free_port, http_get, wait_cycles
 from tests.support.waits import wait
 
 # Slow (controller processes killed and restarted against the fake API server):
@@ -199,7 +199,7 @@ def test_two_replicas_one_acts_and_the_other_takes_over(tmp_path: Path) -> None:
             assert fire(standby, "n1") == 503
             assert fire(leader, "n1") == 200
             wait(lambda: api.get("pods", "ml", "a-0") is None, what="the leader's drain")
-            time.sleep(1.0)
+            wait_cycles(f"http://127.0.0.1:{leader}", 2)  # two more cycles: nothing more
             assert evictions(api, "a-0") == 1
             assert len(api.requests_for("PATCH", r"/nodes/n1$")) <= 4
 

@@ -12,7 +12,6 @@ import asyncio
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +33,7 @@ from tests.support.fakes.apiserver import FakeApiServer, running_apiserver
 from tests.support.fakes.kubelet import FakeKubelet
 from tests.support.fakes.nvml import FakeNVML
 from tests.support.kubeobjs import evictions, node, pod
-from tests.support.procs import autoscaler, free_port, http_get
+from tests.support.procs import autoscaler, free_port, http_get, wait_cycles
 from tests.support.waits import wait
 
 # A controller process and an exporter: `make test-fast` leaves it out.
@@ -180,7 +179,7 @@ def test_fatal_fault_on_a_claimed_gpu_migrates_that_pod_only(
         ):
             # Let the controller see the fault counter at 0 first (increase() needs
             # two samples), then the GPU falls off the bus.
-            time.sleep(3.0)
+            wait_cycles(running.url, 2)
             assert running.proc.poll() is None
             nvml.inject_xid(0, 79)
             try:
@@ -190,7 +189,7 @@ def test_fatal_fault_on_a_claimed_gpu_migrates_that_pod_only(
                     f"{e}\n{(tmp_path / 'controller.log').read_text(errors='replace')[-4000:]}"
                 ) from None
             # A few more evaluations: nothing else moves.
-            time.sleep(3.0)
+            wait_cycles(running.url, 3)
         log = (tmp_path / "controller.log").read_text(errors="replace")
         assert evictions(api, "plugin") == 0, log
         assert evictions(api, "cpu-only") == 0, log
