@@ -59,7 +59,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accel_common.clusterjson import ClusterValueError, text
 from accel_common.dra import has_claims
 from accel_common.gangs import gang_of
 from autoscaler.actions.base import (
@@ -138,21 +137,10 @@ def _record(job: Obj) -> dict[str, Any]:
     """The Job's requeue record, its fields checked ({} when there is none). One
     that cannot be read raises ``UnknownFact``: read as "never requeued" it would
     lift ``maxRequeues`` and the backoff, so the pod is left where it is."""
-    rec = unknown.record(job, REQUEUES, REQUEUE_FACT)
+    rec, out, at = unknown.counted(job, REQUEUES, REQUEUE_FACT)
     if not rec:
         return {}
-    at = unknown.where(job, REQUEUES)
-    out: dict[str, Any] = {"count": unknown.count(rec, "count", at, REQUEUE_FACT)}
-    if rec.get("last") is not None:
-        unknown.stamp(rec, "last", at, REQUEUE_FACT)
-        out["last"] = rec["last"]
-    pods = rec.get("pods") or []
-    try:
-        if not isinstance(pods, list) or len(pods) > 4 * KEEP_PODS:
-            raise ClusterValueError(f"{at} field pods", "expected a short list of pod uids")
-        out["pods"] = [text(u, f"{at} field pods", max_len=64) for u in pods]
-    except ClusterValueError as e:
-        raise unknown.UnknownFact(REQUEUE_FACT, e) from None
+    out["pods"] = unknown.uid_list(rec, "pods", at, REQUEUE_FACT, 4 * KEEP_PODS)
     return out
 
 

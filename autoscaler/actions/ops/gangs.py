@@ -150,22 +150,13 @@ def record(holder: Obj | None) -> dict[str, Any]:
     or a limit reached), and the gang is left alone rather than restarted again."""
     if holder is None:
         return {}
-    rec = unknown.record(holder, GANG_RESTARTS_ANNOTATION, FACT)
+    rec, out, at = unknown.counted(holder, GANG_RESTARTS_ANNOTATION, FACT)
     if not rec:
         return {}
-    at = unknown.where(holder, GANG_RESTARTS_ANNOTATION)
-    out: dict[str, Any] = {"count": unknown.count(rec, "count", at, FACT)}
-    if rec.get("last") is not None:
-        unknown.stamp(rec, "last", at, FACT)
-        out["last"] = rec["last"]
     if "version" in rec:
         out["version"] = unknown.count(rec, "version", at, FACT)
-    uids = rec.get("uids") or []
-    if not isinstance(uids, list) or len(uids) > KEEP_UIDS:
-        why = f"expected a list of at most {KEEP_UIDS} pod uids"
-        raise unknown.UnknownFact(FACT, ClusterValueError(f"{at} field uids", why))
+    out["uids"] = unknown.uid_list(rec, "uids", at, FACT, KEEP_UIDS)
     try:
-        out["uids"] = [text(u, f"{at} field uids", max_len=64) for u in uids]
         if rec.get("rule") is not None:
             out["rule"] = text(rec["rule"], f"{at} field rule", max_len=253)
     except ClusterValueError as e:

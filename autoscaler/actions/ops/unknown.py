@@ -34,6 +34,7 @@ from accel_common.clusterjson import (
     annotations_of,
     describe,
     loads_object,
+    text,
     whole,
 )
 from autoscaler.actions.base import ActionSpec, Execute
@@ -126,6 +127,36 @@ def stamp(rec: Mapping[str, Any], field: str, at: str, fact: str) -> float | Non
         return None
     try:
         return plausible_time(value, f"{at} field {field}")
+    except ClusterValueError as e:
+        raise UnknownFact(fact, e) from None
+
+
+def counted(
+    obj: Mapping[str, Any], key: str, fact: str
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """A record that counts what we did (a gang's restarts, a Job's requeues): the
+    record as read, its checked ``count`` (and ``last`` when set), and where it is
+    for messages; the first two empty when there is none. ``UnknownFact`` when it
+    cannot be read."""
+    rec = record(obj, key, fact)
+    at = where(obj, key)
+    if not rec:
+        return {}, {}, at
+    out: dict[str, Any] = {"count": count(rec, "count", at, fact)}
+    if rec.get("last") is not None:
+        stamp(rec, "last", at, fact)
+        out["last"] = rec["last"]
+    return rec, out, at
+
+
+def uid_list(rec: Mapping[str, Any], field: str, at: str, fact: str, most: int) -> list[str]:
+    """``rec[field]`` as a list of at most ``most`` pod uids (absent: none);
+    ``UnknownFact`` otherwise."""
+    values = rec.get(field) or []
+    try:
+        if not isinstance(values, list) or len(values) > most:
+            raise ClusterValueError(f"{at} field {field}", f"expected at most {most} pod uids")
+        return [text(u, f"{at} field {field}", max_len=64) for u in values]
     except ClusterValueError as e:
         raise UnknownFact(fact, e) from None
 
