@@ -32,7 +32,7 @@ from tests.support.fakes.apiserver import running_apiserver
 from tests.support.kubeobjs import node
 from tests.support.procs import alertmanager, autoscaler, free_port, http_get
 from tests.support.sources import HealthySource
-from tests.support.waits import until
+from tests.support.waits import until, wait
 
 # Slow (real Alertmanager, a controller process, a TTL to wait out):
 # `make test-fast` leaves it out.
@@ -222,13 +222,6 @@ def _metric(port: int, name: str, **labels: str) -> float | None:
     return value(text, name, **labels)
 
 
-def _wait(cond: Any, timeout: float = 20.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, f"{what} not reached within {timeout:g}s"
-        time.sleep(0.05)
-
-
 def _fire(port: int) -> dict[str, Any]:
     body = {
         "version": "4",
@@ -280,7 +273,7 @@ def test_a_replica_that_stands_down_drops_what_it_received(tmp_path: Path) -> No
         ]
         port = free_port()
         with (tmp_path / "controller.log").open("ab") as out, autoscaler(args, port, out):
-            _wait(lambda: _metric(port, "accel_autoscaler_leader") == 1, what="leadership")
+            wait(lambda: _metric(port, "accel_autoscaler_leader") == 1, what="leadership")
             assert _fire(port)["firing"] == 1
             assert _metric(port, "accel_autoscaler_alerts_firing") == 1
 
@@ -295,12 +288,12 @@ def test_a_replica_that_stands_down_drops_what_it_received(tmp_path: Path) -> No
                 renewTime=micro_time(now),
             )
             api.add(lease)
-            _wait(lambda: _metric(port, "accel_autoscaler_leader") == 0, what="standing down")
+            wait(lambda: _metric(port, "accel_autoscaler_leader") == 0, what="standing down")
             assert _metric(port, "accel_autoscaler_alerts_firing") == 0
             assert _metric(port, "accel_autoscaler_alerts_dropped_total", reason="standby") == 1
 
             # "b" never renews: this replica leads again, holding nothing from before.
-            _wait(lambda: _metric(port, "accel_autoscaler_leader") == 1, what="leading again")
+            wait(lambda: _metric(port, "accel_autoscaler_leader") == 1, what="leading again")
             assert _metric(port, "accel_autoscaler_alerts_firing") == 0
         log = (tmp_path / "controller.log").read_text()
         assert "standing down: firing alerts dropped: 1" in log

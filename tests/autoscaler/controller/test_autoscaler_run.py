@@ -10,6 +10,7 @@ import json
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -23,7 +24,7 @@ from autoscaler.sources.prometheus import PrometheusConfig, PrometheusSource
 from tests.support.exposition import value
 from tests.support.procs import alertmanager, exporter, free_port, prometheus
 from tests.support.sources import HealthySource
-from tests.support.waits import until
+from tests.support.waits import until, wait
 
 # Slow (the controller beside real Prometheus, Alertmanager and exporters):
 # `make test-fast` leaves it out.
@@ -329,14 +330,15 @@ def test_run_with_scrape_source_end_to_end(tmp_path: Path) -> None:
     ]
     with exporter(args, port=exp_port), autoscaler(run_args) as running:
         api = running.url
-        deadline = time.monotonic() + 30
-        while True:
-            decisions = json.loads(http_get(api + "/api/v1/decisions"))["decisions"]
+
+        def both_decided() -> list[dict[str, Any]]:
+            decisions: list[dict[str, Any]] = json.loads(http_get(api + "/api/v1/decisions"))[
+                "decisions"
+            ]
             rules = {d["rule"] for d in decisions}
-            if {"fatal-device-fault", "device-lost"} <= rules:
-                break
-            assert time.monotonic() < deadline, f"decisions so far: {decisions}"
-            time.sleep(0.3)
+            return decisions if {"fatal-device-fault", "device-lost"} <= rules else []
+
+        decisions = wait(both_decided, 30, "decisions of both rules", every=0.3)
         fatal = [d for d in decisions if d["rule"] == "fatal-device-fault"]
         assert len(fatal) == 1
         assert fatal[0]["target"] == {"node": "node-a", "device": "nvidia0"}
