@@ -4,10 +4,11 @@ MachineDeployments, a value nested 100,000 deep, one with NaN, Infinity or 1e999
 one of the wrong type and one of 300 KiB.
 
 Each case runs the controller's real cycle, executor and actions, with the real
-``kubernetes`` client against the fake API server, on the test's clock (a minute
-per tick, a bounded number of ticks). Node ``bad`` (or pod, Job, gang owner, Machine,
-MachineDeployment) carries the hostile value; node ``good`` has the same fault and
-nothing hostile. In every case:
+``kubernetes`` client against the fake API server, on the test's ``FakeClock`` (a
+minute per tick, a bounded number of ticks; the actions sleep on it too, and after
+each tick the test waits until every action in flight has finished or parked).
+Node ``bad`` (or pod, Job, gang owner, Machine, MachineDeployment) carries the
+hostile value; node ``good`` has the same fault and nothing hostile. In every case:
 
 - the controller keeps cycling (no exception out of a cycle, none counted failed);
 - ``good``'s fault is acted on in the first cycle, as if ``bad`` were not there;
@@ -18,7 +19,6 @@ nothing hostile. In every case:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -64,9 +64,11 @@ from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
 from autoscaler.wiring import wire
+from tests.support.clock import FakeClock
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.capi import ClusterAPI, machine_health_check, machine_set
 from tests.support.kubeobjs import client, evictions, job, node, pod
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -95,11 +97,6 @@ def hostile(kind: str, case: Case) -> str:
     if kind == "non-finite" and not case.json_record:
         return case.non_finite
     return VALUES[kind][0 if case.json_record else 1]
-
-
-async def _yield(seconds: float) -> None:
-    # Actions poll on the test's clock, which only the test moves: let others run.
-    await asyncio.sleep(0.005)
 
 
 def rules(action: str, target: str = "device", expr: str = "accel_up == 0") -> str:
@@ -156,15 +153,16 @@ class World:
 
     api: FakeApiServer
     tmp: Path
-    now: float = T0
+    clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
     store: SeriesStore = field(default_factory=lambda: SeriesStore(retention=math.inf))
     capi: ClusterAPI | None = None
     bad: str = "bad"
     good: str = "good"
     decisions: list[Decision] = field(default_factory=list)
 
-    def clock(self) -> float:
-        return self.now
+    @property
+    def now(self) -> float:
+        return self.clock()
 
     def start(self, case: Case) -> None:
         path = self.tmp / "rules.yaml"
@@ -176,7 +174,7 @@ class World:
             kube=self.kube,
             controller="accel-autoscaler",
             clock=self.clock,
-            sleep=_yield,
+            sleep=self.clock.sleep,
             query=source.query,
             retry_interval=0.01,
             event_namespace=NS,
@@ -210,10 +208,15 @@ class World:
             self.store.add({"__name__": "accel_device_info", **base}, self.now, 1.0)
 
     async def tick(self) -> list[Decision]:
-        self.now += TICK
+        self.clock.advance(TICK)
         self.scrape()
         decisions = await self.controller.cycle()
-        await self.executor.wait(timeout=0.2)
+        # All the actions can do at this instant is done: each finished or waits on
+        # the clock.
+        await until(
+            lambda: self.executor.in_flight <= self.clock.sleepers,
+            what="the actions finished or waiting on the clock",
+        )
         self.decisions.extend(decisions)
         return decisions
 
@@ -595,17 +598,6 @@ CASES: list[Case] = [
 ]
 
 
-async def settled(check: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Whether ``check`` holds within ``timeout`` seconds while the actions run."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
-
-
 @pytest.fixture
 def world(api: FakeApiServer, tmp_path: Path) -> Iterator[World]:
     w = World(api, tmp_path)
@@ -630,7 +622,7 @@ async def test_a_hostile_value_costs_only_itself(
 
     first = await w.tick()
     # The first cycle's action on good runs on (evictions, API calls): bounded.
-    assert await settled(lambda: case.good(w)), f"{case.name}/{kind}: good was not acted on"
+    await until(lambda: case.good(w), 10.0, f"{case.name}/{kind}: good acted on")
     for _ in range(TICKS - 1):
         await w.tick()
 
