@@ -8,7 +8,6 @@ The expected figures are computed here from the fake chips' DCMI units (MB, perc
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import logging
 import os
@@ -37,6 +36,7 @@ from exporter.model import BackendUnavailableError
 from exporter.poller import Poller
 from tests.support.exposition import names, parse, stable, value
 from tests.support.fakes.dcmi import FakeChip, FakeDcmi, FakeNpuSmi, render_info
+from tests.support.waits import until_awaited
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -363,11 +363,13 @@ async def test_a_hung_dcmi_call_is_the_pollers_timeout(fake: FakeDcmi, tmp_path:
             assert value(text, "accel_up", device=d) == 0
             assert value(text, "accel_device_info", device=d) == 1
         fake.release()
-        for _ in range(100):  # the stuck thread finishes; the next poll is a fresh one
+
+        async def up_again() -> str:
             text = (await poller.poll_once()).text.decode()
-            if value(text, "accel_exporter_backend_up", backend="ascend") == 1:
-                break
-            await asyncio.sleep(0.02)
+            return text if value(text, "accel_exporter_backend_up", backend="ascend") == 1 else ""
+
+        # The stuck thread finishes; the next poll is a fresh one.
+        text = await until_awaited(up_again, what="the backend up again")
         assert value(text, "accel_up", device="ascend1") == 1
     finally:
         fake.release()

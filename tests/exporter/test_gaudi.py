@@ -39,6 +39,7 @@ from tests.support.fakes.hlml import (
     ECC_SERR,
     FakeHLML,
 )
+from tests.support.waits import until_awaited
 
 NOW = 1_700_000_000.0
 DEVICES = [f"gaudi{i}" for i in range(8)]
@@ -445,11 +446,12 @@ async def test_hung_call_times_out_and_other_backends_stay_up(
             assert value(text, "accel_up", device=d) == 0, d
             assert value(text, "accel_device_info", device=d) == 1, d
     node.release()
-    for _ in range(100):
+
+    async def up_again() -> str:
         text = await poll(poller)
-        if value(text, "accel_exporter_backend_up", backend="gaudi") == 1:
-            break
-        await asyncio.sleep(0.02)
+        return text if value(text, "accel_exporter_backend_up", backend="gaudi") == 1 else ""
+
+    text = await until_awaited(up_again, what="the backend up again")
     assert value(text, "accel_exporter_backend_up", backend="gaudi") == 1
     assert value(text, "accel_up", device="gaudi2") == 1
 

@@ -40,6 +40,7 @@ from exporter.server import (
     fd_headroom_limits,
 )
 from exporter.webconfig import WebConfig, load_web_config
+from tests.support.waits import until
 
 HEADERS = {"X-Frame-Options": "deny", "X-Content-Type-Options": "nosniff"}
 
@@ -87,6 +88,11 @@ async def raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> tuple[in
     head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
     headers = dict(line.split(": ", 1) for line in head[1:] if ": " in line)
     return int(head[0].split()[1]), headers
+
+
+def saturated(server: ExporterServer) -> bool:
+    """Whether the auth pool has refused a check: the guesses fill its queue."""
+    return server.auth_pool is not None and server.auth_pool.refused > 0
 
 
 async def closed_within(reader: asyncio.StreamReader, timeout: float) -> bool:
@@ -307,8 +313,10 @@ async def test_idle_and_slow_header_connections_are_closed_and_scrapes_go_on(
 
             closed = await asyncio.gather(*(closed_in_time(t, r) for t, r, _ in opened))
             assert all(closed), f"{closed.count(False)} of {count} still open"
-            await asyncio.sleep(0.1)
-            assert len(server._open) == 0 and not server._header_timers
+            await until(
+                lambda: len(server._open) == 0 and not server._header_timers,
+                what="every connection forgotten",
+            )
             assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
         finally:
             for task in trickles:
@@ -344,8 +352,7 @@ async def test_past_the_cap_the_oldest_idle_connections_make_room() -> None:
             opened.append(await asyncio.open_connection("127.0.0.1", port))
             await asyncio.sleep(0)
         try:
-            await asyncio.sleep(0.2)
-            assert len(server._open) <= 50
+            await until(lambda: len(server._open) <= 50, what="the cap held")
             oldest = await asyncio.gather(*(closed_within(r, 2.0) for r, _ in opened[:150]))
             assert all(oldest)
             # The newest are kept: idle, but younger.
@@ -399,7 +406,7 @@ async def test_valid_scrapes_do_not_wait_on_bcrypt_during_a_guessing_flood(
                         statuses.append(r.status)
 
             attackers = [asyncio.create_task(guess()) for _ in range(60)]
-            await asyncio.sleep(0.5)
+            await until(lambda: saturated(server), what="the guesses filling the auth queue")
             latencies = []
             end = time.monotonic() + 2.0
             while time.monotonic() < end:
@@ -439,7 +446,7 @@ async def test_when_every_connection_is_busy_the_newcomer_is_closed(
     limits = Limits(header_timeout=30.0, max_connections=2)
     async with serving(limits=limits) as (port, server):
         first = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-        await asyncio.sleep(0.1)
+        await until(lambda: len(server._open) == 2, what="both connections accepted")
         # As if both had a request in flight (a scrape being written, an auth check).
         server._busy.update(server._open)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -490,8 +497,8 @@ async def test_the_auth_pool_refuses_after_the_wait() -> None:
         # The third would have started at 0.4 s, past its 0.3 s wait.
         assert results == [True, True, False] and pool.refused == 1
         assert time.monotonic() - t0 < 0.6
-        await asyncio.sleep(0.3)  # the second's check finishes
-        assert pool._running == 0 and not pool.waiting
+        # The second's check finishes, and nothing is left running or waiting.
+        await until(lambda: pool._running == 0 and not pool.waiting, what="the pool idle")
     finally:
         pool.close()
 
@@ -502,7 +509,7 @@ async def test_a_request_that_goes_away_gives_its_turn_back() -> None:
     try:
         first = asyncio.create_task(pool.check("a"))
         gone = asyncio.create_task(pool.check("b"))
-        await asyncio.sleep(0.05)
+        await until(lambda: pool.waiting == 1, what="the second request queued")
         gone.cancel()
         assert await first is False
         with pytest.raises(asyncio.CancelledError):
@@ -532,7 +539,7 @@ async def test_a_new_valid_credential_gets_its_turn_during_a_flood(tmp_path: Pat
                         assert r.status == 401
 
             attackers = [asyncio.create_task(guess()) for _ in range(60)]
-            await asyncio.sleep(0.5)
+            await until(lambda: saturated(server), what="the guesses filling the auth queue")
             t0 = time.monotonic()
             good = {"Authorization": basic("prometheus", "s3cret")}
             async with s.get(url, headers=good) as resp:

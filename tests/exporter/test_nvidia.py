@@ -34,6 +34,7 @@ from exporter.poller import Poller
 from tests.support.exposition import masked, names, parse, value
 from tests.support.fakes.nvml import GIB, MIB, FakeNVML
 from tests.support.paths import REPO
+from tests.support.waits import until_awaited
 
 NOW = 1_700_000_000.0
 H100_DEVICES = [f"nvidia{i}" for i in range(8)] + ["nvidia3_mig1", "nvidia3_mig9"]
@@ -492,11 +493,13 @@ async def test_hung_nvml_call_times_out_and_other_backends_stay_up(
             assert value(text, "accel_up", device=d) == 0, d
             assert value(text, "accel_device_info", device=d) == 1, d
     h100.release()
-    for _ in range(100):  # the stuck thread finishes; the next poll is a fresh one
+
+    async def up_again() -> str:
         text = await poll(poller)
-        if value(text, "accel_exporter_backend_up", backend="nvidia") == 1:
-            break
-        await asyncio.sleep(0.02)
+        return text if value(text, "accel_exporter_backend_up", backend="nvidia") == 1 else ""
+
+    # The stuck thread finishes; the next poll is a fresh one.
+    text = await until_awaited(up_again, what="the backend up again")
     assert value(text, "accel_exporter_backend_up", backend="nvidia") == 1
     assert value(text, "accel_up", device="nvidia2") == 1
 

@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import bcrypt
@@ -27,13 +28,14 @@ from tests.support.exposition import value
 from tests.support.paths import REPO
 from tests.support.pki import Pki
 from tests.support.procs import exporter, free_port, http_get
+from tests.support.waits import wait
 
 SIM = ["--sim-devices", "nvidia:4,amd:2", "--poll-interval", "200ms"]
 
 
 def test_gzip_when_asked_and_plain_otherwise() -> None:
     with exporter(["--backends", "sim", *SIM]) as url:
-        time.sleep(0.5)
+        wait(lambda: b"accel_up{" in http_get(url + "/metrics"), what="the first poll's devices")
         req = urllib.request.Request(url + "/metrics", headers={"Accept-Encoding": "gzip"})
         with urllib.request.urlopen(req, timeout=5) as resp:
             assert resp.headers["Content-Encoding"] == "gzip"
@@ -51,8 +53,7 @@ def test_gzip_when_asked_and_plain_otherwise() -> None:
 
 def test_custom_telemetry_path() -> None:
     with exporter(["--backends", "sim", *SIM, "--web.telemetry-path", "/accel"]) as url:
-        time.sleep(0.3)
-        assert b"accel_up" in http_get(url + "/accel")
+        wait(lambda: b"accel_up" in http_get(url + "/accel"), what="devices at /accel")
         try:
             http_get(url + "/metrics")
         except urllib.error.HTTPError as e:
@@ -77,21 +78,28 @@ def test_lost_device_and_hung_backend_do_not_stall_scrapes(tmp_path: Path) -> No
         latencies.append(time.perf_counter() - t0)
         return gzip.decompress(body).decode()
 
-    with exporter(args) as url:
-        deadline = time.monotonic() + 10
-        text = scrape(url)
-        while value(text, "accel_up", device="nvidia3") != 0:
-            assert time.monotonic() < deadline, "nvidia3 never went down"
+    def scraped_when(cond: Callable[[str], bool]) -> Callable[[], str]:
+        def probe() -> str:
             text = scrape(url)
-            time.sleep(0.02)
+            return text if cond(text) else ""
+
+        return probe
+
+    with exporter(args) as url:
+        text = wait(
+            scraped_when(lambda t: value(t, "accel_up", device="nvidia3") == 0),
+            what="nvidia3 down",
+            every=0.02,
+        )
         assert value(text, "accel_device_info", device="nvidia3") == 1
         assert value(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 1
         assert value(text, "accel_up", device="nvidia1") == 1
 
-        while value(text, "accel_exporter_backend_up", backend="sim") != 0:
-            assert time.monotonic() < deadline, "the hung sim backend was never reported down"
-            text = scrape(url)
-            time.sleep(0.02)
+        text = wait(
+            scraped_when(lambda t: value(t, "accel_exporter_backend_up", backend="sim") == 0),
+            what="the hung sim backend reported down",
+            every=0.02,
+        )
         # The hung backend's devices keep their identity and their fault counters.
         assert value(text, "accel_up", device="nvidia1") == 0
         assert value(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 1

@@ -1,5 +1,6 @@
 """The tests' two waits for something another thread, task or process does: one for
-synchronous tests (``wait``), one for the event loop (``until``).
+synchronous tests (``wait``), one for the event loop (``until``, and
+``until_awaited`` when the condition is itself awaited, such as a poll).
 
 Both wait for a *condition*, never for a fixed time: the timeout only bounds a
 failure, so it is generous (20 s) and a passing test never spends it. Five copies
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -54,4 +55,23 @@ async def until(
         await asyncio.sleep(every)
 
 
-__all__ = ["TIMEOUT", "until", "wait"]
+async def until_awaited(
+    probe: Callable[[], Awaitable[T]],
+    timeout: float = TIMEOUT,
+    what: str = "condition",
+    every: float = 0.02,
+) -> T:
+    """``until`` for a condition that must itself be awaited (a poll, a request):
+    awaits ``probe()`` until it returns something true, and returns that."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if loop.time() >= end:
+            raise AssertionError(f"{what} not reached within {timeout:g}s")
+        await asyncio.sleep(every)
+
+
+__all__ = ["TIMEOUT", "until", "until_awaited", "wait"]
