@@ -19,6 +19,7 @@ import bcrypt
 from exporter.server import LIMITS, AuthPool, Limits
 from exporter.webconfig import WebConfig, load_web_config
 from tests.exporter.test_hostile_http import SlowAuth, basic, serving
+from tests.support.waits import until
 
 FLOOD_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 34)]
 # Guesses in flight per flooding address: 32 x 9 = 288, more than the 256 checks the
@@ -79,11 +80,11 @@ async def test_a_flood_from_many_addresses_does_not_refuse_a_new_valid_credentia
             # The flood is on once every address has had a guess checked and
             # refused: from then on it is what it will stay (32 bcrypt checks, about
             # 4 s at cost 10 here; bounded at 60 s).
-            deadline = time.monotonic() + 60.0
-            while not all(pool.on_record(a) for a in FLOOD_ADDRESSES):
-                assert time.monotonic() < deadline, "the flood never got going"
+            def flooding() -> bool:
                 assert not any(t.done() for t in guessers), [t for t in guessers if t.done()]
-                await asyncio.sleep(0.05)
+                return all(pool.on_record(a) for a in FLOOD_ADDRESSES)
+
+            await until(flooding, 60.0, "the flood going", every=0.05)
             refused_before = pool.refused
             for user, address in NEWCOMERS:
                 connector = aiohttp.TCPConnector(local_addr=(address, 0))
@@ -107,10 +108,12 @@ async def test_a_flood_from_many_addresses_does_not_refuse_a_new_valid_credentia
             assert seen and set(seen) == {401}, (address, set(seen))
         # Bounded memory: the lines empty as the server sees the connections
         # close, and the record holds the 32 guessers.
-        deadline = time.monotonic() + 10.0
-        while pool.waiting or pool._running:
-            assert time.monotonic() < deadline, (pool.waiting, pool._running)
-            await asyncio.sleep(0.05)
+        await until(
+            lambda: not pool.waiting and not pool._running,
+            10.0,
+            "the lines empty",
+            every=0.05,
+        )
         assert sum(pool.on_record(a) for a in FLOOD_ADDRESSES) == len(FLOOD_ADDRESSES)
         assert not any(pool.on_record(a) for _, a in NEWCOMERS)
 
@@ -123,8 +126,7 @@ async def test_a_newcomer_pushes_out_the_longest_line_when_the_pool_is_full() ->
     pool = AuthPool(auth, limits)
     try:
         flood = [asyncio.create_task(pool.check(f"a{i}", "10.0.0.1")) for i in range(5)]
-        await asyncio.sleep(0.01)  # a0 runs, a1-a4 fill the line
-        assert pool.waiting == 4
+        await until(lambda: pool.waiting == 4, what="a0 running, a1-a4 in line")
         late = asyncio.create_task(pool.check("good", "10.0.0.2"))
         assert await late is True
         results = await asyncio.gather(*flood)
@@ -145,9 +147,9 @@ async def test_addresses_on_record_wait_behind_those_that_are_not() -> None:
         assert await pool.check("bad", "10.0.0.1") is False
         assert pool.on_record("10.0.0.1")
         first = asyncio.create_task(pool.check("x0", "10.0.0.9"))
-        await asyncio.sleep(0.01)
+        await until(lambda: pool._running == 1, what="x0 checked")
         suspect = [asyncio.create_task(pool.check(f"s{i}", "10.0.0.1")) for i in range(3)]
-        await asyncio.sleep(0.01)
+        await until(lambda: pool.waiting == 3, what="the suspects in line")
         newcomer = asyncio.create_task(pool.check("good", "10.0.0.2"))
         assert await newcomer is True
         await asyncio.gather(first, *suspect)
@@ -191,10 +193,9 @@ async def test_a_check_going_away_as_it_is_pushed_out_keeps_the_books() -> None:
     pool = AuthPool(auth, limits)
     try:
         first = asyncio.create_task(pool.check("a0", "10.0.0.1"))
-        await asyncio.sleep(0.01)
+        await until(lambda: pool._running == 1, what="a0 checked")
         waiting = [asyncio.create_task(pool.check(f"a{i}", "10.0.0.1")) for i in (1, 2)]
-        await asyncio.sleep(0.01)
-        assert pool.waiting == 2
+        await until(lambda: pool.waiting == 2, what="a1 and a2 in line")
         waiting[1].cancel()  # the longest line's last: the one a newcomer pushes out
         late = asyncio.create_task(pool.check("good", "10.0.0.2"))
         results = await asyncio.gather(first, *waiting, late, return_exceptions=True)
