@@ -4,7 +4,6 @@ asks) and a PromQL query returns every catalogue metric the sim backend emits.""
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from exporter import schema
 from tests.support.exposition import names
 from tests.support.procs import exporter, free_port, http_get, prometheus
+from tests.support.waits import wait
 
 
 def query(prom: str, expr: str) -> list[dict[str, Any]]:
@@ -33,10 +33,12 @@ def test_prometheus_scrapes_every_sim_metric(tmp_path: Path) -> None:
         "1s",
     ]
     with exporter(args, port=port) as url, prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
-        deadline = time.monotonic() + 30
-        while not query(prom, 'up{job="accel"} == 1'):
-            assert time.monotonic() < deadline, "Prometheus never scraped the exporter"
-            time.sleep(0.25)
+        wait(
+            lambda: query(prom, 'up{job="accel"} == 1'),
+            30,
+            "Prometheus scraping the exporter",
+            every=0.25,
+        )
         emitted = names(http_get(url + "/metrics").decode())
         assert emitted <= set(schema.BY_NAME), emitted - set(schema.BY_NAME)
         device_metrics = {n for n in emitted if schema.BY_NAME[n].per_device}

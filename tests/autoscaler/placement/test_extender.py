@@ -28,6 +28,7 @@ from autoscaler.sources.scrape import ScrapeSource
 from tests.autoscaler.placement.test_placement import nvlink_node, two_switch_pcie_node
 from tests.support.paths import REPO
 from tests.support.procs import exporter, free_port, wait_http
+from tests.support.waits import wait
 
 
 def k8s_pod(count: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -412,12 +413,12 @@ def test_the_extender_process_against_real_exporters() -> None:
         try:
             base = f"http://127.0.0.1:{port}"
             wait_http(base + "/healthz")
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
+
+            def fleet_ok() -> bool:
                 with urllib.request.urlopen(base + "/healthz", timeout=5) as r:
-                    if json.loads(r.read())["fleet"] == "ok":
-                        break
-                time.sleep(0.1)
+                    return bool(json.loads(r.read())["fleet"] == "ok")
+
+            wait(fleet_ok, what="the fleet read", every=0.1)
             intel = k8s_pod(7)
             res = intel["spec"]["containers"][0]["resources"]
             for part in ("limits", "requests"):
@@ -440,14 +441,12 @@ def test_the_extender_process_against_real_exporters() -> None:
             raise
     try:
         # Both exporters are gone: within --max-age the extender fails open.
-        deadline = time.monotonic() + 15
-        got = {}
-        while time.monotonic() < deadline:
+
+        def fails_open() -> bool:
             got = _post(base + "/filter", args_names(k8s_pod(8), ["nvl", "pcie", "other"]))
-            if got["NodeNames"] == ["nvl", "pcie", "other"]:
-                break
-            time.sleep(0.2)
-        assert got["NodeNames"] == ["nvl", "pcie", "other"]
+            return bool(got["NodeNames"] == ["nvl", "pcie", "other"])
+
+        wait(fails_open, what="every node passed (failing open)", every=0.2)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=10)
