@@ -24,7 +24,7 @@ from autoscaler.sources.prometheus import PrometheusConfig, PrometheusSource
 from tests.support.exposition import value
 from tests.support.procs import alertmanager, exporter, free_port, prometheus
 from tests.support.sources import HealthySource
-from tests.support.waits import until, wait
+from tests.support.waits import until, until_awaited, wait
 
 # Slow (the controller beside real Prometheus, Alertmanager and exporters):
 # `make test-fast` leaves it out.
@@ -118,10 +118,7 @@ async def test_fatal_fault_through_prometheus_gives_one_decision(tmp_path: Path)
                 seen.extend(await c.cycle())
                 return bool(seen)
 
-            deadline = time.monotonic() + 30
-            while not await cycle_until_decision():
-                assert time.monotonic() < deadline, "no decision for the Xid 79"
-                await asyncio.sleep(0.5)
+            await until_awaited(cycle_until_decision, 30, "a decision for the Xid 79", every=0.5)
             assert c.source_up
             for _ in range(3):  # the cooldown holds: no second decision
                 seen.extend(await c.cycle())

@@ -11,7 +11,6 @@ cordon once per cycle for as long as the alert fired.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.types import QueryResult, Sample, Unknown, Vector, labels_of
 from tests.autoscaler.controller.test_autoscaler_run import post_alert
 from tests.support.procs import alertmanager, free_port
-from tests.support.waits import until
+from tests.support.waits import until, until_awaited
 
 # Slow (a real Alertmanager for several seconds): `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow
@@ -82,11 +81,14 @@ async def _cycles_until(
     c: Controller, made: list[Decision], cond: Callable[[], bool], timeout: float
 ) -> None:
     """Evaluate every 0.1 s, collecting decisions, until ``cond()`` (or fail)."""
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, f"condition not reached within {timeout:g}s"
+
+    async def reached() -> bool:
+        if cond():
+            return True
         made.extend(await c.cycle())
-        await asyncio.sleep(0.1)
+        return False
+
+    await until_awaited(reached, timeout, "the condition, cycling", every=0.1)
 
 
 def _short(d: Decision) -> tuple[str, str, str, dict[str, str]]:
