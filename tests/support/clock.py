@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from tests.support.waits import until
 
 
-@dataclass(order=True)
+@dataclass(order=True, frozen=True)
 class _Sleeper:
     """One parked ``sleep``: woken when the clock reaches ``deadline``."""
 
@@ -153,7 +153,6 @@ class FakeClock:
                 raise AssertionError(
                     f"{self.sleepers} of {count} sleepers parked within {timeout:g}s"
                 ) from None
-
 
     async def parked(self, finished: Callable[[], object], count: int = 1) -> None:
         """Wait until ``finished()`` or ``count`` sleepers are parked: whoever the
