@@ -242,7 +242,10 @@ class LeaderElector:
                 await self._pause(self.retry_period, also=work)
                 if work.done() and not work.cancelled() and work.exception() is not None:
                     break
-                if self._stop.is_set():
+                if self._stop.is_set() or not self.is_leader():
+                    # The renew deadline passed while this replica waited: it has
+                    # stopped leading, and a renewal now would start a new term
+                    # without the old one ever ending (client-go steps down here).
                     break
                 held = await self._try_acquire_or_renew()
                 if held is False:  # another replica holds a valid Lease: step down now
