@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from accel_common.remedies import ActionClass
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -41,10 +43,16 @@ class DeviceInfo:
 class FaultEvent:
     """One vendor fault event (an NVIDIA Xid, an AMD RAS/AFID event, an Intel RAS
     event) seen since the previous read. The poller counts these; the severity comes
-    from ``exporter.faults``, never from the backend, so one catalogue decides."""
+    from ``exporter.faults``, never from the backend, so one catalogue decides.
+
+    ``action`` is the driver's live verdict when the driver states one (NVML's GPU
+    recovery action, Xid 154's payload, a decoded NVLink payload, Level Zero's reset
+    reasons); None leaves the class to the catalogue. The poller uses the stronger of
+    the two (``accel_common.remedies.stronger``)."""
 
     code: str
     detail: str = ""
+    action: ActionClass | None = None
 
 
 @dataclass(frozen=True)
