@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from accel_common.remedies import ActionClass
 from autoscaler.simulate.accounting import Accounting
+from autoscaler.simulate.classes import SEVERITY
 from autoscaler.simulate.clock import EPOCH, SimClock
 from autoscaler.simulate.jobs import JobController
 from autoscaler.simulate.jobstate import Job
@@ -49,9 +51,13 @@ class FaultInjector:
         repairs: Repairs,
         *,
         rng: np.random.Generator,
+        rng_class: np.random.Generator,
         emit: Callable[[str, Any], None],
     ) -> None:
         self.scenario = scenario
+        # The classes are drawn from a stream of their own, so that the faults'
+        # times and places are those of a scenario without classes.
+        self.rng_class = rng_class
         self.kube = kube
         self.time = time
         self.machines = machines
@@ -67,7 +73,8 @@ class FaultInjector:
             if rate > 0:
                 self._schedule_fault(kind, rate, self.time.now)
         for ev in self.scenario.faults.events:
-            self.time.at(EPOCH + ev.at, partial(self._explicit_fault, ev.kind, ev.node, ev.device))
+            explicit = partial(self._explicit_fault, ev.kind, ev.node, ev.device, ev.action)
+            self.time.at(EPOCH + ev.at, explicit)
 
     def _schedule_fault(self, kind: str, rate: float, after: float) -> None:
         """Poisson faults at ``rate`` per device-hour over every device place; a fault
@@ -87,35 +94,50 @@ class FaultInjector:
             return
         self._fault(kind, slot, g)
 
-    def _explicit_fault(self, kind: str, node: str, device: int | None) -> None:
+    def _explicit_fault(
+        self, kind: str, node: str, device: int | None, action: ActionClass | None = None
+    ) -> None:
         slot_id = self.machines.node_slot.get(node)
         if slot_id is None:
             return
         slot = self.machines.slots[slot_id]
-        self._fault(kind, slot, slot.base + (device or 0))
+        self._fault(kind, slot, slot.base + (device or 0), action)
 
-    def _fault(self, kind: str, slot: Slot, g: int) -> None:
+    def _class(self, kind: str, action: ActionClass | None) -> ActionClass:
+        """The fault's class: the event's own, else drawn from the kind's classes
+        (one draw per fault whatever the mix, so the stream stays aligned)."""
+        u = float(self.rng_class.random())
+        return action if action is not None else self.scenario.faults.classes[kind].draw(u)
+
+    def _fault(self, kind: str, slot: Slot, g: int, action: ActionClass | None = None) -> None:
         m, now = self.machines, self.time.now
         self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
         self.stats.faults_total += 1
-        self.repairs.fault(kind, slot, g)
+        klass = self._class(kind, action)
+        if kind == "device_lost" and m.dev_state[g] == LOST:
+            return  # already lost: nothing new to see
+        waits = self.repairs.fault(kind, slot, g, klass)
         j = int(m.dev_job[g])
         job = self.jobs.job_by_index[j] if j >= 0 else None
         if kind == "node_down":
             self._node_down(slot)
             return
+        if kind in SEVERITY:
+            # What the exporter publishes: accel_fault_events_total{severity, action}
+            # (a lost device as code "lost", fatal, class reboot).
+            m.count_event(g, SEVERITY[kind], klass)
+        if kind == "remap_pending":
+            return  # the job goes on; the device waits for a reset (repairs.py)
         if kind == "device_lost":
-            if m.dev_state[g] == LOST:
-                return
             m.take_device(slot, g, LOST)
-            self.time.at(now + self.scenario.faults.device_lost_recovery, lambda: m.reset(g))
+            if not waits:
+                recovery = now + self.scenario.faults.device_lost_recovery
+                self.time.at(recovery, lambda: m.reset(g))
             if job is not None:
                 self._mark_stuck(job, kind)
                 self.jobs.fail_pod(job, g)
             return
-        if kind == "fatal":
-            m.dev_fatal[g] += 1
-        elif kind == "ecc_uncorrected":
+        if kind == "ecc_uncorrected":
             m.dev_ecc_uncorrected[g] += self.scenario.faults.ecc_burst
         if kind in ("fatal", "ecc_uncorrected", "hang"):
             if job is None:

@@ -78,12 +78,13 @@ class Fleet:
         # Separate random streams, so that the rules run and the baseline see the
         # same arrivals, jobs and faults whatever else each of them draws.
         root = np.random.SeedSequence(self.seed)
-        # The repairs' stream is the fourth child: the first three are as they were.
-        s_arrival, s_job, s_fault, s_repair = root.spawn(4)
+        # The repairs' stream is the fourth child, the fault classes' the fifth: the
+        # first ones are as they were before each was added.
+        s_arrival, s_job, s_fault, s_repair, s_class = root.spawn(5)
         self.accounting = Accounting([p.name for p in scenario.pools])
         self.stats = self.accounting.stats
         self.timeline = self.accounting.timeline
-        self._wire(s_arrival, s_job, s_fault, s_repair)
+        self._wire(s_arrival, s_job, s_fault, s_repair, s_class)
         self._expose()
         self._spares_at = EPOCH
 
@@ -93,6 +94,7 @@ class Fleet:
         s_job: np.random.SeedSequence,
         s_fault: np.random.SeedSequence,
         s_repair: np.random.SeedSequence,
+        s_class: np.random.SeedSequence,
     ) -> None:
         """The parts, each with its own random stream, in the order they depend on
         each other (and listen: the fleet's own node-removed hook goes between the
@@ -137,6 +139,7 @@ class Fleet:
             self.accounting,
             self.repairs,
             rng=np.random.default_rng(s_fault),
+            rng_class=np.random.default_rng(s_class),
             emit=self._emit,
         )
 
@@ -154,6 +157,11 @@ class Fleet:
         self.dev_fatal: npt.NDArray[np.float64] = m.dev_fatal
         self.dev_recoverable: npt.NDArray[np.float64] = m.dev_recoverable
         self.dev_ecc_uncorrected: npt.NDArray[np.float64] = m.dev_ecc_uncorrected
+        # accel_fault_events_total{severity, action}: one row per key of event_keys.
+        self.event_keys = m.event_keys
+        self.dev_events: npt.NDArray[np.float64] = m.dev_events
+        # The class of the fault each device waits to have repaired (-1: none).
+        self.dev_class: npt.NDArray[np.int8] = m.dev_class
         self.jobs = j.jobs
         self.pending = j.pending
         self.running = j.running

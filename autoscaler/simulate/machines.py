@@ -44,7 +44,9 @@ from accel_common.names import (
     VENDOR_LABEL,
     VENDOR_RESOURCE,
 )
+from accel_common.remedies import ActionClass
 from autoscaler.kube.protocol import Obj
+from autoscaler.simulate.classes import SEVERITY, event_keys
 from autoscaler.simulate.clock import EPOCH, SimClock
 from autoscaler.simulate.kube import (
     CAPI_API_VERSION,
@@ -174,9 +176,21 @@ class MachineSet:
         self.dev_fatal = np.zeros(g, dtype=np.float64)
         self.dev_recoverable = np.zeros(g, dtype=np.float64)
         self.dev_ecc_uncorrected = np.zeros(g, dtype=np.float64)
+        # The fault-event counters by (severity, action class): what the exporter
+        # publishes as accel_fault_events_total{severity, action}. dev_fatal and
+        # dev_recoverable are their sums per severity.
+        self.event_keys = event_keys(self.scenario.faults.classes, fault_kinds(self.scenario))
+        for e in self.scenario.faults.events:
+            if e.action is not None and e.kind in SEVERITY:
+                key = (SEVERITY[e.kind], e.action)
+                self.event_keys += () if key in self.event_keys else (key,)
+        self._event_row = {key: i for i, key in enumerate(self.event_keys)}
+        self.dev_events = np.zeros((len(self.event_keys), g), dtype=np.float64)
         self.dev_slot = np.zeros(g, dtype=np.int64)
-        # The device's fault needs a repair (reset, reboot, replacement) to go.
+        # The device's fault needs a repair (reset, reboot, replacement) to go, and
+        # its class (an index into ACTION_CLASSES; -1: none).
         self.dev_repair = np.zeros(g, dtype=np.bool_)
+        self.dev_class = np.full(g, -1, dtype=np.int8)
         # Slots whose health (Ready, schedulable, devices OK) may have changed since
         # the repairs' bookkeeping last looked.
         self.health_dirty: set[int] = set()
@@ -297,10 +311,9 @@ class MachineSet:
         self.dev_job[g] = -1
         self.dev_state[g] = OK
         self.dev_util[g] = 0.0
-        self.dev_fatal[g] = 0.0
-        self.dev_recoverable[g] = 0.0
-        self.dev_ecc_uncorrected[g] = 0.0
+        self.clear_counters(g)
         self.dev_repair[g] = False
+        self.dev_class[g] = -1
         self.node_slot[name] = slot.index
         resource = VENDOR_RESOURCE[pool.vendor]
         self.kube.add_node(
@@ -428,6 +441,20 @@ class MachineSet:
 
     # -- devices -----------------------------------------------------------------------
 
+    def count_event(self, g: int, severity: str, action: ActionClass) -> None:
+        """One fault event of ``severity`` and class ``action`` on device ``g``."""
+        self.dev_events[self._event_row[(severity, action)], g] += 1
+        if severity == "fatal":
+            self.dev_fatal[g] += 1
+        elif severity == "recoverable":
+            self.dev_recoverable[g] += 1
+
+    def clear_counters(self, g: int | slice) -> None:
+        """A new exporter on the node (a new node, a reboot): counters from 0."""
+        for arr in (self.dev_fatal, self.dev_recoverable, self.dev_ecc_uncorrected):
+            arr[g] = 0.0
+        self.dev_events[:, g] = 0.0
+
     def take_device(self, slot: Slot, g: int, state: int) -> None:
         """Device ``g`` of ``slot`` stops being offered, in ``state``."""
         d = g - slot.base
@@ -525,6 +552,12 @@ class MachineSet:
 
     def pool_nodes(self, pool: str) -> int:
         return self._registered[pool]
+
+
+def fault_kinds(scenario: Scenario) -> set[str]:
+    """The fault kinds a scenario can produce (a rate above 0, or an event)."""
+    kinds = {kind for kind, rate in scenario.faults.rates if rate > 0}
+    return kinds | {e.kind for e in scenario.faults.events}
 
 
 def reset_scope(pool: PoolSpec) -> str:

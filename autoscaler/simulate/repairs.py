@@ -61,8 +61,10 @@ from accel_common.names import (
     RESET_SCOPE_ANNOTATION,
     RESET_STATUS_ANNOTATION,
 )
+from accel_common.remedies import ACTION_CLASSES, RANK, ActionClass, can_reset
 from autoscaler.kube.protocol import MACHINES, Obj
 from autoscaler.simulate.accounting import Accounting
+from autoscaler.simulate.classes import SEVERITY, fixes
 from autoscaler.simulate.clock import SimClock
 from autoscaler.simulate.kube import SimKube, timestamp
 from autoscaler.simulate.machines import (
@@ -83,15 +85,33 @@ REPORT_INTERVAL = 300.0
 AGENT_INTERVAL = 30.0
 # Fault kinds that leave the node's devices healthy: no incident.
 NO_INCIDENT = frozenset({"stall"})
+# Fault kinds that, with ``repairs``, stay until a repair of their class fixes them
+# (a pending remap always waits for a reset: nothing else applies it).
+NEEDS_REPAIR = frozenset({"fatal", "device_lost", "remap_pending"})
+# Why the agent cannot reset a vendor's devices (nodeagent/reset.py's UNSUPPORTED).
+UNSUPPORTED = (
+    "this agent resets NVIDIA GPUs (nvidia-smi --gpu-reset) and AMD GPUs "
+    "(amdsmi_reset_gpu); {vendor} devices are not supported; nothing was reset"
+)
 
 
 @dataclass
 class Fate:
-    """What each repair would do to one fault, drawn when it happens."""
+    """What each repair would do to one fault, drawn when it happens, and the
+    fault's kind and class (which repairs can fix it at all: ``classes.FIXED_BY``)."""
 
     self_heals: bool
     reset: bool
     reboot: bool
+    kind: str = "fatal"
+    action: ActionClass = "reset"
+
+    def fixed_by(self, how: str) -> bool:
+        """Whether a ``reset`` or ``reboot`` fixes this fault: never one of a class
+        that repair cannot reach; a pending remap by any; else as drawn."""
+        if not fixes(how, self.action):
+            return False
+        return self.action == "reset_when_idle" or bool(getattr(self, how))
 
 
 @dataclass
@@ -142,53 +162,76 @@ class Repairs:
 
     # -- faults ----------------------------------------------------------------------
 
-    def fault(self, kind: str, slot: Slot, g: int) -> None:
-        """A fault of ``kind`` hit device ``g`` of ``slot`` (for ``node_down``, its
-        first device): open or join the node's incident, and for a fault that needs
-        a repair, mark the device and start its reports."""
+    def fault(self, kind: str, slot: Slot, g: int, action: ActionClass) -> bool:
+        """A fault of ``kind`` and class ``action`` hit device ``g`` of ``slot`` (for
+        ``node_down``, its first device): open or join the node's incident, and for
+        a fault that needs a repair, mark the device and start its reports. Returns
+        whether the device now waits for a repair."""
         if slot.node is None or kind in NO_INCIDENT:
-            return
+            return False
         now = self.time.now
         incident = self.open.get(slot.node)
         if incident is None:
             incident = self.open[slot.node] = Incident(slot.node, now, since=now)
         incident.faults.append(now)
         self.machines.health_dirty.add(slot.index)  # counted after the fault is applied
-        if kind != "fatal" or not self.spec.needed:
-            return
-        u = self.rng.random(3)
-        fate = Fate(
-            bool(u[0] < self.spec.self_heals),
-            bool(u[1] < self.spec.reset.fixes),
-            bool(u[2] < self.spec.reboot.fixes),
-        )
-        if fate.self_heals or self.machines.dev_repair[g]:
-            return  # heals as it always has, or the device already waits for a repair
+        if kind not in NEEDS_REPAIR or (kind != "remap_pending" and not self.spec.needed):
+            return False
+        if kind == "remap_pending":
+            fate = Fate(False, True, True, kind, action)
+        else:
+            u = self.rng.random(3)
+            fate = Fate(
+                bool(u[0] < self.spec.self_heals),
+                bool(u[1] < self.spec.reset.fixes),
+                bool(u[2] < self.spec.reboot.fixes),
+                kind,
+                action,
+            )
+        m = self.machines
+        if fate.self_heals:
+            return bool(m.dev_repair[g])  # heals as it always has
+        held = self.fates.get(g)
+        if m.dev_repair[g] and held is not None:
+            # The device already waits for a repair: it now needs the stronger one.
+            if RANK[action] > RANK[held.action]:
+                self.fates[g] = fate
+                m.dev_class[g] = ACTION_CLASSES.index(action)
+            return True
         self.fates[g] = fate
-        self.machines.dev_repair[g] = True
-        # One chain of reports per fault: a chain from an earlier fault of the device
-        # (fixed since) stops rather than doubling the reports.
-        self.reports += 1
-        self.chain[g] = chain = self.reports
-        self.time.at(now + REPORT_INTERVAL, lambda: self._report(g, chain))
+        m.dev_repair[g] = True
+        m.dev_class[g] = ACTION_CLASSES.index(action)
+        if kind == "fatal":
+            # One chain of reports per fault: a chain from an earlier fault of the
+            # device (fixed since) stops rather than doubling the reports. A lost
+            # device and a pending remap are reported once (and again by the new
+            # exporter after a reboot).
+            self.reports += 1
+            self.chain[g] = chain = self.reports
+            self.time.at(now + REPORT_INTERVAL, lambda: self._report(g, chain))
+        return True
 
     def _report(self, g: int, chain: int) -> None:
         m = self.machines
-        if self.chain.get(g) != chain or not m.dev_repair[g]:
+        fate = self.fates.get(g)
+        if self.chain.get(g) != chain or not m.dev_repair[g] or fate is None:
             return
-        m.dev_fatal[g] += 1
+        m.count_event(g, SEVERITY[fate.kind], fate.action)
         self.time.at(self.time.now + REPORT_INTERVAL, lambda: self._report(g, chain))
 
     def _fix(self, g: int, how: str) -> bool:
         """A reset or reboot (``how``) of device ``g`` ends: whether it fixed its
-        fault (a device without one is simply back)."""
+        fault (a device without one is simply back). A fault that the repair's class
+        cannot reach, or that it was drawn not to fix, is reported again as the
+        driver brings the device back."""
         m = self.machines
         fate = self.fates.get(g)
-        if m.dev_repair[g] and fate is not None and not getattr(fate, how):
-            m.dev_fatal[g] += 1  # faulted again as the driver brought it back
+        if m.dev_repair[g] and fate is not None and not fate.fixed_by(how):
+            m.count_event(g, SEVERITY[fate.kind], fate.action)
             return False
         if m.dev_repair[g]:
             m.dev_repair[g] = False
+            m.dev_class[g] = -1
             self.fates.pop(g, None)
             slot = m.slots[int(m.dev_slot[g])]
             incident = self.open.get(slot.node or "")
@@ -227,7 +270,11 @@ class Repairs:
         if slot.node != incident.node or not slot.ready or slot.blocked:
             incident.held = d
         else:
-            incident.held = int((self.machines.dev_state[slot.base : slot.base + d] != OK).sum())
+            # Its unhealthy devices, and those waiting for a repair that still work
+            # (a pending remap: offered, but not yet whole).
+            r = slice(slot.base, slot.base + d)
+            m = self.machines
+            incident.held = int(((m.dev_state[r] != OK) | m.dev_repair[r]).sum())
 
     def _close(self, incident: Incident, by: str, now: float) -> None:
         self.accounting.incident_closed(by, incident.faults, incident.opened, now, incident.lost)
@@ -240,6 +287,7 @@ class Repairs:
             self.fates.pop(g, None)
             self.chain.pop(g, None)
         self.machines.dev_repair[slot.base : slot.base + d] = False
+        self.machines.dev_class[slot.base : slot.base + d] = -1
         for key in [k for k in self.answered if k[0] == name]:
             del self.answered[key]
         self.busy.pop(name, None)
@@ -385,10 +433,19 @@ class Repairs:
         m, name = self.machines, node["metadata"]["name"]
         group = self._group(node, slot, request)
         key = RESET_REQUEST_ANNOTATION
-        if isinstance(group, str):
-            self._status(
-                node, RESET_STATUS_ANNOTATION, {"id": rid, "state": "failed", "message": group}
-            )
+        if isinstance(group, str) or not can_reset(slot.pool.vendor):
+            # The agent cannot carry it out (nodeagent/reset.py): nothing is reset,
+            # and the answer says why at once.
+            body: dict[str, Any] = {"id": rid, "state": "failed"}
+            if isinstance(group, str):
+                body["message"] = group
+            else:
+                body.update(
+                    reason="unsupported",
+                    devices=list(request.get("devices") or []),
+                    message=UNSUPPORTED.format(vendor=slot.pool.vendor),
+                )
+            self._status(node, RESET_STATUS_ANNOTATION, body)
             self._done(name, key, rid)
             return
         uuids = [f"SIM-{name}-{device_name(slot.pool.vendor, g - slot.base)}" for g in group]
@@ -417,19 +474,37 @@ class Repairs:
         def end() -> None:
             if slot.node != name:
                 return
+            silent: list[str] = []
             for g in group:
                 if m.dev_state[g] != RESETTING:
                     continue  # a pod came back on it meanwhile: not this reset's
                 if self._fix(g, "reset"):
                     m.reset(g)
-                else:
-                    m.dev_state[g] = FAULTY
-            self._status(node, RESET_STATUS_ANNOTATION, {**body, "state": "done"})
+                    continue
+                fate = self.fates.get(g)
+                m.dev_state[g] = LOST if fate is not None and fate.kind == "device_lost" else FAULTY
+                if fate is not None and fate.action == "reboot":
+                    silent.append(f"SIM-{name}-{device_name(slot.pool.vendor, g - slot.base)}")
+            self._status(node, RESET_STATUS_ANNOTATION, self._answer(body, silent))
             self._done(name, key, rid)
             m.update_schedulable(slot)
             m.changed_pools.add(slot.pool.name)
 
         self.time.at(self.time.now + self.spec.reset.duration, end)
+
+    @staticmethod
+    def _answer(body: dict[str, Any], silent: list[str]) -> dict[str, Any]:
+        """The agent looks again after a reset (nodeagent/reset.py): a device that
+        still does not answer (fallen off the bus, lost: a ``reboot``-class fault)
+        makes the answer failed. One that answers but faults again (a reset-class
+        fault the reset did not cure, an ``isolate`` one) passes that look: done,
+        and the fault shows again at once."""
+        if not silent:
+            return {**body, "state": "done"}
+        why = "; ".join(
+            f"{u} still does not answer after the reset (reboot the node)" for u in silent
+        )
+        return {**body, "state": "failed", "message": why}
 
     # -- reboot ------------------------------------------------------------------------
 
@@ -462,17 +537,19 @@ class Repairs:
                 {"type": "Ready", "status": "True", "reason": "KubeletReady"}
             ]
             # A new exporter: its counters start again from 0.
-            for arr in (m.dev_fatal, m.dev_recoverable, m.dev_ecc_uncorrected):
-                arr[slot.base : slot.base + d] = 0.0
+            m.clear_counters(slice(slot.base, slot.base + d))
             for g in range(slot.base, slot.base + d):
-                if m.dev_state[g] == OK:
+                if m.dev_state[g] == OK and not m.dev_repair[g]:
                     continue
                 if self._fix(g, "reboot"):
-                    m.dev_state[g] = RESETTING
-                    m.reset(g)
+                    if m.dev_state[g] != OK:
+                        m.dev_state[g] = RESETTING
+                        m.reset(g)
                 else:
-                    m.dev_fatal[g] = 0.0  # reported at the next agent pass instead
-                    m.dev_state[g] = FAULTY
+                    fate = self.fates.get(g)
+                    m.clear_counters(g)  # reported at the next agent pass instead
+                    lost = fate is not None and fate.kind == "device_lost"
+                    m.dev_state[g] = LOST if lost else FAULTY
                     self.time.at(self.time.now + AGENT_INTERVAL, partial(self._again, g))
             slot.ready = True
             m.update_schedulable(slot)
@@ -491,8 +568,18 @@ class Repairs:
     def _again(self, g: int) -> None:
         """A fault the reboot did not fix shows again once the new exporter runs (a
         counter born at 1 would hide it from ``increase``)."""
-        if self.machines.dev_repair[g]:
-            self.machines.dev_fatal[g] += 1
+        fate = self.fates.get(g)
+        if self.machines.dev_repair[g] and fate is not None:
+            self.machines.count_event(g, SEVERITY[fate.kind], fate.action)
 
 
-__all__ = ["AGENT_INTERVAL", "NO_INCIDENT", "REPORT_INTERVAL", "Fate", "Incident", "Repairs"]
+__all__ = [
+    "AGENT_INTERVAL",
+    "NEEDS_REPAIR",
+    "NO_INCIDENT",
+    "REPORT_INTERVAL",
+    "UNSUPPORTED",
+    "Fate",
+    "Incident",
+    "Repairs",
+]

@@ -25,8 +25,10 @@ scenario can be run against any rule set and the baseline::
         precision: bf16              # what its FLOPs are counted in
       faults:
         ratesPerDeviceHour: {fatal: 0.0005, hang: 0.0002}
+        classes:                     # each kind's action class (classes.py)
+          fatal: {reset: 6, reboot: 3, isolate: 1}
         events:
-          - {at: 2h, kind: fatal, node: h100-0001, device: nvidia3}
+          - {at: 2h, kind: fatal, node: h100-0001, device: nvidia3, action: reboot}
       repairs:                       # fatal faults then need a repair (repairs.py)
         selfHeals: 0.1               # share that heals on its own once the device is free
         reset: {fixes: 0.6, duration: 3m}
@@ -64,12 +66,14 @@ from pathlib import Path
 
 from yaml.nodes import MappingNode, Node, SequenceNode
 
+from accel_common.remedies import ActionClass
 from accel_common.suggest import did_you_mean
 from accel_common.yamlread import ProblemsError
 from autoscaler.placement.catalogue import (
     CATALOGUE_PATH,
     default_catalogue,
 )
+from autoscaler.simulate.classes import ClassMix, default_mixes, read_action, read_classes
 from autoscaler.simulate.limits import (
     MAX_DEVICES_PER_NODE,
     MAX_ECC_BURST,
@@ -110,7 +114,15 @@ DEFAULT_MODEL = {
     "tpu": "TPU v5e",
 }
 
-FAULT_KINDS = ("fatal", "ecc_uncorrected", "device_lost", "hang", "stall", "node_down")
+FAULT_KINDS = (
+    "fatal",
+    "ecc_uncorrected",
+    "device_lost",
+    "hang",
+    "stall",
+    "node_down",
+    "remap_pending",
+)
 
 
 class ScenarioError(ProblemsError):
@@ -137,6 +149,7 @@ class FaultEvent:
     kind: str
     node: str
     device: int | None  # index within the node; None for node_down
+    action: ActionClass | None = None  # None: drawn from the kind's classes
 
 
 @dataclass(frozen=True)
@@ -149,6 +162,8 @@ class FaultSpec:
     node_down_recovery: float = 3600.0
     reset_time: float = 300.0
     ecc_burst: int = 3
+    # Each kind's action class, or weights over its classes (classes.py).
+    classes: dict[str, ClassMix] = field(default_factory=default_mixes)
 
 
 @dataclass(frozen=True)
@@ -237,6 +252,7 @@ _FAULTS = (
     "nodeDownRecovery",
     "resetTime",
     "eccBurst",
+    "classes",
 )
 _REPAIRS = ("selfHeals", "reset", "reboot", "replace")
 # The longest a repair may take: a replacement that takes a week is a purchase.
@@ -455,6 +471,7 @@ def _faults(
         node_down_recovery=r.get(m, "nodeDownRecovery", r.period, 3600.0),
         reset_time=r.get(m, "resetTime", r.duration, 300.0),
         ecc_burst=r.get(m, "eccBurst", lambda n, w: r.bounded(n, w, 1, MAX_ECC_BURST), 3),
+        classes=read_classes(r, m["classes"]) if "classes" in m else default_mixes(),
     )
 
 
@@ -486,13 +503,17 @@ def _repairs(r: ScenarioReader, node: Node) -> RepairSpec:
 
 def _event(r: ScenarioReader, item: Node, nodes: dict[str, PoolSpec] | None) -> FaultEvent | None:
     m = r.fields(
-        item, "a fault event", ("at", "kind", "node", "device"), required=("at", "kind", "node")
+        item,
+        "a fault event",
+        ("at", "kind", "node", "device", "action"),
+        required=("at", "kind", "node"),
     )
     if m is None:
         return None
     at = r.get(m, "at", r.duration, None)
     kind = r.get(m, "kind", lambda n, w: r.choice(n, w, FAULT_KINDS), None)
     node = r.get(m, "node", r.string, None)
+    action = read_action(r, m["action"], kind) if "action" in m else None
     if nodes is None:
         return None
     pool = nodes.get(node) if node is not None else None
@@ -521,4 +542,4 @@ def _event(r: ScenarioReader, item: Node, nodes: dict[str, PoolSpec] | None) -> 
         return None
     if at is None or kind is None or node is None or pool is None:
         return None
-    return FaultEvent(at, kind, node, device)
+    return FaultEvent(at, kind, node, device, action)

@@ -37,6 +37,7 @@ import numpy.typing as npt
 import promql_parser as pp
 
 from accel_common.names import VENDOR_RESOURCE
+from accel_common.remedies import ACTION_CLASSES
 from autoscaler import clusterstate as cs
 from autoscaler.promql.matchers import Matcher
 from autoscaler.promql.store import SeriesStore
@@ -48,21 +49,23 @@ from exporter import schema
 
 I64 = npt.NDArray[np.int64]
 
-# (family, extra label, value) of each per-device series, in a fixed order.
-DEVICE_SERIES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+Series = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+# (family, extra labels) of each per-device series, in a fixed order; the
+# fault-event series (``accel_fault_events_total{severity, action}``, one per pair
+# the scenario's faults can publish: ``classes.event_keys``) follow them.
+DEVICE_SERIES: Series = (
     (schema.UP.name, ()),
     (schema.UTILIZATION.name, ()),
-    (schema.FAULT_EVENTS.name, (("severity", "fatal"),)),
-    (schema.FAULT_EVENTS.name, (("severity", "recoverable"),)),
-    (schema.FAULT_EVENTS.name, (("severity", "info"),)),
     (schema.ECC_ERRORS.name, (("type", "corrected"),)),
     (schema.ECC_ERRORS.name, (("type", "uncorrected"),)),
     # Identity, with the pool's model; read by actions (reset_devices' UUIDs).
     (schema.DEVICE_INFO.name, ()),
+    # A row remap waiting for a reset (a ``remap_pending`` fault): 1 until one.
+    (schema.REMAPPED_ROWS.name, (("type", "pending"),)),
 )
-UP, UTIL, FATAL, RECOVERABLE, INFO, ECC_CORRECTED, ECC_UNCORRECTED, IDENTITY = range(
-    len(DEVICE_SERIES)
-)
+UP, UTIL, ECC_CORRECTED, ECC_UNCORRECTED, IDENTITY, REMAP_PENDING = range(len(DEVICE_SERIES))
+EVENTS = len(DEVICE_SERIES)  # the first fault-event series
+_PENDING = ACTION_CLASSES.index("reset_when_idle")
 JITTER = 0.04
 
 _NAME = re.compile(r"accel_[a-z_]+")
@@ -123,9 +126,14 @@ class Telemetry:
         self.wanted = wanted
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
         g = fleet.device_count
-        self.refs = np.full((len(DEVICE_SERIES), g), -1, dtype=np.int64)
+        events: Series = tuple(
+            (schema.FAULT_EVENTS.name, (("severity", severity), ("action", action)))
+            for severity, action in fleet.event_keys
+        )
+        self.series = DEVICE_SERIES + events
+        self.refs = np.full((len(self.series), g), -1, dtype=np.int64)
         self.series_on = [
-            name in wanted and selected(exprs, name, dict(extra)) for name, extra in DEVICE_SERIES
+            name in wanted and selected(exprs, name, dict(extra)) for name, extra in self.series
         ]
         self.pod_info_on = schema.DEVICE_POD.name in wanted
         self.dev_pod_ref = np.full(g, -1, dtype=np.int64)
@@ -181,7 +189,7 @@ class Telemetry:
                 "uuid": uuid_of(slot.node, dev),
                 "node": slot.node,
             }
-            for k, (name, extra) in enumerate(DEVICE_SERIES):
+            for k, (name, extra) in enumerate(self.series):
                 if self.series_on[k]:
                     more = {"model": pool.model} if k == IDENTITY else dict(extra)
                     self.refs[k, r.start + i] = self.store.ref({"__name__": name, **base, **more})
@@ -289,29 +297,31 @@ class Telemetry:
         state = fleet.dev_state[live]
         up = (state != 2).astype(np.float64)  # a lost device does not answer
         answering = live[up > 0]
-        values: list[npt.NDArray[np.float64] | None] = [None] * len(DEVICE_SERIES)
+        values: list[npt.NDArray[np.float64] | None] = [None] * len(self.series)
         values[UP] = up
         if self.series_on[UTIL]:
             base = fleet.dev_util[answering]
             busy = base > 0
             jitter = (self.rng.random(answering.size) - 0.5) * 2 * JITTER
             values[UTIL] = np.where(busy, np.clip(base + jitter, 0.0, 1.0), 0.0)
-        values[FATAL] = fleet.dev_fatal[answering]
-        values[RECOVERABLE] = fleet.dev_recoverable[answering]
-        values[INFO] = np.zeros(answering.size)
         values[ECC_CORRECTED] = np.zeros(answering.size)
         values[ECC_UNCORRECTED] = fleet.dev_ecc_uncorrected[answering]
         values[IDENTITY] = np.ones(answering.size)
+        values[REMAP_PENDING] = (fleet.dev_class[answering] == _PENDING).astype(np.float64)
+        for k in range(EVENTS, len(self.series)):
+            if self.series_on[k]:
+                values[k] = fleet.dev_events[k - EVENTS, live]
         lost = live[up == 0]
-        for k in range(len(DEVICE_SERIES)):
+        for k in range(len(self.series)):
             if not self.series_on[k]:
                 continue
             v = values[k]
             assert v is not None
-            rows = live if k == UP else answering
+            # A device that stopped answering exposes accel_up and its fault events
+            # (its loss is one: code "lost"), nothing else.
+            rows = live if k == UP or k >= EVENTS else answering
             store.append(self.refs[k, rows], t, v)
-            if k != UP and lost.size:
-                # A device that stopped answering exposes nothing but accel_up.
+            if k != UP and k < EVENTS and lost.size:
                 store.append_stale(self.refs[k, lost], t)
         if self.pod_info_on:
             held = self.dev_pod_ref[answering]
@@ -403,4 +413,4 @@ class Telemetry:
             )
 
 
-__all__ = ["DEVICE_SERIES", "OK", "Telemetry", "metric_names", "uuid_of"]
+__all__ = ["DEVICE_SERIES", "EVENTS", "OK", "Telemetry", "metric_names", "uuid_of"]
