@@ -153,6 +153,12 @@ REBOOT_STATUS_ANNOTATION: Final = f"{PREFIX}reboot-status"
 # On a node, from the agent: the partition layout it applied, and how it went
 # (JSON: layout, state, message, devices, at).
 PARTITION_STATE_ANNOTATION: Final = f"{PREFIX}partition-state"
+# On a node, from the controller (mark_for_return, the ``isolate`` class): the
+# parts to return to the vendor (JSON by device UUID: device, uuid, reason, rule,
+# at, by), and a label that selects such nodes. No recover removes either: a
+# person does, once the part is replaced.
+RETURN_ANNOTATION: Final = f"{PREFIX}return-to-vendor"
+RETURN_LABEL: Final = f"{PREFIX}return-to-vendor"
 
 # Labels.
 #

@@ -56,6 +56,12 @@ LOST_CODE: Final = "lost"
 RESETTABLE_VENDORS: Final[frozenset[str]] = frozenset({"nvidia", "amd"})
 
 
+# The reason the agent's failed answer, and reset_devices' skipped outcome, carry
+# when the device's vendor is not resettable: a step the node cannot perform, which
+# an escalation ladder skips at once.
+UNSUPPORTED_REASON: Final = "unsupported"
+
+
 def can_reset(vendor: str) -> bool:
     """Whether the node agent can reset a device of this vendor."""
     return vendor in RESETTABLE_VENDORS

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.remedies import UNSUPPORTED_REASON
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import NODES_QUERY
@@ -84,9 +85,18 @@ def ladder_outcomes(state: EngineState) -> OnOutcome:
     def report(d: Decision, outcome: Outcome) -> None:
         step = d.extra.get("step")
         if d.kind == "act" and isinstance(step, int):
-            state.report(d.rule, d.target, step, outcome.status)
+            state.report(d.rule, d.target, step, ladder_outcome(outcome))
 
     return report
+
+
+def ladder_outcome(outcome: Outcome) -> str:
+    """The word a ladder keeps for an outcome: ``unsupported`` for a step the node
+    cannot perform (skipped with that reason: the ladder goes on at once), else
+    the outcome's status."""
+    if outcome.status == "skipped" and outcome.details.get("reason") == UNSUPPORTED_REASON:
+        return UNSUPPORTED_REASON
+    return outcome.status
 
 
 def ladder_steps(state: EngineState, rules: Rules) -> LadderStep:

@@ -39,9 +39,12 @@ Why it is built this way:
   makes the answer "failed" (a reboot is the next step), as nvidia-smi's manual
   advises verifying every reset GPU.
 * NVIDIA has no public NVML reset: production runs ``nvidia-smi --gpu-reset``
-  (``NvidiaSmi``, bounded in time and output); AMD uses ``amdsmi_reset_gpu``. Intel
-  devices (Level Zero ``zesDeviceReset``, xe) are not supported: a request naming one
-  fails and says so.
+  (``NvidiaSmi``, bounded in time and output); AMD uses ``amdsmi_reset_gpu``. Other
+  vendors' devices (Intel's Level Zero ``zesDeviceReset``, Gaudi, Ascend, TPU) are
+  not supported (``accel_common.remedies.can_reset``, which the controller reads
+  too): a request naming one, or one for every device of a node that has none this
+  agent can reset, fails with ``"reason": "unsupported"``, and the controller's
+  ladder skips the step at once.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from accel_common.names import (
     RESET_SCOPE_ANNOTATION,
     RESET_STATUS_ANNOTATION,
 )
+from accel_common.remedies import UNSUPPORTED_REASON, can_reset
 from exporter.backends.nvidia.device import normalize_bus_id
 from exporter.model import PodAssignment
 from nodeagent.channel import (
@@ -92,7 +96,8 @@ NVIDIA_SMI_TIMEOUT = 300.0
 OUTPUT_LIMIT = 1500
 UNSUPPORTED = (
     "this agent resets NVIDIA GPUs (nvidia-smi --gpu-reset) and AMD GPUs "
-    "(amdsmi_reset_gpu); Intel devices (Level Zero zesDeviceReset, xe) are not supported"
+    "(amdsmi_reset_gpu); Intel devices (Level Zero zesDeviceReset, xe), Gaudi (hl-smi), "
+    "Ascend (npu-smi) and TPU devices are not supported"
 )
 
 
@@ -465,10 +470,9 @@ class ResetTask:
             wanted: list[Device] = []
             for ident in req.devices:
                 d = inv.find(ident)
-                if d is None:
-                    return _status(
+                if d is None or not can_reset(d.vendor):
+                    return _unsupported(
                         req.id,
-                        "failed",
                         list(req.devices),
                         f"device {ident} is not one this agent can reset on node "
                         f"{ctx.node_name} ({UNSUPPORTED}); {NOTHING_RESET}",
@@ -476,9 +480,9 @@ class ResetTask:
                     )
                 wanted.append(d)
         else:
-            wanted = list(inv.devices)
+            wanted = [d for d in inv.devices if can_reset(d.vendor)]
             if not wanted:
-                return _status(req.id, "failed", [], f"no device to reset: {UNSUPPORTED}", ctx)
+                return _unsupported(req.id, [], f"no device to reset: {UNSUPPORTED}", ctx)
         group = inv.group(wanted)
         extra = [d for d in group if d not in wanted]
         note = ""
@@ -601,6 +605,15 @@ def _status(
         "message": cut(message),
         "at": iso(ctx.clock()),
     }
+
+
+def _unsupported(rid: str, devices: list[str], message: str, ctx: AgentContext) -> dict[str, Any]:
+    """The answer for devices this agent cannot reset (``accel_common.remedies.
+    can_reset``, the rule the controller skips the step by too): failed, with
+    ``"reason": "unsupported"``, so a ladder goes on at once (docs/agent.md)."""
+    answer = _status(rid, "failed", devices, message, ctx)
+    answer["reason"] = UNSUPPORTED_REASON
+    return answer
 
 
 def _unreadable(rid: str, what: Unreadable, ctx: AgentContext) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from autoscaler.actions import (
     cordon,
     drain,
+    mark_for_return,
     migrate_jobs,
     rebalance,
     reboot_node,
@@ -38,6 +39,7 @@ ACTIONS: dict[str, ActionSpec] = {
     "repartition": repartition.SPEC,
     "reset_devices": reset_devices.SPEC,
     "reboot_node": reboot_node.SPEC,
+    "mark_for_return": mark_for_return.SPEC,
     "uncordon": uncordon.SPEC,
 }
 

@@ -37,6 +37,19 @@ Execution, recorded in the node's ``accel-fleet.io/remediation`` entry:
    unknown, or another open request on the node, also ends ``unknown``, with
    nothing asked.
 
+A step the node cannot perform is *skipped*, not failed after the wait: when the
+target device's ``vendor`` (its labels, else ``accel_device_info``) is one the agent
+cannot reset (``accel_common.remedies.can_reset``: NVIDIA and AMD only), the
+action ends ``skipped`` with ``details.reason: unsupported`` before it claims the
+node, moves anything or asks (a ``ResetUnsupported`` Event says so); an agent's
+``failed`` answer with ``"reason": "unsupported"`` (the same rule, on the node) ends
+the same way. An escalation ladder takes the next step at once. An unknown vendor
+is no evidence: the agent is asked.
+
+With ``moveJobs: false`` (the ``reset_when_idle`` class: a pending row remap that
+a reset applies) no pod is moved: the taint keeps new work off, the agent refuses
+while a pod holds the reset group and resets once none does, within ``wait``.
+
 The taint stays until the rule's ``recover`` removes it. Events: those of the move,
 then ``ResetRequested``, and ``DevicesReset`` or ``DeviceResetFailed`` on the node.
 
@@ -51,6 +64,8 @@ Parameters:
                   hold the devices (duration, > 0)
 ``wait``          how long to wait for the agent's answer      ``10m``
                   once the request is written (duration, > 0)
+``moveJobs``      move the pods that hold the devices first;   ``true``
+                  false: reset once they are idle
 ================  ===========================================  ===========================
 """
 
@@ -68,6 +83,7 @@ from accel_common.names import (
     RESET_SCOPE_ANNOTATION,
     RESET_STATUS_ANNOTATION,
 )
+from accel_common.remedies import RESETTABLE_VENDORS, UNSUPPORTED_REASON, can_reset
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -110,6 +126,9 @@ NAME = "reset_devices"
 TARGETS = ("node", "device")
 DEFAULT_WAIT = 600.0
 FINAL = ("done", "failed")
+# The reason of a skipped outcome, and of the agent's failed answer, when the
+# device's vendor is one the agent cannot reset (docs/agent.md).
+UNSUPPORTED = UNSUPPORTED_REASON
 
 
 @dataclass(frozen=True)
@@ -117,6 +136,7 @@ class ResetDevicesParams:
     taint: str = param("taint", DEFAULT_TAINT)
     drain_timeout: float = param("drainTimeout", DEFAULT_DRAIN_TIMEOUT)
     wait: float = param("wait", DEFAULT_WAIT)
+    move_jobs: bool = param("moveJobs", True)
 
 
 DEFAULTS = ResetDevicesParams()
@@ -128,17 +148,18 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[ParamProblem]
         taint=read_taint(r, "taint", DEFAULTS.taint),
         drain_timeout=r.duration("drainTimeout", DEFAULTS.drain_timeout, positive=True),
         wait=r.duration("wait", DEFAULTS.wait, positive=True),
+        move_jobs=r.boolean("moveJobs", DEFAULTS.move_jobs),
     )
     return to_params(params), r.problems
 
 
-async def _device_uuid(ctx: ActionContext, decision: Decision, node: str) -> str | None:
-    """The target device's UUID: from the decision's labels, else the exporter's
-    ``accel_device_info``."""
+async def _device_fact(ctx: ActionContext, decision: Decision, node: str, label: str) -> str | None:
+    """A label of the target device (``uuid``, ``vendor``): from the decision's
+    labels, else the exporter's ``accel_device_info``; None when unknown."""
     labels = dict(decision.sample_labels)
     for source in (decision.target, labels):
-        if source.get("uuid"):
-            return str(source["uuid"])
+        if source.get(label):
+            return str(source[label])
     device = decision.target.get("device", "")
     if not device or ctx.query is None:
         return None
@@ -146,10 +167,34 @@ async def _device_uuid(ctx: ActionContext, decision: Decision, node: str) -> str
     result = await ctx.query(expr, ctx.clock())
     if isinstance(result, Vector):
         for s in result.samples:
-            uuid = dict(s.labels).get("uuid")
-            if uuid:
-                return uuid
+            value = dict(s.labels).get(label)
+            if value:
+                return value
     return None
+
+
+async def _unsupported(ctx: ActionContext, decision: Decision, name: str) -> Outcome | None:
+    """``skipped`` (reason ``unsupported``) when the target device's vendor is known
+    and the node agent cannot reset it (``accel_common.remedies.can_reset``, the rule
+    the agent answers by too): a ladder then goes on at once instead of failing after
+    its timeout. An unknown vendor is no such evidence: the agent is asked."""
+    if "device" not in decision.target:
+        return None
+    vendor = await _device_fact(ctx, decision, name, "vendor")
+    if vendor is None or can_reset(vendor):
+        return None
+    message = (
+        f"node {name}: {decision.target.get('device')} is a {vendor} device, which the node "
+        f"agent cannot reset (it resets {', '.join(sorted(RESETTABLE_VENDORS))}); skipped"
+    )
+    await event(
+        ctx,
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}},
+        "ResetUnsupported",
+        f"{message} for rule {decision.rule}",
+        action=NAME,
+    )
+    return Outcome("skipped", message, {"reason": UNSUPPORTED, "vendor": vendor})
 
 
 async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
@@ -171,6 +216,9 @@ async def _execute(
     node = await ctx.kube.get_node(name)
     entry = own_entry(ctx, node, decision)
     if entry is None:
+        unsupported = await _unsupported(ctx, decision, name)
+        if unsupported is not None:
+            return unsupported
         entry = (await claim(ctx, decision, phase="migrating", taint=params.taint)).entry
     rid = request_id(decision, entry.started)
     request = annotation_json(node, RESET_REQUEST_ANNOTATION)
@@ -212,7 +260,7 @@ async def _ask(
     devices: list[str] = []
     whole = "device" not in decision.target
     if not whole:
-        uuid = await _device_uuid(ctx, decision, name)
+        uuid = await _device_fact(ctx, decision, name, "uuid")
         if uuid is not None:
             devices = [uuid]
         elif scope == "node":
@@ -224,9 +272,14 @@ async def _ask(
                 "label and no accel_device_info series), so the agent cannot be told which "
                 "device to reset",
             )
-    stop, moved = await move_pods(ctx, decision, device_only=not whole and scope != "node")
-    if stop is not None:
-        return stop
+    if params.move_jobs:
+        stop, moved = await move_pods(ctx, decision, device_only=not whole and scope != "node")
+        if stop is not None:
+            return stop
+    else:
+        # reset_when_idle: the taint keeps new work off, running jobs finish; the
+        # agent refuses while a pod holds the reset group and resets once none does.
+        moved = "no pod moved (moveJobs: false): the agent resets once the devices are idle"
     request = {
         "id": rid,
         "devices": devices,
@@ -310,6 +363,10 @@ async def _end(
         action=NAME,
     )
     details = {"request": rid, "devices": list(status.get("devices") or [])}
+    if not done and status.get("reason") == UNSUPPORTED:
+        # The agent cannot reset these devices (its vendor rule, can_reset): the
+        # step cannot be performed here, which a ladder skips at once.
+        return Outcome("skipped", message, {**details, "reason": UNSUPPORTED})
     if not done and status.get("reason") == "unreadable":
         # The agent could not read the request (docs/agent.md): nothing was tried,
         # so nothing says that a reset fails.

@@ -99,7 +99,16 @@ from autoscaler.engine.breaker import (
     describe_limit,
     in_grace,
 )
-from autoscaler.engine.ladder import escalate, has_success, start, step_of, success_key
+from autoscaler.engine.ladder import (
+    escalate,
+    forget_starts,
+    has_success,
+    keeps,
+    start,
+    step_of,
+    stronger,
+    success_key,
+)
 from autoscaler.engine.state import (
     Active,
     ClusterInfo,
@@ -248,6 +257,7 @@ def _forget(ruleset: RuleSet, state: EngineState, now: float) -> None:
         if k[0] in rules and now - v < rules[k[0]].cooldown
     }
     state.actions = [(at, rule) for at, rule in state.actions if now - at < HOUR]
+    forget_starts(ruleset, state, now)
 
 
 def _public(labels: Labels) -> Labels:
@@ -295,7 +305,10 @@ def _present(
                 )
             )
             continue
-        first.setdefault(target, Sample(_public(sample.labels), sample.value, sample.timestamp))
+        public = Sample(_public(sample.labels), sample.value, sample.timestamp)
+        # A ladder's class comes from its sample: of two faults, the worse one's.
+        if target not in first or stronger(rule, public.labels, first[target].labels):
+            first[target] = public
         # The receiver's label: the alert's fingerprint@startsAt.
         incident = sample.get(INCIDENT_LABEL)
         ids.setdefault(target, set())
@@ -326,7 +339,8 @@ def _recover(
         for key in keys:
             step = step_of(state, key)
             success = rule.success(step) if rule.escalate else rule.recover
-            if success is None:
+            if success is None or keeps(state, key):
+                # An isolation is never undone by a recover: the part stays out.
                 continue
             name = success_key(rule, step)
             if name not in known:
@@ -599,6 +613,8 @@ def _act(
     # reason keeps it, so that the log says which incident acted.
     incident = f"; incident {', '.join(f.ids)}" if f.ids else ""
     extra = start(rule, f.key, state, now, f.sample.labels) if rule.escalate else {}
+    ladder = state.ladders.get(f.key) if rule.escalate else None
+    why = f"; {ladder.why}" if ladder is not None and ladder.why else ""
     return _decision(
         rule,
         "act",
@@ -607,7 +623,7 @@ def _act(
         now,
         dry_run,
         f"{reason} for {format_duration(now - f.since)} "
-        f"(for: {format_duration(rule.for_)}){incident}",
+        f"(for: {format_duration(rule.for_)}){incident}{why}",
         extra=extra,
     )
 

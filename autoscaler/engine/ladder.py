@@ -59,12 +59,22 @@ from dataclasses import replace
 
 from accel_common.durations import format_whole
 from autoscaler.decision import Decision
+from accel_common.remedies import RANK
 from autoscaler.engine.state import EngineState, Ladder, Note, TargetKey
 from autoscaler.ruleset.model import Limits, Rule, RuleSet
 from autoscaler.types import Labels
 
 # Steps that take a machine away: they start only while the fault is observed.
 DESTRUCTIVE = frozenset({"reboot_node", "replace_machine"})
+# Steps that only move the jobs off, to prepare the remedy: once one says ``done``
+# while the fault is observed, the next step starts at once, not after its timeout
+# (a taint or a cordon alone is a remedy of its own: it waits for its timeout).
+PREPARATORY = frozenset({"migrate_jobs", "drain"})
+# Steps after which a ladder ends for good once they say ``done``: the part is
+# marked for return, and nothing the ladder did is undone.
+FINAL = frozenset({"mark_for_return"})
+# Ladder starts kept per target for a recurrence cap (record.py reads as many).
+MAX_STARTS = 64
 
 
 def success_key(rule: Rule, step: int) -> str:
@@ -129,21 +139,25 @@ def _climb(
     is known to be there still, and the limits allow it; otherwise a note says
     what stands in the way (or the last step's ladder is exhausted)."""
     ladder = state.ladders[key]
-    last = len(rule.escalate)
-    step = min(ladder.step, last)
+    step = min(ladder.step, len(rule.escalate))
     current = rule.escalate[step - 1]
-    failed = ladder.outcome == "failed" and step < last
-    timed_out = current.timeout is not None and now - ladder.since >= current.timeout
-    if not (failed or timed_out):
-        return None
     what = f"step {step} ({current.action.type})"
+    if current.action.type in FINAL and ladder.outcome == "done":
+        _settle(rule, key, state, what)
+        return None
+    following = next_step(rule, step, ladder.klass)
     faults = observed.get(rule.name)
+    go = _go(ladder.outcome, current.action.type, following, key, faults)
+    timed_out = current.timeout is not None and now - ladder.since >= current.timeout
+    if not (go or timed_out):
+        return None
+    failed = go is not None and go != "done"
     note = _doubt(rule, key, what, failed, faults, unknown)
-    if note is None and step == last:
+    if note is None and following is None:
         _exhaust(rule, key, state, what, now)
         return None
-    if note is None and faults is not None:
-        note = _unobserved(rule, key, what, rule.escalate[step].action.type, faults)
+    if note is None and faults is not None and following is not None:
+        note = _unobserved(rule, key, what, rule.escalate[following - 1].action.type, faults)
     if note is None:
         held = _held(ruleset.limits, rule, state)
         if held is not None:
@@ -151,13 +165,100 @@ def _climb(
     if note is not None:
         state.notes.append(note)
         return None
-    why = (
-        f"{what} failed"
-        if failed
-        else f"{what} did not succeed within its timeout "
-        f"{format_whole(round((current.timeout or 0.0) * 1000))}"
+    assert following is not None  # a ladder with no step left was exhausted above
+    if go is not None:
+        why = f"{what} {_SAID[go]}"
+    else:
+        why = (
+            f"{what} did not succeed within its timeout "
+            f"{format_whole(round((current.timeout or 0.0) * 1000))}"
+        )
+    if following > step + 1:
+        skipped = ", ".join(str(i) for i in range(step + 1, following))
+        why += f"; step(s) {skipped} not for class {ladder.klass}"
+    return _step(rule, key, following, ladder, state, now, dry_run, why)
+
+
+# What each outcome that moves a ladder on at once says, for the decision's reason.
+_SAID = {
+    "failed": "failed",
+    "unsupported": "cannot be performed on this node (unsupported)",
+    "done": "is done (the jobs moved) and the fault is still observed",
+}
+
+
+def _go(
+    outcome: str | None,
+    action: str,
+    following: int | None,
+    key: TargetKey,
+    faults: Set[Labels] | None,
+) -> str | None:
+    """The outcome that moves the ladder on before its timeout, if any: ``failed``
+    (the cluster's evidence the step did not work), ``unsupported`` (the node cannot
+    perform it: skipped at once rather than failed after its timeout), or ``done``
+    of a step that only prepares (the jobs moved) while the fault is observed now
+    (``expr`` holds for the target this cycle: the next step's remedy is due)."""
+    if following is None:
+        return None
+    if outcome in ("failed", "unsupported"):
+        return outcome
+    if outcome == "done" and action in PREPARATORY and faults is not None and key[1] in faults:
+        return "done"
+    return None
+
+
+def next_step(rule: Rule, step: int, klass: str | None) -> int | None:
+    """The step after ``step`` that a ladder of class ``klass`` takes; None when it
+    takes no further step."""
+    for i in range(step + 1, len(rule.escalate) + 1):
+        if rule.takes(i, klass):
+            return i
+    return None
+
+
+def class_of(rule: Rule, labels: Labels) -> str | None:
+    """The fault class a sample's labels give a ladder of ``rule``: the value of its
+    ``classLabel`` when that is a class (``accel_common.remedies``), else None
+    (unknown: every step)."""
+    if rule.class_label is None:
+        return None
+    value = dict(labels).get(rule.class_label)
+    return value if value in RANK else None
+
+
+def stronger(rule: Rule, new: Labels, old: Labels) -> bool:
+    """Whether a sample with ``new`` labels gives a ladder a class that asks for
+    more than one with ``old`` labels (two faults of one target in one result: the
+    ladder follows the worse)."""
+    a, b = class_of(rule, new), class_of(rule, old)
+    return a is not None and (b is None or RANK[a] > RANK[b])  # type: ignore[index]
+
+
+def keeps(state: EngineState, key: TargetKey) -> bool:
+    """Whether the target's ladder follows ``isolate``: no recover ever returns an
+    isolated part to service (its taint and mark stay for an operator)."""
+    ladder = state.ladders.get(key)
+    return ladder is not None and ladder.klass == "isolate"
+
+
+def _settle(rule: Rule, key: TargetKey, state: EngineState, what: str) -> None:
+    """A final step (``FINAL``) said done: the ladder ends without a recover, so its
+    taint and mark stay; the target is released (the breaker stops counting it)
+    and left for an operator."""
+    state.ladders.pop(key, None)
+    state.active.pop(key, None)
+    state.recovering.pop(key, None)
+    state.notes.append(
+        Note(
+            rule.name,
+            "isolated",
+            f"{what} is done: the part is marked for return and its node keeps the "
+            "ladder's taint; the target is released and left for an operator (no "
+            "recover undoes an isolation)",
+            key[1],
+        )
     )
-    return _step(rule, key, step + 1, ladder, state, now, dry_run, why)
 
 
 def _doubt(
@@ -208,9 +309,45 @@ def start(
     rule: Rule, key: TargetKey, state: EngineState, now: float, labels: Labels = ()
 ) -> dict[str, float | int]:
     """A rule with a ladder acted (its first step) on a sample with ``labels``: start
-    the ladder. The decision's extra."""
-    state.ladders[key] = Ladder(1, now, now, labels=labels)
+    the ladder, of the sample's class, or of ``isolate`` when this is more ladders
+    than the rule's recurrence cap allows. The decision's extra."""
+    klass, why = class_of(rule, labels), ""
+    cap = rule.recurrence
+    if cap is not None:
+        counted = _cap_key(rule, key)
+        starts = tuple(t for t in state.ladder_starts.get(counted, ()) if now - t < cap.window)
+        if len(starts) >= cap.max:
+            klass = "isolate"
+            why = (
+                f"recurrence cap: ladder {len(starts) + 1} for this {cap.per} within "
+                f"{format_whole(round(cap.window * 1000))} (at most {cap.max}); isolated and "
+                "left for an operator"
+            )
+        state.ladder_starts[counted] = (*starts, now)[-MAX_STARTS:]
+    state.ladders[key] = Ladder(1, now, now, labels=labels, klass=klass, why=why)
     return {"step": 1, "incident": now}
+
+
+def _cap_key(rule: Rule, key: TargetKey) -> TargetKey:
+    """What a recurrence cap counts ladders of: the target, or its node."""
+    if rule.recurrence is not None and rule.recurrence.per == "node":
+        node = dict(key[1]).get("node")
+        if node is not None:
+            return (rule.name, (("node", node),))
+    return key
+
+
+def forget_starts(ruleset: RuleSet, state: EngineState, now: float) -> None:
+    """Drop ladder starts outside their rule's recurrence window (and those of rules
+    that left the rule set or have no cap any more)."""
+    caps = {r.name: r.recurrence for r in ruleset.rules if r.recurrence is not None}
+    kept: dict[TargetKey, tuple[float, ...]] = {}
+    for key, starts in state.ladder_starts.items():
+        cap = caps.get(key[0])
+        recent = () if cap is None else tuple(t for t in starts if now - t < cap.window)
+        if recent:
+            kept[key] = recent
+    state.ladder_starts = kept
 
 
 def _exhaust(rule: Rule, key: TargetKey, state: EngineState, what: str, now: float) -> None:
@@ -255,7 +392,7 @@ def _step(
     why: str,
 ) -> Decision:
     action = rule.escalate[step - 1].action
-    state.ladders[key] = Ladder(step, now, ladder.started, labels=ladder.labels)
+    state.ladders[key] = replace(ladder, step=step, since=now, outcome=None)
     # What held before this step acted says nothing about it.
     state.recovering.pop(key, None)
     active = state.active.get(key)
@@ -275,9 +412,24 @@ def _step(
         at=now,
         dry_run=dry_run,
         reason=f"escalated to step {step} of {len(rule.escalate)}: {why}"
-        + ("" if sample is None else f" (incident since {sample.since:g})"),
+        + ("" if sample is None else f" (incident since {sample.since:g})")
+        + (f"; {ladder.why}" if ladder.why else ""),
         extra={"step": step, "incident": ladder.started},
     )
 
 
-__all__ = ["DESTRUCTIVE", "escalate", "has_success", "start", "step_of", "success_key"]
+__all__ = [
+    "DESTRUCTIVE",
+    "FINAL",
+    "PREPARATORY",
+    "class_of",
+    "escalate",
+    "forget_starts",
+    "has_success",
+    "keeps",
+    "next_step",
+    "start",
+    "step_of",
+    "stronger",
+    "success_key",
+]

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from accel_common import clusterjson
 from accel_common.clusterjson import ClusterValueError
+from accel_common.remedies import ACTION_CLASSES
 from autoscaler.engine.breaker import UNHEALTHY_ACTIONS
 from autoscaler.engine.state import Active, EngineState, Incident, Ladder, TargetKey
 from autoscaler.types import Labels, labels_of
@@ -58,9 +59,14 @@ MAX_ENTRIES = 100_000
 MAX_LABELS = 64
 MAX_IDS = 64
 MAX_STEP = 64
-OUTCOMES = ("done", "partial", "skipped", "failed", "unknown")
+# "unsupported": a step the node cannot perform (engine/ladder.py).
+OUTCOMES = ("done", "partial", "skipped", "failed", "unknown", "unsupported")
+# The fault classes a ladder may follow (accel_common.remedies).
+CLASSES = frozenset(ACTION_CLASSES)
+# Ladder starts kept per target for a recurrence cap: more than any cap counts.
+MAX_STARTS = 64
 
-PARTS = ("breaker", "cooldowns", "actions", "incidents", "active", "ladders")
+PARTS = ("breaker", "cooldowns", "actions", "incidents", "active", "ladders", "ladderStarts")
 
 T = TypeVar("T")
 
@@ -83,6 +89,7 @@ def record_of(state: EngineState) -> dict[str, Any]:
         "incidents": [i for i in doc.get("incidents", []) if i.get("handledAt") is not None],
         "active": [a for a in doc["active"] if a["action"] not in NODE_RECORDED],
         "ladders": doc["ladders"],
+        "ladderStarts": doc["ladderStarts"],
     }
 
 
@@ -172,13 +179,29 @@ class _Reader:
         if outcome is not None and outcome not in OUTCOMES:
             raise ClusterValueError(f"{where}.outcome", f"not one of {', '.join(OUTCOMES)}")
         labels = e.get("labels")
+        klass = e.get("class")
+        if klass is not None and klass not in CLASSES:
+            # Unreadable: the ladder follows every step, the gentlest first, rather
+            # than a class nobody can vouch for.
+            self.problems.append(f"{where}.class: not a fault class; the ladder takes every step")
+            klass = None
         return self.key(e, where), Ladder(
             clusterjson.whole(e.get("step"), f"{where}.step", lo=1, hi=MAX_STEP),
             self.time(e.get("since"), f"{where}.since"),
             self.time(e.get("started"), f"{where}.started"),
             outcome,
             () if labels is None else self.labels(labels, f"{where}.labels"),
+            klass,
+            clusterjson.text(e.get("why") or "", f"{where}.why", max_len=4096),
         )
+
+    def starts(self, e: Mapping[str, Any], where: str) -> tuple[TargetKey, tuple[float, ...]]:
+        """A recurrence cap's count: an unreadable one is dropped whole, so it counts
+        fewer ladders, never more (it can never push a device to isolation)."""
+        at = e.get("at")
+        if not isinstance(at, list) or len(at) > MAX_STARTS:
+            raise ClusterValueError(f"{where}.at", f"expected a list of at most {MAX_STARTS}")
+        return self.key(e, where), tuple(self.time(t, f"{where}.at") for t in at)
 
     def breaker(self, doc: Mapping[str, Any], state: EngineState) -> None:
         b = doc.get("breaker")
@@ -228,6 +251,7 @@ def parse_record(
         incidents=dict(r.part(doc, "incidents", r.incident)),
         active=dict(r.part(doc, "active", r.active)),
         ladders=dict(r.part(doc, "ladders", r.ladder)),
+        ladder_starts=dict(r.part(doc, "ladderStarts", r.starts)),
     )
     r.breaker(doc, state)
     return state

@@ -24,8 +24,10 @@ alone:
   the last hour's actions (``maxActionsPerHour``), the handled incidents (so a
   re-sent alert of an incident already acted on stays handled), and the active
   targets of actions that leave no node entry (requeue_job, rebalance,
-  scale_node_pool), and the escalation ladders (``engine/ladder.py``: step, since,
-  started, outcome). The leader writes it after a cycle that changed it.
+  scale_node_pool), the escalation ladders (``engine/ladder.py``: step, since,
+  started, outcome, class), and when each recent ladder started (the recurrence
+  caps' counts: a device's third ladder in a day must isolate it after a restart
+  too). The leader writes it after a cycle that changed it.
 
 Ladders: a target on a ladder is active (and its node counted) when the record
 has its ladder and either its node still carries our entry for the rule, or the
@@ -165,6 +167,7 @@ def restore(
     state.ladders = ladders
     state.last_acted = last_acted
     state.actions = actions
+    state.ladder_starts = _starts(ruleset, state.ladder_starts, saved.ladder_starts)
     state.recovering = {}
     state.incidents = {k: i for k, i in saved.incidents.items() if k[0] in rules}
     if record is not None:
@@ -184,6 +187,22 @@ def restore(
         record=record is not None,
         cooldowns=len(last_acted),
     )
+
+
+def _starts(
+    ruleset: RuleSet,
+    memory: Mapping[TargetKey, tuple[float, ...]],
+    saved: Mapping[TargetKey, tuple[float, ...]],
+) -> dict[TargetKey, tuple[float, ...]]:
+    """The recurrence caps' counts: every ladder start that memory or the record
+    holds (each was recorded by a controller; a lost write must not forget one),
+    for rules still in the rule set."""
+    rules = {r.name for r in ruleset.rules}
+    out: dict[TargetKey, tuple[float, ...]] = {}
+    for key in {*memory, *saved}:
+        if key[0] in rules:
+            out[key] = tuple(sorted({*memory.get(key, ()), *saved.get(key, ())}))
+    return out
 
 
 def _ladders(

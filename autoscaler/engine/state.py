@@ -53,8 +53,16 @@ DECISION_LOG_SIZE = 1000
 # (rule name, target labels): the key of every per-target entry.
 TargetKey = tuple[str, Labels]
 
-NoteKind = Literal["unknown", "skipped", "held", "dropped", "breaker", "exhausted"]
-NOTE_KINDS: tuple[str, ...] = ("unknown", "skipped", "held", "dropped", "breaker", "exhausted")
+NoteKind = Literal["unknown", "skipped", "held", "dropped", "breaker", "exhausted", "isolated"]
+NOTE_KINDS: tuple[str, ...] = (
+    "unknown",
+    "skipped",
+    "held",
+    "dropped",
+    "breaker",
+    "exhausted",
+    "isolated",
+)
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,12 @@ class Ladder:
     # The labels of the sample that started the ladder (a device's uuid, say), which
     # every later step's decision carries: a step must not know less than the first.
     labels: Labels = ()
+    # The fault class the ladder follows (``Rule.takes``), fixed when it starts: the
+    # value of the rule's ``classLabel`` on that sample, ``isolate`` when the
+    # recurrence cap sent it there; None: unknown, every step.
+    klass: str | None = None
+    # Why the class is not the sample's (the recurrence cap), for every step's reason.
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -124,7 +138,9 @@ class Note:
     cooldown, a limit or the breaker; ``labels`` are the target's), ``dropped`` (an
     active target of a rule that is no longer in the rule set was forgotten),
     ``breaker`` (the breaker opened or closed; ``rule`` is empty), ``exhausted`` (a
-    ladder's last step timed out without success: the target is released).
+    ladder's last step timed out without success: the target is released),
+    ``isolated`` (an isolation ladder marked the part for return: the target is
+    released, its taint and mark stay for an operator).
     """
 
     rule: str
@@ -162,6 +178,9 @@ class EngineState:
     last_acted: dict[TargetKey, float] = field(default_factory=dict)
     # (time, rule) of every "act" decision in the last hour, for the hourly limits.
     actions: list[tuple[float, str]] = field(default_factory=list)
+    # rule, target (or the target's node, ``recurrence.per: node``) -> when each
+    # ladder started within the rule's recurrence window, for its recurrence cap.
+    ladder_starts: dict[TargetKey, tuple[float, ...]] = field(default_factory=dict)
     breaker_open: bool = False
     breaker_opened_at: float | None = None
     breaker_reason: str = ""
@@ -229,9 +248,11 @@ class EngineState:
                     started=v.started,
                     outcome=v.outcome,
                     labels=dict(v.labels),
+                    **{"class": v.klass, "why": v.why},
                 )
                 for k, v in sorted(self.ladders.items())
             ],
+            "ladderStarts": [_entry(k, at=list(v)) for k, v in sorted(self.ladder_starts.items())],
             "cooldowns": [_entry(k, lastActedAt=v) for k, v in sorted(self.last_acted.items())],
             "actions": [{"at": at, "rule": rule} for at, rule in self.actions],
             "breaker": {
@@ -265,6 +286,9 @@ class EngineState:
             ladders={_key(e): _ladder(e) for e in doc.get("ladders", [])},
             last_acted={_key(e): float(e["lastActedAt"]) for e in doc["cooldowns"]},
             actions=[(float(e["at"]), str(e["rule"])) for e in doc["actions"]],
+            ladder_starts={
+                _key(e): tuple(float(t) for t in e["at"]) for e in doc.get("ladderStarts", [])
+            },
             breaker_open=bool(breaker["open"]),
             breaker_opened_at=_opt_float(breaker["openedAt"]),
             breaker_reason=str(breaker["reason"]),
@@ -333,6 +357,8 @@ def _ladder(entry: Mapping[str, Any]) -> Ladder:
         float(entry["started"]),
         _opt_str(entry.get("outcome")),
         labels_of({str(k): str(v) for k, v in labels.items()}),
+        _opt_str(entry.get("class")),
+        str(entry.get("why") or ""),
     )
 
 

@@ -44,6 +44,7 @@ from autoscaler import clusterstate
 from autoscaler.actions import ACTIONS
 from autoscaler.promql.errors import ExprError
 from autoscaler.promql.guard import parse
+from autoscaler.ruleset import remedies
 from autoscaler.ruleset.errors import Problem, RuleSetError, whole_file
 from autoscaler.ruleset.exprpos import BUDGET, error_offset, token_at
 from autoscaler.ruleset.files import rule_files
@@ -90,10 +91,12 @@ RULE_KEYS = (
     "repeat",
     "limits",
     "recover",
+    "classLabel",
+    "recurrence",
 )
 RULE_LIMITS_KEYS = ("maxConcurrent", "maxActionsPerHour")
 RECOVER_KEYS = ("expr", "for")
-STEP_KEYS = ("action", "timeout", "recover")
+STEP_KEYS = ("action", "timeout", "recover", "classes")
 # The most steps a ladder may have: more rungs than any remediation has.
 MAX_STEPS = 10
 BREAKER_RESETS = ("manual", "window")
@@ -291,6 +294,11 @@ class _FileReader(Reader):
         rule_limits = self.rule_limits(entries["limits"][1]) if "limits" in entries else None
         recover = self.rule_recover(entries, action, target) if "recover" in entries else None
         self.check_repeat(entries, action, repeat)
+        label = remedies.class_label(self, entries)
+        cap = (
+            remedies.recurrence(self, entries["recurrence"][1]) if "recurrence" in entries else None
+        )
+        remedies.check(self, node, entries, steps, label, cap)
         if len(self.out.problems) > before or target is None or action is None:
             return None
         return Rule(
@@ -307,6 +315,8 @@ class _FileReader(Reader):
             recover=recover,
             position=self.pos(node),
             escalate=steps,
+            class_label=label,
+            recurrence=cap,
         )
 
     def rule_name(self, entries: Entries) -> str:
@@ -465,8 +475,11 @@ class _FileReader(Reader):
                     "last has one: when it passes without success, the next step starts)",
                 )
             recover = self.recover(entries["recover"][1], target) if "recover" in entries else None
+            classes = frozenset[str]()
+            if "classes" in entries:
+                classes = remedies.step_classes(self, entries["classes"][1], i)
             if action is not None:
-                steps.append(Step(action, timeout, recover, self.pos(item)))
+                steps.append(Step(action, timeout, recover, self.pos(item), classes))
         if len(self.out.problems) > before:
             return ()
         wants_undo = rule_recover or any(s.recover is not None for s in steps)

@@ -60,6 +60,21 @@ class Step:
     recover: Recover | None = None
     # Position is a frozen dataclass (from accel_common), so one default is safe to share.
     position: Position = Position("<memory>", 1, 1)  # noqa: RUF009
+    # ``classes:``: the fault classes (accel_common.remedies.ACTION_CLASSES) whose
+    # ladders take this step; empty: every ladder takes it. Only on a rule with a
+    # ``classLabel`` (``Rule.takes`` says which steps a ladder of a class takes).
+    classes: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    """``recurrence:``: more than ``max`` ladders of this rule for one target (or,
+    ``per: node``, for one node) within ``window`` seconds: the next ladder follows
+    the ``isolate`` class whatever its fault says, and is left for an operator."""
+
+    max: int
+    window: float
+    per: Literal["target", "node"] = "target"
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,25 @@ class Rule:
     # Step i (1-based) is ``escalate[i - 1]``; see engine/evaluate.py for when each
     # one starts.
     escalate: tuple[Step, ...] = ()
+    # ``classLabel:``: the sample label whose value is the fault's class (the
+    # exporter's ``action``); a ladder follows the steps of its class. None: every
+    # ladder takes every step.
+    class_label: str | None = None
+    recurrence: Recurrence | None = None
+
+    def takes(self, i: int, klass: str | None) -> bool:
+        """Whether a ladder of class ``klass`` takes step ``i`` (1-based). Step 1
+        is the rule's act, which every ladder takes; a ladder whose class is
+        unknown (no label, a value no step names) takes every step, the gentlest
+        first, as a ladder without classes does."""
+        step = self.escalate[i - 1]
+        if i == 1 or not step.classes or klass is None:
+            return True
+        return klass in step.classes or klass not in self.classes()
+
+    def classes(self) -> frozenset[str]:
+        """Every class some step of the ladder names."""
+        return frozenset(c for s in self.escalate for c in s.classes)
 
     def step(self, i: int) -> Step:
         """Step ``i`` (1-based) of the ladder; a rule without one has one step, its
@@ -173,6 +207,7 @@ __all__ = [
     "Limits",
     "Position",
     "Recover",
+    "Recurrence",
     "Rule",
     "RuleLimits",
     "RuleSet",

@@ -36,7 +36,9 @@ so that "a failed step escalates at once" can be tested::
 
         outcomes:                             # reported just before the evaluation at
           - {at: 16m, rule: fatal-device-fault, target: {node: n1, device: nvidia0},
-             step: 2, status: failed}         # done, partial, skipped or failed
+             step: 2, status: failed}         # done, partial, skipped, failed,
+                                              # unknown or unsupported (the node
+                                              # cannot perform the step)
 
 ``at`` compares the decisions of one evaluation; ``from``/``to`` compares the
 multiset of every decision made at the evaluation times of the window, so "one
@@ -123,7 +125,7 @@ class InputOutcome:
     position: Position
 
 
-OUTCOME_STATUSES = ("done", "partial", "skipped", "failed", "unknown")
+OUTCOME_STATUSES = ("done", "partial", "skipped", "failed", "unknown", "unsupported")
 
 
 @dataclass(frozen=True)

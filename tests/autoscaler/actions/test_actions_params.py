@@ -39,7 +39,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "nodeCooldown": 1800.0,
         "gainHorizon": 3600.0,
     },
-    "reset_devices": {"taint": DEFAULT_TAINT, "drainTimeout": 600.0, "wait": 600.0},
+    "reset_devices": {
+        "taint": DEFAULT_TAINT,
+        "drainTimeout": 600.0,
+        "wait": 600.0,
+        "moveJobs": True,
+    },
+    "mark_for_return": {},
     "reboot_node": {
         "method": "auto",
         "snrNamespace": "openshift-workload-availability",
@@ -61,6 +67,7 @@ TARGETS_OF: dict[str, tuple[str, ...]] = {
     "repartition": ("node", "device"),
     "reset_devices": ("node", "device"),
     "reboot_node": ("node", "device"),
+    "mark_for_return": ("node", "device"),
     "uncordon": ("node",),
 }
 

@@ -200,6 +200,9 @@ async def test_device_scope_moves_only_the_devices_pods(
     await until(lambda: node_annotations(api).get(RESET_SCOPE_ANNOTATION) == "device")
 
     async def query(expr: str, at: float) -> QueryResult:
+        if expr.startswith("accel_device_info"):
+            # The vendor, asked first: one the agent can reset.
+            return Vector((Sample(labels_of({"vendor": "nvidia"}), 1, at),))
         assert "accel_device_pod_info" in expr and 'device="nvidia1"' in expr
         return Vector(
             (Sample(labels_of({"namespace": "ml", "pod": "holder", "device": "nvidia1"}), 1, at),)
@@ -333,6 +336,7 @@ def test_parameters_are_validated() -> None:
         "taint": "accel-fleet.io/faulty=true:NoSchedule",
         "drainTimeout": 600.0,
         "wait": 600.0,
+        "moveJobs": True,
     }
     _, problems = spec.validate({"wait": "0s", "taint": "x", "wiat": "1m"})
     said = {p.param: p.message for p in problems}

@@ -214,6 +214,11 @@ for _ in range(50):
         ("ladders", {**GOOD, "step": 1, "since": T0, "started": T0, "labels": {"a": NESTED}}),
         ("cooldowns", {"rule": "stuck", "target": {"x" * 300: "y"}, "lastActedAt": T0}),
         ("cooldowns", "not an object"),
+        # A recurrence cap's count that cannot be read is dropped whole: it counts
+        # fewer ladders, never more.
+        ("ladderStarts", {**GOOD, "at": [T0, "yesterday"]}),
+        ("ladderStarts", {**GOOD, "at": [T0] * 65}),
+        ("ladderStarts", {**GOOD, "at": T0}),
     ],
 )
 def test_a_bad_entry_costs_only_itself_and_is_never_written_back(part: str, bad: object) -> None:
@@ -223,6 +228,7 @@ def test_a_bad_entry_costs_only_itself_and_is_never_written_back(part: str, bad:
         "incidents": {**GOOD, "since": T0, "ids": [], "handledAt": T0},
         "active": {**GOOD, "since": T0, "action": "requeue_job", "node": None},
         "ladders": {**GOOD, "step": 1, "since": T0, "started": T0},
+        "ladderStarts": {**GOOD, "at": [T0 - 60, T0]},
     }
     doc: dict[str, object] = {"version": 1, **{name: [e] for name, e in good.items()}}
     doc[part] = [bad, good[part]]
@@ -233,7 +239,7 @@ def test_a_bad_entry_costs_only_itself_and_is_never_written_back(part: str, bad:
     # record that the next write would store.
     again = json.loads(record_text(state))
     assert len(again[part]) == 1 and again[part][0] == json.loads(json.dumps(good[part])) | (
-        {"labels": {}, "outcome": None} if part == "ladders" else {}
+        {"labels": {}, "outcome": None, "class": None, "why": ""} if part == "ladders" else {}
     )
     assert not state.breaker_open
 

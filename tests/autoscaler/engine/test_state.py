@@ -315,7 +315,8 @@ def small_state() -> EngineState:
             key("a", node="n3"): Active(5.0, "cordon", "n3"),
             key("p", namespace="ml", pod="x"): Active(6.0, "requeue_job", None),
         },
-        ladders={key("a", node="n3"): Ladder(2, 15.0, 5.0, "failed")},
+        ladders={key("a", node="n3"): Ladder(2, 15.0, 5.0, "failed", klass="reboot")},
+        ladder_starts={key("a", node="n3"): (5.0,)},
         last_acted={key("a", node="n3"): 5.0},
         actions=[(5.0, "a"), (6.0, "p")],
         breaker_open=True,
@@ -366,8 +367,11 @@ def test_to_json_is_the_documented_shape() -> None:
                 "started": 5.0,
                 "outcome": "failed",
                 "labels": {},
+                "class": "reboot",
+                "why": "",
             }
         ],
+        "ladderStarts": [{"rule": "a", "target": {"node": "n3"}, "at": [5.0]}],
         "cooldowns": [{"rule": "a", "target": {"node": "n3"}, "lastActedAt": 5.0}],
         "actions": [{"at": 5.0, "rule": "a"}, {"at": 6.0, "rule": "p"}],
         "breaker": {"open": True, "openedAt": 7.0, "reason": "too many"},
@@ -444,7 +448,15 @@ def test_from_json_refuses_a_document_of_another_shape(
 
 
 def test_note_kinds_are_the_ones_a_note_may_have() -> None:
-    assert NOTE_KINDS == ("unknown", "skipped", "held", "dropped", "breaker", "exhausted")
+    assert NOTE_KINDS == (
+        "unknown",
+        "skipped",
+        "held",
+        "dropped",
+        "breaker",
+        "exhausted",
+        "isolated",
+    )
 
 
 @pytest.mark.parametrize("restart_at", [0.0, 30.0, 60.0, 90.0, 119.0], ids=lambda t: f"t={t:g}")
