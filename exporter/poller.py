@@ -15,8 +15,15 @@ Why it is built this way:
   reading changed are formatted, in short slices that let scrapes in between, and
   gzip runs in a thread (see ``publish``).
 * The fault counters are the exporter's own: backends hand over new events, the
-  poller classifies them through ``exporter.faults`` and adds them up, so a counter
-  never goes backwards when a device is lost and found again.
+  poller classifies them through ``exporter.faults`` (a severity, and an action class
+  raised by the driver's live verdict) and adds them up, so a counter never goes
+  backwards when a device is lost and found again.
+* A device loss is a fault event (code ``lost``, class ``reboot``) for every vendor,
+  counted here because only the poller sees the transition: once when a device goes
+  from answering (or from not yet read: a device already lost at the first poll) to
+  lost, never again while it stays lost, whether its backend raised
+  ``DeviceLostError`` or handed over a down reading with a ``lost`` event, and
+  whether or not an Xid came first.
 * Each transition is logged once, here and nowhere else: a device or backend going
   down with its reason, coming back with how long it was down. A reason that changes
   while it stays down (a lost GPU's first reading names the Xid, the next ones say
@@ -39,12 +46,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from accel_common.durations import format_whole
+from accel_common.remedies import LOST_CODE
 from exporter import faults
 from exporter.backends.base import Backend
 from exporter.model import (
     BackendUnavailableError,
     DeviceInfo,
     DeviceLostError,
+    FaultEvent,
     Link,
     PodAssignment,
     Reading,
@@ -57,6 +66,13 @@ log = logging.getLogger("accel_exporter.poller")
 # How often a backend whose library was missing is asked to discover again, so that
 # a driver loaded after the exporter started is picked up without a restart.
 REDISCOVER_SECONDS = 60.0
+# The repair flags of ``Reading.remapped_rows`` that are fault events when they rise:
+# (event code, remapped_rows key). The catalogue grades them (a pending repair is
+# reset_when_idle, a failed one isolate).
+REPAIR_FLAGS: tuple[tuple[str, str], ...] = (
+    ("remap_pending", "pending"),
+    ("remap_failure", "failure"),
+)
 # Devices formatted per slice of the event loop before it yields to scrapes.
 FORMAT_SLICE = 8
 
@@ -126,8 +142,12 @@ class Poller:
         clock: Callable[[], float] = time.time,
         pod_labels: bool = False,
         procmap: ProcMap | None = None,
+        catalogue: faults.Catalogue = faults.BUILTIN,
     ) -> None:
         self.interval = interval
+        # The fault tables: the built-in ones, or an operator's laid over them
+        # (--fault-table).
+        self.catalogue = catalogue
         # Maps the processes on a device to their containers; None: a ProcMap over
         # /proc and /var/log, the host's own.
         self.procmap = procmap if procmap is not None else ProcMap()
@@ -145,6 +165,10 @@ class Poller:
         self._devices: dict[str, DeviceState] = {}
         self._owner: dict[str, str] = {}
         self._down: dict[str, _Down] = {}
+        # Devices whose loss has been counted; a device leaves when it answers again.
+        self._lost: set[str] = set()
+        # device -> the repair flags it showed at its last reading (``REPAIR_FLAGS``).
+        self._flags: dict[str, frozenset[str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._publish_lock = asyncio.Lock()
         # Set once the first poll of every backend has ended (each within its
@@ -172,7 +196,11 @@ class Poller:
             try:
                 readings[d.device] = b.read(d)
             except DeviceLostError as e:
-                readings[d.device] = Reading(up=False, down_reason=f"device lost: {e}")
+                readings[d.device] = Reading(
+                    up=False,
+                    down_reason=f"device lost: {e}",
+                    fault_events=[FaultEvent(LOST_CODE, str(e))],
+                )
             except Exception as e:  # one device's failure is that device's, not ours
                 readings[d.device] = Reading(up=False, down_reason=f"{type(e).__name__}: {e}")
         pods = b.pods()
@@ -323,6 +351,7 @@ class Poller:
                         self._devices.pop(d.device, None)
                         self._owner.pop(d.device, None)
                         self._down.pop(d.device, None)
+                        self._lost.discard(d.device)
                 st.relayout = False
             st.discovered = True
             st.devices, st.links = kept, result.links
@@ -335,19 +364,66 @@ class Poller:
             ds = self._devices.get(d.device)
             if ds is None:
                 ds = self._devices[d.device] = DeviceState(d, reading)
+                ds.faults = dict.fromkeys(self.catalogue.pairs(d.vendor), 0)
             ds.info, ds.reading, ds.lines = d, reading, None
             ds.owners = result.owners.get(d.device, {})
             self._transition(d.device, reading)
-            for ev in reading.fault_events:
-                sev = faults.classify(d.vendor, ev.code)
-                ds.faults[sev] = ds.faults.get(sev, 0) + 1
-                ds.fault_codes[(ev.code, sev)] = ds.fault_codes.get((ev.code, sev), 0) + 1
-                log.warning(
-                    "fault on %s: code=%s severity=%s %s", d.device, ev.code, sev, ev.detail
-                )
+            for ev in self._new_faults(d.device, reading):
+                self._count(ds, ev)
         st.pods = result.pods
         st.duration = result.duration
         st.last_success = self.clock()
+
+    def _new_faults(self, device: str, reading: Reading) -> list[FaultEvent]:
+        """The reading's events, with a loss counted once per transition to lost: a
+        ``lost`` event of a device whose loss is already counted is dropped, and a
+        device that answers again can be lost (and counted) again."""
+        if reading.up:
+            self._lost.discard(device)
+            return reading.fault_events + self._repair_events(device, reading)
+        events = []
+        for ev in reading.fault_events:
+            if ev.code == LOST_CODE:
+                if device in self._lost:
+                    continue
+                self._lost.add(device)
+            events.append(ev)
+        return events
+
+    def _repair_events(self, device: str, reading: Reading) -> list[FaultEvent]:
+        """An event for each repair flag the device raised since its last reading: a
+        row remap (NVIDIA) or row replacement (Gaudi) waiting for a reset, and a remap
+        that failed. The flag is a state, not an event, in every vendor library; its
+        rise is the news, counted once (a flag already up at the first reading
+        included), and again only after it cleared."""
+        now = frozenset(
+            code
+            for code, key in REPAIR_FLAGS
+            if reading.remapped_rows.get(key, 0.0) > 0
+        )
+        before = self._flags.get(device, frozenset())
+        self._flags[device] = now
+        return [
+            FaultEvent(code, f"accel_remapped_rows {key} > 0")
+            for code, key in REPAIR_FLAGS
+            if code in now - before
+        ]
+
+    def _count(self, ds: DeviceState, ev: FaultEvent) -> None:
+        vendor = ds.info.vendor
+        sev = self.catalogue.classify(vendor, ev.code)
+        action = self.catalogue.action(vendor, ev.code, ev.action)
+        ds.faults[(sev, action)] = ds.faults.get((sev, action), 0) + 1
+        key = (ev.code, sev, action)
+        ds.fault_codes[key] = ds.fault_codes.get(key, 0) + 1
+        log.warning(
+            "fault on %s: code=%s severity=%s action=%s %s",
+            ds.info.device,
+            ev.code,
+            sev,
+            action,
+            ev.detail,
+        )
 
     # -- rendering ---------------------------------------------------------------
 

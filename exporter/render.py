@@ -28,10 +28,11 @@ class DeviceState:
 
     info: DeviceInfo
     reading: Reading
-    # severity -> count; every severity is present from the start.
-    faults: dict[str, int] = field(default_factory=lambda: dict.fromkeys(schema.SEVERITIES, 0))
-    # (code, severity) -> count
-    fault_codes: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (severity, action class) -> count; the poller starts every pair the vendor's
+    # catalogue can yield at 0 (``Catalogue.pairs``).
+    faults: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (code, severity, action class) -> count
+    fault_codes: dict[tuple[str, str, str], int] = field(default_factory=dict)
     # The reading's sample lines by metric name, formatted in the backend's poll
     # thread by reading_lines(), so the event loop never formats a device.
     lines: dict[str, list[str]] | None = None
@@ -170,10 +171,10 @@ def _faults(fam: Exposition, d: DeviceState) -> None:
     # The exporter's own fault counters exist for every device, up or not, from the
     # first scrape, so that increase() sees the first fault.
     base = device_labels(d.info)
-    for sev in schema.SEVERITIES:
-        fam.add(schema.FAULT_EVENTS.name, f'{base},severity="{sev}"', d.faults.get(sev, 0))
-    for (code, sev), n in sorted(d.fault_codes.items()):
-        labels = base + "," + _labels((("code", code), ("severity", sev)))
+    for (sev, action), n in sorted(d.faults.items()):
+        fam.add(schema.FAULT_EVENTS.name, f'{base},severity="{sev}",action="{action}"', n)
+    for (code, sev, action), n in sorted(d.fault_codes.items()):
+        labels = base + "," + _labels((("code", code), ("severity", sev), ("action", action)))
         fam.add(schema.FAULT_CODE_EVENTS.name, labels, n)
 
 

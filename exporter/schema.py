@@ -94,16 +94,20 @@ FAULT_EVENTS = _c(
     "accel_fault_events_total",
     "Vendor fault events (NVIDIA Xid, AMD and Intel RAS, Gaudi HLML events, Ascend "
     "alarms, TPU errors) seen by this exporter, by vendor-neutral severity (fatal, "
-    "recoverable, info). Present at 0 from the start.",
+    "recoverable, info) and action class (ignore, app, watch, reset_when_idle, reset, "
+    "reboot, isolate: the vendor's recommended first step, raised by the driver's live "
+    "verdict). Present at 0 from the start for every pair the vendor's catalogue yields.",
     "",
     "severity",
+    "action",
 )
 FAULT_CODE_EVENTS = _c(
     "accel_fault_code_events_total",
-    "Vendor fault events seen by this exporter, by vendor code and severity.",
+    "Vendor fault events seen by this exporter, by vendor code, severity and action class.",
     "",
     "code",
     "severity",
+    "action",
 )
 TEMPERATURE = _g("accel_temperature_celsius", "Temperature by sensor.", "celsius", "sensor")
 POWER = _g("accel_power_watts", "Power draw.", "watts")

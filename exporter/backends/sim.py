@@ -74,6 +74,7 @@ from pathlib import Path
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+from accel_common.remedies import LOST_CODE
 from accel_common.suggest import did_you_mean
 from accel_common.yamlread import ProblemsError, Reader, kind
 from exporter.backends import sim_pods
@@ -453,6 +454,8 @@ class SimBackend(Backend):
         if d.lost:
             # Like NVML, the fault events raised before the loss are still delivered.
             if faults:
+                # With the loss itself, which the poller counts once.
+                faults.append(FaultEvent(LOST_CODE, "simulated device fell off the bus"))
                 return Reading(
                     up=False, down_reason="GPU has fallen off the bus", fault_events=faults
                 )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.exposition import CORE_METRICS, parse, value
+from tests.support.exposition import CORE_METRICS, parse, total, value
 from tests.support.paths import REPO
 
 # Slow (starts an exporter process per test): `make test-fast` leaves it out.
@@ -120,7 +120,7 @@ def test_once_prints_checked_exposition(promtool_check: Callable[[str], None]) -
         assert {lb["device"] for lb in rows} == set(devices), name
     for d in devices:
         for sev in ("fatal", "recoverable", "info"):
-            assert value(text, "accel_fault_events_total", device=d, severity=sev) == 0
+            assert total(text, "accel_fault_events_total", device=d, severity=sev) == 0
 
 
 def test_once_with_missing_vendor_library_reports_backend_down() -> None:

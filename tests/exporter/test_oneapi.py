@@ -34,7 +34,7 @@ from exporter.backends.oneapi.zes import PROTOTYPES
 from exporter.model import BackendUnavailableError, DeviceInfo, DeviceLostError, Reading
 from exporter.poller import Poller
 from tests.support.clock import FakeClock
-from tests.support.exposition import names, parse, stable, value
+from tests.support.exposition import names, parse, stable, total, value
 from tests.support.fakes import level_zero as lz
 from tests.support.fakes.dpctl import FakeDpctl, SyclDevice
 from tests.support.fakes.level_zero import GIB, FakeLevelZero, flex_170, max_1550
@@ -383,13 +383,13 @@ async def test_card_gone_from_sysfs_is_lost(tree: Path, poller_for: Callable[...
     text = await poll(poller)
     assert value(text, "accel_up", device="oneapi1") == 0
     assert value(text, "accel_device_info", device="oneapi1") == 1
-    assert value(text, "accel_fault_events_total", device="oneapi1", severity="fatal") == 1
-    assert value(text, "accel_fault_code_events_total", device="oneapi1", code="lost") == 1
+    assert total(text, "accel_fault_events_total", device="oneapi1", severity="fatal") == 1
+    assert total(text, "accel_fault_code_events_total", device="oneapi1", code="lost") == 1
     assert value(text, "accel_up", device="oneapi0") == 1
     with pytest.raises(DeviceLostError, match="gone from sysfs"):
         backend.read(DeviceInfo("oneapi1", "oneapi", ""))
     text = await poll(poller)  # still gone: still down, counted once
-    assert value(text, "accel_fault_events_total", device="oneapi1", severity="fatal") == 1
+    assert total(text, "accel_fault_events_total", device="oneapi1", severity="fatal") == 1
 
 
 def test_card_without_uevent_slot_uses_the_device_link(tmp_path: Path) -> None:
@@ -491,7 +491,7 @@ async def test_level_zero_node(
     # Counts from before the exporter started are not replayed as new faults.
     for d in ("oneapi0", "oneapi1", "oneapi2"):
         for sev in ("fatal", "recoverable", "info"):
-            assert v("accel_fault_events_total", d, severity=sev) == 0, (d, sev)
+            assert total(text, "accel_fault_events_total", device=d, severity=sev) == 0, (d, sev)
     assert backend.sources == {
         "oneapi0": "Level Zero Sysman",
         "oneapi1": "Level Zero Sysman",
@@ -541,10 +541,10 @@ async def test_ras_errors_are_ecc_and_fault_events(
     text = await poll(poller)
 
     def fault(device: str, severity: str) -> float | None:
-        return value(text, "accel_fault_events_total", device=device, severity=severity)
+        return total(text, "accel_fault_events_total", device=device, severity=severity)
 
     def code(device: str, c: str) -> float | None:
-        return value(text, "accel_fault_code_events_total", device=device, code=c)
+        return total(text, "accel_fault_code_events_total", device=device, code=c)
 
     assert value(text, "accel_ecc_errors_total", device="oneapi0", type="corrected") == 11
     assert value(text, "accel_ecc_errors_total", device="oneapi0", type="uncorrected") == 1
@@ -683,15 +683,15 @@ async def test_device_lost_is_down_alone_and_counted_once(
     assert value(text, "accel_up", device="oneapi1") == 0
     assert value(text, "accel_device_info", device="oneapi1", uuid=uuid1) == 1
     assert value(text, "accel_memory_used_bytes", device="oneapi1") is None
-    assert value(text, "accel_fault_code_events_total", device="oneapi1", code="lost") == 1
-    assert value(text, "accel_fault_events_total", device="oneapi1", severity="fatal") == 1
+    assert total(text, "accel_fault_code_events_total", device="oneapi1", code="lost") == 1
+    assert total(text, "accel_fault_events_total", device="oneapi1", severity="fatal") == 1
     for d in ("oneapi0", "oneapi2"):
         assert value(text, "accel_up", device=d) == 1, d
     assert value(text, "accel_exporter_backend_up", backend="oneapi") == 1
     with pytest.raises(DeviceLostError, match="ZE_RESULT_ERROR_DEVICE_LOST"):
         backend.read(DeviceInfo("oneapi1", "oneapi", uuid1))
     text = await poll(poller)
-    assert value(text, "accel_fault_events_total", device="oneapi1", severity="fatal") == 1
+    assert total(text, "accel_fault_events_total", device="oneapi1", severity="fatal") == 1
 
     ze.recover(flex)
     text = await poll(poller)
@@ -703,7 +703,7 @@ async def test_device_lost_is_down_alone_and_counted_once(
     text = await poll(poller)
     assert value(text, "accel_up", device="oneapi0") == 0
     assert value(text, "accel_utilization_ratio", device="oneapi0") is None
-    assert value(text, "accel_fault_code_events_total", device="oneapi0", code="lost") == 1
+    assert total(text, "accel_fault_code_events_total", device="oneapi0", code="lost") == 1
 
 
 async def test_device_requiring_reset_is_down_with_a_fatal_fault(
@@ -723,7 +723,7 @@ async def test_device_requiring_reset_is_down_with_a_fatal_fault(
     text = await poll(poller)
     assert value(text, "accel_up", device="oneapi1") == 0
     assert (
-        value(text, "accel_fault_code_events_total", device="oneapi1", code="reset_required") == 1
+        total(text, "accel_fault_code_events_total", device="oneapi1", code="reset_required") == 1
     )
     with pytest.raises(DeviceLostError, match="REQUIRES_RESET"):
         backend.read(DeviceInfo("oneapi1", "oneapi", ""))

@@ -19,7 +19,7 @@ from exporter.backends.base import BackendOptions
 from exporter.backends.sim import SimBackend, SimScriptError, load_script, parse_sim_devices
 from exporter.poller import Poller
 from tests.support.clock import FakeClock
-from tests.support.exposition import CORE_METRICS, names, parse, stable, value
+from tests.support.exposition import CORE_METRICS, names, parse, stable, total, value
 from tests.support.paths import REPO
 
 FIXED = 1_700_000_000.0
@@ -141,7 +141,7 @@ async def test_script_fault_loses_device_and_counts_fatal(tmp_path: Path) -> Non
     clock = FakeClock(0)
     poller = Poller([sim("nvidia:4,amd:2", script, clock)], 1, 5)
     text = await text_of(poller)
-    assert value(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 0
+    assert total(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 0
     assert value(text, "accel_ecc_errors_total", device="amd1", type="uncorrected") == 0
 
     clock.set(45)
@@ -149,18 +149,20 @@ async def test_script_fault_loses_device_and_counts_fatal(tmp_path: Path) -> Non
     assert value(text, "accel_up", device="nvidia3") == 0
     assert value(text, "accel_device_info", device="nvidia3") == 1  # identity kept
     assert value(text, "accel_utilization_ratio", device="nvidia3") is None
-    assert value(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 1
-    assert value(text, "accel_fault_code_events_total", device="nvidia3", code="79") == 1
+    # Xid 79 and the loss.
+    assert total(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 2
+    assert total(text, "accel_fault_code_events_total", device="nvidia3", code="79") == 1
+    assert total(text, "accel_fault_code_events_total", device="nvidia3", code="lost") == 1
     # Xid 13 is an application's fault, not the device's.
-    assert value(text, "accel_fault_events_total", device="nvidia1", severity="info") == 1
-    assert value(text, "accel_fault_events_total", device="nvidia1", severity="fatal") == 0
+    assert total(text, "accel_fault_events_total", device="nvidia1", severity="info") == 1
+    assert total(text, "accel_fault_events_total", device="nvidia1", severity="fatal") == 0
     assert value(text, "accel_up", device="nvidia2") == 1
     assert value(text, "accel_exporter_backend_up", backend="sim") == 1
 
     clock.set(61)
     text = await text_of(poller)
     assert value(text, "accel_up", device="nvidia3") == 0  # still lost, counter kept
-    assert value(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 1
+    assert total(text, "accel_fault_events_total", device="nvidia3", severity="fatal") == 2
     assert value(text, "accel_ecc_errors_total", device="amd1", type="uncorrected") == 2
 
     clock.set(95)

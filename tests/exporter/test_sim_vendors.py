@@ -20,7 +20,7 @@ from exporter.faults import CATALOGUES
 from exporter.poller import Poller
 from exporter.topology import distances
 from tests.support.clock import FakeClock
-from tests.support.exposition import parse, value
+from tests.support.exposition import parse, total, value
 from tests.support.paths import REPO
 
 FIXED = 1_700_000_000.0
@@ -50,7 +50,7 @@ async def test_all_six_vendors_in_one_exposition_pass_promtool(
     for vendor in ("nvidia", "amd", "oneapi", *NEW):
         assert up[f"{vendor}0"] == 1 and up[f"{vendor}1"] == 1
         # Counters a rule reads with increase() exist at 0 from the first scrape.
-        fatal = value(text, "accel_fault_events_total", device=f"{vendor}0", severity="fatal")
+        fatal = total(text, "accel_fault_events_total", device=f"{vendor}0", severity="fatal")
         assert fatal == 0
 
 
@@ -104,10 +104,10 @@ async def test_a_fatal_code_from_each_catalogue_counts_as_fatal(tmp_path: Path) 
     text = await exposition(sim("gaudi:2,ascend:2,tpu:2", script=script, clock=clock), clock)
     for vendor in NEW:
         code = _fatal_code(vendor)
-        assert value(text, "accel_fault_events_total", device=f"{vendor}1", severity="fatal") == 1
-        assert value(text, "accel_fault_events_total", device=f"{vendor}0", severity="fatal") == 0
+        assert total(text, "accel_fault_events_total", device=f"{vendor}1", severity="fatal") == 1
+        assert total(text, "accel_fault_events_total", device=f"{vendor}0", severity="fatal") == 0
         assert (
-            value(
+            total(
                 text,
                 "accel_fault_code_events_total",
                 device=f"{vendor}1",

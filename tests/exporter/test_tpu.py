@@ -28,7 +28,7 @@ from exporter.backends.tpu.chips import find_chips
 from exporter.backends.tpu.runtime import HBM_BANDWIDTH
 from exporter.model import BackendUnavailableError, DeviceInfo, DeviceLostError
 from exporter.poller import Poller
-from tests.support.exposition import names, parse, stable, value
+from tests.support.exposition import names, parse, stable, total, value
 from tests.support.fakes.tpu_runtime import GIB, FakeChip, FakeTpuRuntime
 from tests.support.paths import FIXTURES, REPO
 
@@ -179,10 +179,10 @@ async def test_golden_runtime_two_polls(
     # The first poll is the AER baseline; the growth is one info event; the core's error
     # is one recoverable event; nothing is fatal.
     assert faults.classify("tpu", "pcie_correctable") == "info"
-    assert value(text, "accel_fault_events_total", device="tpu1", severity="info") == 1
-    assert value(text, "accel_fault_events_total", device="tpu3", severity="recoverable") == 1
+    assert total(text, "accel_fault_events_total", device="tpu1", severity="info") == 1
+    assert total(text, "accel_fault_events_total", device="tpu3", severity="recoverable") == 1
     for i in range(4):
-        assert value(text, "accel_fault_events_total", device=f"tpu{i}", severity="fatal") == 0
+        assert total(text, "accel_fault_events_total", device=f"tpu{i}", severity="fatal") == 0
     promtool_check(text)
     golden("tpu.prom", stable(text))
 
@@ -220,7 +220,7 @@ async def test_chip_lost_by_the_runtime_is_down_and_keeps_identity(
     assert value(text, "accel_up", device="tpu2") == 0
     assert value(text, "accel_device_info", device="tpu2", pci_bus_id="0000:00:06.0") == 1
     # One fatal fault at the moment of loss, not one per poll it stays lost.
-    assert value(text, "accel_fault_events_total", device="tpu2", severity="fatal") == 1
+    assert total(text, "accel_fault_events_total", device="tpu2", severity="fatal") == 1
     assert value(text, "accel_utilization_ratio", device="tpu2") is None
     assert value(text, "accel_up", device="tpu0") == 1
     # Read directly, it stays a plain loss while the runtime leaves it out.
@@ -238,7 +238,7 @@ async def test_chip_gone_from_sysfs_is_down_and_keeps_identity(
     text = await poll(backend(tree, runtime.address), unplug)
     assert value(text, "accel_up", device="tpu3") == 0
     assert value(text, "accel_device_info", device="tpu3", pci_bus_id="0000:00:07.0") == 1
-    assert value(text, "accel_fault_events_total", device="tpu3", severity="fatal") == 1
+    assert total(text, "accel_fault_events_total", device="tpu3", severity="fatal") == 1
     assert value(text, "accel_exporter_backend_up", backend="tpu") == 1
 
 
@@ -257,12 +257,14 @@ async def test_gasket_status_and_resets_of_accel_chips(tmp_path: Path) -> None:
     text = await poll(backend(root, closed_address()), trouble, lambda: None)
     assert value(text, "accel_up", device="tpu0") == 0
     assert value(text, "accel_device_info", device="tpu0", pci_bus_id="0000:00:04.0") == 1
-    assert value(text, "accel_fault_events_total", device="tpu0", severity="fatal") == 1
-    assert value(text, "accel_fault_code_events_total", device="tpu0", code="driver_dead") == 1
+    # DEAD, then lost at the next poll: two fatal events, the loss counted once.
+    assert total(text, "accel_fault_events_total", device="tpu0", severity="fatal") == 2
+    assert total(text, "accel_fault_code_events_total", device="tpu0", code="driver_dead") == 1
+    assert total(text, "accel_fault_code_events_total", device="tpu0", code="lost") == 1
     assert value(text, "accel_up", device="tpu1") == 1
-    assert value(text, "accel_fault_events_total", device="tpu1", severity="recoverable") == 2
+    assert total(text, "accel_fault_events_total", device="tpu1", severity="recoverable") == 2
     for code in ("driver_lamed", "chip_reset"):
-        assert value(text, "accel_fault_code_events_total", device="tpu1", code=code) == 1
+        assert total(text, "accel_fault_code_events_total", device="tpu1", code=code) == 1
 
 
 async def test_no_tpu_disables_the_backend_with_one_log_line(

@@ -116,6 +116,7 @@ async def test_a_backend_down_is_one_line_and_its_devices_come_back_with_it(
             ),
             (logging.INFO, "backend scripted is up with 2 devices after 12s down"),
             (logging.WARNING, "device gpu0 is down: device lost: GPU is lost"),
+            (logging.WARNING, "fault on gpu0: code=lost severity=fatal action=reboot GPU is lost"),
             (logging.INFO, "device gpu0 is up again after 15s down"),
         ]
     finally:
@@ -132,8 +133,11 @@ async def test_a_device_down_from_the_first_poll_is_said_once(
         with caplog.at_level(logging.INFO, "accel_exporter.poller"):
             for _ in range(4):
                 await poller.poll_once()
+        # Said once, and its loss counted once although it was lost before the
+        # exporter's first poll.
         assert [m for m in lines(caplog) if "gpu0" in m] == [
-            "device gpu0 is down: device lost: GPU is lost"
+            "device gpu0 is down: device lost: GPU is lost",
+            "fault on gpu0: code=lost severity=fatal action=reboot GPU is lost",
         ]
     finally:
         await poller.stop()

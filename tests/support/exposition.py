@@ -44,6 +44,14 @@ def value(text: str, name: str, **labels: str) -> float | None:
     return found[0] if found else None
 
 
+def total(text: str, name: str, **labels: str) -> float | None:
+    """The sum of the samples of ``name`` whose labels include ``labels``; None if
+    there is none. For a family whose series split further than the test asks, as
+    the fault counters do by action class."""
+    found = [v for n, lb, v in parse(text) if n == name and labels.items() <= lb.items()]
+    return sum(found) if found else None
+
+
 def names(text: str) -> set[str]:
     return {n for n, _, _ in parse(text)}
 

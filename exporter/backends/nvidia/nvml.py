@@ -43,10 +43,12 @@ from exporter.backends.nvidia.device import (
     normalize_bus_id,
 )
 from exporter.backends.nvidia.events import XidEvents
+from accel_common.remedies import LOST_CODE
 from exporter.model import (
     BackendUnavailableError,
     DeviceInfo,
     DeviceLostError,
+    FaultEvent,
     Link,
     Reading,
 )
@@ -185,6 +187,8 @@ class NvidiaBackend(Backend):
             if events:
                 # The events are the news (Xid 79 is how a GPU falls off the bus):
                 # hand them over with the down reading rather than hold them back.
+                # The loss itself is an event too (the poller counts it once).
+                events.append(FaultEvent(LOST_CODE, str(e)))
                 return Reading(up=False, down_reason=f"device lost: {e}", fault_events=events)
             raise
         gpu.lost = False
