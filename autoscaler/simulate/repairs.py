@@ -61,7 +61,13 @@ from accel_common.names import (
     RESET_SCOPE_ANNOTATION,
     RESET_STATUS_ANNOTATION,
 )
-from accel_common.remedies import ACTION_CLASSES, RANK, ActionClass, can_reset
+from accel_common.remedies import (
+    ACTION_CLASSES,
+    RANK,
+    UNSUPPORTED_REASON,
+    ActionClass,
+    can_reset,
+)
 from autoscaler.kube.protocol import MACHINES, Obj
 from autoscaler.simulate.accounting import Accounting
 from autoscaler.simulate.classes import SEVERITY, fixes
@@ -441,7 +447,7 @@ class Repairs:
                 body["message"] = group
             else:
                 body.update(
-                    reason="unsupported",
+                    reason=UNSUPPORTED_REASON,
                     devices=list(request.get("devices") or []),
                     message=UNSUPPORTED.format(vendor=slot.pool.vendor),
                 )

@@ -209,7 +209,7 @@ def test_a_reset_answers_as_the_agent_would_for_each_vendor(tmp_path: Path, vend
     assert _summary(fleet)["faults_closed_by"]["open"] == 1
 
 
-async def _query(store: SeriesStore, expr: str, t: float) -> dict[str, float]:
+async def _query(store: SeriesStore, expr: str, t: float) -> dict[str | None, float]:
     result = await StoreSource(store).query(expr, t)
     assert isinstance(result, Vector), result
     return {s.get("action") or s.get("type") or None: s.value for s in result.samples}

@@ -396,8 +396,10 @@ def test_the_ladder_stops_at_a_reset_that_fixes(tmp_path: Path, rules: str) -> N
     assert acted == {"migrate_jobs": 1, "reset_devices": 1}
     assert s["faults_closed_by"]["reset"] == 1
     assert sum(s["faults_closed_by"].values()) == 1
-    # The migrate step's 15m, the reset's 3m: healthy (and untainted) within the hour.
-    assert 18 * 60 < s["time_to_healthy_capacity_seconds"]["max"] < H
+    # The migrate step (the reset follows as soon as the move is done and the fault
+    # is still seen, 15m at the latest), the reset's 3m: healthy (and untainted)
+    # within the hour.
+    assert 3 * 60 < s["time_to_healthy_capacity_seconds"]["max"] < H
 
 
 @pytest.mark.parametrize("rules", ["issue", SHIPPED], ids=["issue", "shipped"])
@@ -415,6 +417,7 @@ def test_the_ladder_escalates_to_reboot_then_replace(tmp_path: Path, rules: str)
         "replace_machine": 1,
     }
     assert s["faults_closed_by"]["replace"] == 1
-    # 15m + 20m + 30m of steps, then the new machine's 30m.
-    assert 95 * 60 <= s["time_to_healthy_capacity_seconds"]["max"] < 2 * H
+    # The move (done within minutes), the reset's 20m and the reboot's 30m, then
+    # the new machine's 30m.
+    assert 80 * 60 <= s["time_to_healthy_capacity_seconds"]["max"] < 2 * H
     assert s["jobs_lost"] == 0
