@@ -22,9 +22,10 @@ from accel_common import logs
 from accel_common.durations import parse_duration
 from accel_common.httpbounds import raise_fd_limit
 from accel_common.listen import Listener, ListenError, split_listen_address
-from exporter import __version__, backends
+from exporter import __version__, backends, faults
 from exporter.backends.base import Backend, BackendOptions
 from exporter.backends.sim import SimScriptError, parse_sim_devices
+from exporter.faults import tables
 from exporter.poller import Poller
 from exporter.procmap import ProcMap
 from exporter.server import ExporterServer, check_telemetry_path, fd_headroom_limits
@@ -68,6 +69,30 @@ def _sim_devices(text: str) -> tuple[tuple[str, int], ...]:
         return parse_sim_devices(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _fault_table(text: str) -> tuple[str, Path]:
+    vendor, sep, path = text.partition("=")
+    if not sep or not path:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not VENDOR=FILE, e.g. nvidia=/etc/accel/xid-catalog.csv"
+        )
+    if vendor not in tables.FORMATS:
+        raise argparse.ArgumentTypeError(
+            f"no fault table format for {vendor!r}; use one of {', '.join(tables.FORMATS)}"
+        )
+    return vendor, Path(path)
+
+
+def load_fault_tables(specs: Sequence[tuple[str, Path]]) -> faults.Catalogue:
+    """The built-in catalogue with each operator table laid over it, in order;
+    ``FaultTableError`` names the file and line of the first problem."""
+    catalogue = faults.BUILTIN
+    for vendor, path in specs:
+        entries = tables.load(vendor, path, catalogue.tables.get(vendor, {}))
+        catalogue = catalogue.overlay(vendor, entries, f"{vendor}={path}")
+        log.info("fault table %s: %d codes for %s", path, len(entries), vendor)
+    return catalogue
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="libtpu's runtime metrics service, read by the tpu backend; a loopback "
         "address (default %(default)s)",
+    )
+    b.add_argument(
+        "--fault-table",
+        dest="fault_tables",
+        action="append",
+        default=[],
+        type=_fault_table,
+        metavar="VENDOR=FILE",
+        help="load an operator's copy of a vendor's fault table at start, over the "
+        "built-in one (repeatable): nvidia=FILE is NVIDIA's Xid catalog exported as CSV "
+        "(Code and Resolution Bucket (Immediate Action) columns), ascend=FILE is "
+        "MindCluster's faultCode.json; e.g. --fault-table nvidia=/etc/accel/xid-catalog.csv",
     )
     k = p.add_argument_group("kubernetes")
     k.add_argument(
@@ -400,12 +437,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SimScriptError as e:
         print(f"accel-exporter: error: --sim-script: {e}", file=sys.stderr)
         return 2
+    try:
+        catalogue = load_fault_tables(args.fault_tables)
+    except tables.FaultTableError as e:
+        print(f"accel-exporter: error: --fault-table: {e}", file=sys.stderr)
+        return 2
     poller = Poller(
         poller_backends,
         interval=args.poll_interval,
         timeout=args.poll_timeout,
         pod_labels=args.pod_labels,
         procmap=ProcMap(procfs=args.procfs, pod_logs=args.pod_logs),
+        catalogue=catalogue,
     )
     # A backend thread running pure-Python code (the sim, sysfs parsing) holds the
     # GIL; a shorter switch interval than the default 5 ms lets the event loop

@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 from exporter.backends.base import MissingFields
+from exporter.backends.nvidia import verdicts
 from exporter.backends.nvidia.calls import quietly
 from exporter.backends.nvidia.device import Gpu, address
 from exporter.model import FaultEvent
@@ -73,6 +74,15 @@ class XidEvents:
                 gpu.events_registered = True
             except nvml.NVMLError as e:
                 reason = f"nvmlDeviceRegisterEvents: {type(e).__name__}"
+        recovery = getattr(nvml, "nvmlEventTypeGpuRecoveryAction", None)
+        if not reason and recovery is not None:
+            # The driver's own statement of the action a GPU needs; a driver or
+            # pynvml without the event type leaves the verdict to the field read
+            # with each Xid (``verdicts``).
+            try:
+                nvml.nvmlDeviceRegisterEvents(gpu.handle, recovery, self._set)
+            except nvml.NVMLError as e:
+                log.debug("%s: no recovery-action events: %s", gpu.name, type(e).__name__)
         if reason:
             for d in (gpu, *gpu.children):
                 d.static["fault_events"] = reason
@@ -103,6 +113,10 @@ class XidEvents:
 
     def _attribute(self, data: Any) -> None:
         nvml = self._nvml
+        recovery = getattr(nvml, "nvmlEventTypeGpuRecoveryAction", 0)
+        if recovery and data.eventType & recovery:
+            self._recovery(data)
+            return
         if not data.eventType & nvml.nvmlEventTypeXidCriticalError:
             return
         gpu = self._by_address.get(address(data.device))
@@ -131,13 +145,28 @@ class XidEvents:
             # event for a whole GPU instance split in compute instances): the GPU's.
             if len(matches) == 1:
                 target = matches[0]
+        self._queue(target, FaultEvent(code=code, detail=detail))
+
+    def _recovery(self, data: Any) -> None:
+        """A recovery-action event: the driver's verdict, counted as an event of its
+        own (code ``recovery_action``) whose live class is the verdict."""
+        gpu = self._by_address.get(address(data.device))
+        if gpu is None:
+            log.warning("a recovery-action event on a GPU this exporter does not know")
+            return
+        name, cls = verdicts.action_class(self._nvml, int(data.eventData))
+        if cls is None or cls == "ignore":
+            return  # "none" (a verdict cleared) or a value this exporter cannot grade
+        self._queue(gpu, FaultEvent("recovery_action", f"action={name}", cls))
+
+    def _queue(self, target: Gpu, event: FaultEvent) -> None:
         pending = self._pending.setdefault(target.name, [])
         if len(pending) >= _MAX_PENDING_EVENTS:
             log.warning(
-                "%s: more than %d Xid events unread; dropping Xid %s",
+                "%s: more than %d Xid events unread; dropping %s",
                 target.name,
                 _MAX_PENDING_EVENTS,
-                code,
+                event.code,
             )
             return
-        pending.append(FaultEvent(code=code, detail=detail))
+        pending.append(event)

@@ -27,8 +27,9 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+from accel_common.remedies import LOST_CODE, ActionClass
 from exporter.backends.base import Backend, BackendOptions, MissingFields
-from exporter.backends.nvidia import gpm, mig, nvlink, procs, topology
+from exporter.backends.nvidia import gpm, mig, nvlink, procs, topology, verdicts
 from exporter.backends.nvidia.calls import NvmlCalls, codes, init_failure, quietly
 from exporter.backends.nvidia.device import (
     CLOCKS,
@@ -43,7 +44,6 @@ from exporter.backends.nvidia.device import (
     normalize_bus_id,
 )
 from exporter.backends.nvidia.events import XidEvents
-from accel_common.remedies import LOST_CODE
 from exporter.model import (
     BackendUnavailableError,
     DeviceInfo,
@@ -178,6 +178,9 @@ class NvidiaBackend(Backend):
             raise DeviceLostError(f"{device.device} is not known to NVML any more")
         events = self._events.take(gpu.name) if self._events is not None else []
         self.missing.begin(gpu.name, gpu.static)
+        if events:
+            # The driver's verdict travels with the Xids it follows.
+            events = verdicts.apply(events, self._verdict(gpu))
         try:
             reading = self._read_mig(gpu) if gpu.parent is not None else self._read_gpu(gpu)
         except DeviceLostError as e:
@@ -194,6 +197,14 @@ class NvidiaBackend(Backend):
         gpu.lost = False
         reading.fault_events = events
         return reading
+
+    def _verdict(self, gpu: Gpu) -> ActionClass | None:
+        """The physical GPU's recovery action; None when NVML has none or the GPU
+        no longer answers (the read that follows says so)."""
+        try:
+            return verdicts.read(self._calls, gpu.parent or gpu)
+        except DeviceLostError:
+            return None
 
     def _read_mig(self, gpu: Gpu) -> Reading:
         r = Reading()

@@ -61,6 +61,7 @@ _MIG_STRIDE = 0x10
 HANG_LIMIT_SECONDS = 20.0
 
 _XID = pynvml.nvmlEventTypeXidCriticalError
+_RECOVERY = pynvml.nvmlEventTypeGpuRecoveryAction
 _ANY = pynvml.NVML_GPU_INSTANCE_ID_ANY
 
 
@@ -109,6 +110,9 @@ class FakeGPU:
     # NVML_PAGE_RETIREMENT_CAUSE_* -> page addresses
     retired_pages: dict[int, list[int]] = field(default_factory=dict)
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)
+    # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: an nvmlDeviceGpuRecoveryAction_t value
+    # (NVML_GPU_RECOVERY_ACTION_NONE unless a test sets the driver's verdict).
+    recovery_action: int = 0
     temperature_gpu: int = 40
     # None: a board without a memory sensor, which answers success with 0.
     temperature_memory: int | None = None
@@ -290,6 +294,20 @@ class FakeNVML(MigManagementMixin, ProcessesMixin, ResetMixin):
             for es in self._event_sets.values():
                 if es.registered.get(index, 0) & _XID:
                     es.queue.append((index, _XID, code, gi, ci))
+                    reached += 1
+        return reached
+
+    def set_recovery_action(self, index: int, action: int) -> int:
+        """The driver states a new recovery action for the GPU (as after Xid 154):
+        ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` answers it from now on, and a
+        recovery-action event carrying it goes to every set registered for that type;
+        returns how many sets received it."""
+        reached = 0
+        with self._lock:
+            self.gpus[index].recovery_action = action
+            for es in self._event_sets.values():
+                if es.registered.get(index, 0) & _RECOVERY:
+                    es.queue.append((index, _RECOVERY, action, _ANY, _ANY))
                     reached += 1
         return reached
 
@@ -629,6 +647,10 @@ class FakeNVML(MigManagementMixin, ProcessesMixin, ResetMixin):
             v.timestamp, v.latencyUsec = stamp, 0
             if v.fieldId in unsupported:
                 v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            elif v.fieldId == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+                v.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                v.value.uiVal = g.recovery_action
+                v.nvmlReturn = pynvml.NVML_SUCCESS
             elif v.fieldId == pynvml.NVML_FI_DEV_MEMORY_TEMP:
                 v.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
                 v.value.uiVal = g.temperature_memory or 0
@@ -781,8 +803,9 @@ class FakeNVML(MigManagementMixin, ProcessesMixin, ResetMixin):
     def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
         _, _, index = self._enter("nvmlDeviceRegisterEvents", handle)
         es = self._event_set(eventSet)
-        if eventTypes & ~_XID:
-            # This fake only raises Xid events; other types are not "supported" here.
+        if eventTypes & ~(_XID | _RECOVERY):
+            # This fake raises Xid and recovery-action events; others are not
+            # "supported" here.
             _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
         with self._lock:
             es.registered[index] = es.registered.get(index, 0) | eventTypes
