@@ -293,7 +293,7 @@ NVIDIA_XID: dict[str, FaultCode] = catalogue(
             (150, "MSE"),
         )
     ),
-    _xid(
+    FaultCode(
         "154",
         "recoverable",
         "GPU recovery action changed",
@@ -302,7 +302,7 @@ NVIDIA_XID: dict[str, FaultCode] = catalogue(
         "nvmlDeviceGetGpuRecoveryAction and it raises this event's class; without it "
         "the event is watched.",
         "watch",
-        "driver's recovery action (Xid 154 payload)",
+        "NVML recovery action (the Xid 154 payload)",
     ),
     _xid("155", "fatal", "Xid 155", "NVIDIA marks it RESET_GPU.", "reset", "RESET_GPU"),
     _xid("156", "fatal", "Xid 156", "NVIDIA marks it RESET_GPU.", "reset", "RESET_GPU"),

@@ -98,9 +98,11 @@ def _entry(code: str, action: ActionClass, name: str, source: str) -> FaultCode:
 
 def _columns(path: Path, header: list[str]) -> dict[str, int]:
     names = {h.strip().lower(): i for i, h in enumerate(header)}
-    out: dict[str, int] = {
-        k: names[k] for k in ("code", "type", "mnemonic", "description") if k in names
-    }
+    out: dict[str, int] = {k: names[k] for k in ("code", "mnemonic", "description") if k in names}
+    # "Type (XID)" in NVIDIA's sheet.
+    kind = [i for h, i in names.items() if h.startswith("type")]
+    if kind:
+        out["type"] = kind[0]
     immediate = [i for h, i in names.items() if "immediate action" in h]
     if "code" not in out or not immediate:
         raise FaultTableError(
