@@ -411,7 +411,7 @@ class Poller:
 
     def _count(self, ds: DeviceState, ev: FaultEvent) -> None:
         vendor = ds.info.vendor
-        sev = self.catalogue.classify(vendor, ev.code)
+        sev = self.catalogue.severity(vendor, ev.code, ev.action)
         action = self.catalogue.action(vendor, ev.code, ev.action)
         ds.faults[(sev, action)] = ds.faults.get((sev, action), 0) + 1
         key = (ev.code, sev, action)

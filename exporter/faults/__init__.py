@@ -59,6 +59,8 @@ from exporter.faults.base import (
 from exporter.faults.nvidia import NVIDIA_XID
 from exporter.faults.vendors import AMD_RAS, GAUDI_EVENTS, INTEL_RAS, TPU_EVENTS
 
+_SEVERITY_RANK: Final[dict[str, int]] = {"info": 0, "recoverable": 1, "fatal": 2}
+
 # The loss of a device of a vendor without a table of its own.
 LOST: Final = lost(
     "Device lost",
@@ -87,6 +89,16 @@ class Catalogue:
         """The severity of one vendor fault code; unknown codes are ``recoverable``."""
         found = self.lookup(vendor, code)
         return found.severity if found is not None else UNKNOWN_SEVERITY
+
+    def severity(self, vendor: str, code: str, live: ActionClass | None = None) -> Severity:
+        """The severity of one fault: the catalogue's, raised to what the driver's
+        live verdict implies (a GPU the driver says must be reset is ``fatal``
+        whatever event said so), so that a rule by severity sees it too."""
+        static = self.classify(vendor, code)
+        if live is None:
+            return static
+        implied = SEVERITY_OF_CLASS[live]
+        return implied if _SEVERITY_RANK[implied] > _SEVERITY_RANK[static] else static
 
     def action(self, vendor: str, code: str, live: ActionClass | None = None) -> ActionClass:
         """The class of one fault: the catalogue's (``UNKNOWN_CLASS`` for an unknown

@@ -124,6 +124,13 @@ def test_live_verdict_raises_never_lowers() -> None:
     assert faults.action("nvidia", "999", "isolate") == "isolate"
 
 
+def test_live_verdict_raises_the_severity_with_the_class() -> None:
+    assert faults.BUILTIN.severity("nvidia", "154", "reboot") == "fatal"
+    assert faults.BUILTIN.severity("nvidia", "154", "reset_when_idle") == "recoverable"
+    assert faults.BUILTIN.severity("nvidia", "79", "ignore") == "fatal"
+    assert faults.BUILTIN.severity("nvidia", "13", None) == "info"
+
+
 def test_texts_the_issue_names_are_fixed() -> None:
     assert "driver recovers" not in faults.NVIDIA_XID["109"].reason
     assert "reset or a reboot" not in faults.NVIDIA_XID["79"].reason
