@@ -147,11 +147,10 @@ INTEL_RAS: dict[str, FaultCode] = catalogue(
         "reset_required",
         "fatal",
         "Device reset required",
-        "zesDeviceGetState reports that the device needs a reset (wedged, or to finish a repair), "
-        "or a call answered ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET.",
+        "A call answered ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET, or zesDeviceGetState asks "
+        "for a reset for a reason this exporter does not name.",
         "reset",
-        "Level Zero Sysman: zes_device_state_t.reset (no reason given, or "
-        "ZES_RESET_REASON_FLAG_WEDGED)",
+        "Level Zero Sysman: ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET",
     ),
     lost(
         "Device lost",

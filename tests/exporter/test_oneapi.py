@@ -563,13 +563,20 @@ async def test_ras_errors_are_ecc_and_fault_events(
     assert code("oneapi0", "ras_correctable") == 1
     # The application's fault is info; a wedged device needs a reset: fatal.
     assert code("oneapi1", "ras_programming") == 1 and fault("oneapi1", "info") == 1
-    assert code("oneapi1", "reset_required") == 1 and fault("oneapi1", "fatal") == 1
+    assert code("oneapi1", "reset_wedged") == 1 and fault("oneapi1", "fatal") == 1
+    assert total(text, "accel_fault_events_total", device="oneapi1", action="reset") == 1
     assert value(text, "accel_up", device="oneapi1") == 1
 
     # Nothing new: the totals stay, nothing is counted twice; a still-pending reset
     # is not a new fault either.
     text = await poll(poller)
     assert fault("oneapi0", "fatal") == 1 and fault("oneapi1", "fatal") == 1
+    # A repair waits for a reset: its own event, to be applied once the device is idle.
+    flex.reset_reasons = lz.RESET_REASON_WEDGED | lz.RESET_REASON_REPAIR
+    text = await poll(poller)
+    assert code("oneapi1", "reset_repair") == 1 and code("oneapi1", "reset_wedged") == 1
+    repair = {"device": "oneapi1", "action": "reset_when_idle", "severity": "recoverable"}
+    assert value(text, "accel_fault_events_total", **repair) == 1
     # Someone cleared the counters: a new baseline, not negative errors.
     correctable.counts = [0] * 7
     text = await poll(poller)
@@ -580,7 +587,7 @@ async def test_ras_errors_are_ecc_and_fault_events(
 def test_every_code_the_backend_emits_is_in_the_catalogue() -> None:
     emitted = {
         sysman.ras_code(cat, correctable) for cat in range(7) for correctable in (True, False)
-    } | {"lost", "reset_required"}
+    } | {"lost", "reset_required", *(c for _, c in sysman.RESET_REASON_CODES)}
     for c in emitted:
         assert faults.lookup("oneapi", c) is not None, c
     assert faults.classify("oneapi", "ras_uncorrectable") == "fatal"

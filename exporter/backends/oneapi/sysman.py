@@ -15,8 +15,9 @@ Why it is built this way:
   and poll (``ras_correctable``, ``ras_uncorrectable``, ``ras_engine_reset``,
   ``ras_programming``, ``ras_driver``, ``ras_display``), classified by
   ``exporter.faults``; counts that were already there when the exporter started are
-  not replayed as new faults. ``zesDeviceGetState`` asking for a reset is
-  ``reset_required``.
+  not replayed as new faults. ``zesDeviceGetState`` asking for a reset is one event
+  per new reason: ``reset_wedged``, ``reset_repair``, or ``reset_required`` for a
+  reason this exporter does not name.
 * **A lost device** (``ZE_RESULT_ERROR_DEVICE_LOST``, or a reset required) ends the
   read with ``Lost``. Answers that cannot change while the driver is loaded
   (unsupported feature, insufficient permissions) are remembered per call and
@@ -94,6 +95,14 @@ _STATIC_RESULTS = frozenset(
         zes.ZE_RESULT_ERROR_UNSUPPORTED_ENUMERATION,
         zes.ZE_RESULT_ERROR_INSUFFICIENT_PERMISSIONS,
     }
+)
+
+
+# zesDeviceGetState's reset reasons, by the fault code each one is (a reason this
+# table does not name is ``reset_required``).
+RESET_REASON_CODES: tuple[tuple[int, str], ...] = (
+    (zes.ZES_RESET_REASON_FLAG_WEDGED, "reset_wedged"),
+    (zes.ZES_RESET_REASON_FLAG_REPAIR, "reset_repair"),
 )
 
 
@@ -345,18 +354,16 @@ class SysmanReader:
         reasons = int(state.reset)
         new = reasons & ~z.reset_reasons
         z.reset_reasons = reasons
+        # One event per reason that appeared: the reason is the driver's verdict on
+        # what the reset is for (a wedged device runs nothing: reset; a repair waits
+        # for the reset that applies it: reset once idle, exporter.faults).
+        for bit, code in RESET_REASON_CODES:
+            if new & bit:
+                why = code.removeprefix("reset_")
+                r.fault_events.append(FaultEvent(code, f"reset reason {why}"))
+                new &= ~bit
         if new:
-            names = [
-                n
-                for bit, n in (
-                    (zes.ZES_RESET_REASON_FLAG_WEDGED, "wedged"),
-                    (zes.ZES_RESET_REASON_FLAG_REPAIR, "repair"),
-                )
-                if new & bit
-            ]
-            r.fault_events.append(
-                FaultEvent("reset_required", "reset reasons: " + (",".join(names) or hex(new)))
-            )
+            r.fault_events.append(FaultEvent("reset_required", f"reset reasons: {hex(new)}"))
         return True
 
     def _utilization(self, name: str, z: Sysman, r: Reading, missing: dict[str, str]) -> None:
