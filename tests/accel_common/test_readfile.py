@@ -7,7 +7,7 @@ import errno
 import os
 import resource
 import socket
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -49,26 +49,88 @@ def test_a_file_one_byte_over_the_cap_is_refused(tmp_path: Path) -> None:
         read_bytes(f, 10)
 
 
-def test_dev_zero_behind_a_link_is_refused_at_once(tmp_path: Path) -> None:
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every path ``os.open`` is asked for from now on, and every ``os.read`` as
+    ``read <bytes>``: what a reader touched, rather than how long it took."""
+    calls: list[str] = []
+    real_open, real_read = os.open, os.read
+
+    def spy_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        calls.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    def spy_read(fd: int, n: int) -> bytes:
+        data = real_read(fd, n)
+        calls.append(f"read {len(data)}")
+        return data
+
+    monkeypatch.setattr(os, "open", spy_open)
+    monkeypatch.setattr(os, "read", spy_read)
+    return calls
+
+
+def test_dev_zero_behind_a_link_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     link = tmp_path / "gpu_metrics"
     link.symlink_to("/dev/zero")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.monotonic()
+    calls = opened(monkeypatch)
     with pytest.raises(FieldError) as e:
         read_bytes(link)
     assert e.value.reason == "a character device"
     assert e.value.path == link
-    assert time.monotonic() - t0 < 1
+    # At once: refused on its stat, never opened (opening a device can have effects)
+    # and not one byte read.
+    assert calls == []
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 64 * 1024  # KiB
 
 
-def test_a_fifo_with_no_writer_never_blocks(tmp_path: Path) -> None:
+def test_a_fifo_with_no_writer_never_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fifo = tmp_path / "properties"
     os.mkfifo(fifo)
-    t0 = time.monotonic()
+    calls = opened(monkeypatch)
     with pytest.raises(FieldError, match="a FIFO"):
         read_text(fifo)
-    assert time.monotonic() - t0 < 1
+    assert calls == []  # refused on its stat: a blocking open is never reached
+
+
+def test_a_fifo_swapped_in_after_the_check_never_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO that takes a regular file's place between the stat and the open (the
+    stat is faked to say "regular file"): the open does not wait for a writer, and
+    the fstat of what was opened refuses it."""
+    fifo = tmp_path / "properties"
+    os.mkfifo(fifo)
+    regular = os.stat(__file__)
+    real_stat = os.stat
+    monkeypatch.setattr(
+        os, "stat", lambda p, *a, **k: regular if str(p) == str(fifo) else real_stat(p, *a, **k)
+    )
+    calls = opened(monkeypatch)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_text(fifo)
+        except BaseException as e:  # handed to the test's thread
+            outcome.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    # A generous bound, only so that a blocking open fails the test rather than
+    # hanging it: a non-blocking open returns at once.
+    reader.join(10.0)
+    if reader.is_alive():  # blocked in open(): a writer end lets it go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10.0)
+        pytest.fail("read_text blocked opening a FIFO with no writer")
+    assert calls == [str(fifo)], calls  # opened, and refused before any read
+    assert len(outcome) == 1 and isinstance(outcome[0], FieldError), outcome
+    assert outcome[0].reason == "a FIFO"
 
 
 def test_directories_and_sockets_are_not_fields(tmp_path: Path) -> None:
