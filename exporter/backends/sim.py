@@ -25,7 +25,7 @@ call that never returns. Faults are scripted in YAML (``--sim-script``)::
         set: {utilization: 0.99, temperature: 92}   # hold a value from now on
       - at: 40s
         device: gaudi2
-        fault: critical_error   # Gaudi, Ascend and TPU codes as exporter/faults.py names them
+        fault: critical_error   # Gaudi, Ascend and TPU codes as exporter/faults/ names them
 
 Every problem in a script is reported at once, each as ``file:line:col: message``.
 A script is input: each field is read from its own node with its type and range
