@@ -157,7 +157,7 @@ PARTITION_STATE_ANNOTATION: Final = f"{PREFIX}partition-state"
 # parts to return to the vendor (JSON by device UUID: device, uuid, reason, rule,
 # at, by), and a label that selects such nodes. No recover removes either: a
 # person does, once the part is replaced.
-RETURN_ANNOTATION: Final = f"{PREFIX}return-to-vendor"
+RETURN_ANNOTATION: Final = f"{PREFIX}return-to-vendor-parts"
 RETURN_LABEL: Final = f"{PREFIX}return-to-vendor"
 
 # Labels.

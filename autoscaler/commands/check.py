@@ -23,6 +23,11 @@ target), a ``timeout`` on every step but the last, each ``recover`` as a rule's
 (PromQL, target labels, known metrics), an unknown action with a did-you-mean.
 ``--verbose`` adds the ladder to the rule's sentence: each step, what ends it,
 and when the next one starts.
+
+Fault classes (``commands/classes.py``): ``--verbose`` says which classes of
+``accel_fault_events_total{action}`` each rule acts on, and for a ladder with
+``classLabel`` which steps each class takes; a class that no rule acts on is a
+warning on stderr (``ignore`` aside), when the rule set reads fault events at all.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autoscaler.actions import ACTIONS
+from autoscaler.commands import classes
 from autoscaler.engine.evaluate import format_duration
 from autoscaler.ruleset.loader import RuleSetError, load_ruleset
 from autoscaler.ruleset.model import TARGET_LABELS, Rule
@@ -79,9 +85,19 @@ def check(paths: Sequence[str | Path], source: str = "prometheus", verbose: bool
     for rule in ruleset.rules:
         if verbose:
             print(f"{rule.position}: {rule.name}: {incident_boundary(rule)}")
+            covers = classes.explain(rule)
+            if covers is not None:
+                print(f"{rule.position}: {rule.name}: {covers}")
         warning = destructive_without_recover(rule)
         if warning is not None:
             print(f"{rule.position}: warning: {rule.name}: {warning}", file=sys.stderr)
+    for klass in classes.uncovered(ruleset):
+        print(
+            f"{', '.join(str(p) for p in paths)}: warning: no rule acts on fault class "
+            f'{klass} (accel_fault_events_total{{action="{klass}"}}): such faults are '
+            "exported and left alone (select it in a rule's expr, or a ladder step's classes)",
+            file=sys.stderr,
+        )
     n = len(ruleset.rules)
     where = ", ".join(str(p) for p in paths)
     print(f"{where}: {n} rule{'' if n == 1 else 's'} OK")
@@ -161,7 +177,11 @@ def ladder(rule: Rule) -> str:
     for i, step in enumerate(rule.escalate, 1):
         success = rule.success(i)
         words = f"{i}. {step.action.type}"
-        if success is not None:
+        if step.classes:
+            words += f" [{', '.join(sorted(step.classes))}]"
+        if "isolate" in step.classes:
+            words += " (never recovered: the ladder ends once it is done)"
+        elif success is not None:
             words += f" (done when its recover holds for {format_duration(success.for_)})"
         if step.timeout is not None:
             last = i == len(rule.escalate)

@@ -28,6 +28,10 @@ TARGET_LABELS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The class whose steps a ladder of unknown class takes (``Rule.takes``).
+UNKNOWN_LADDER = "reset"
+
+
 @dataclass(frozen=True)
 class Action:
     """An action type (``cordon``, ``taint``, ``drain``, ``migrate_jobs``,
@@ -120,13 +124,17 @@ class Rule:
 
     def takes(self, i: int, klass: str | None) -> bool:
         """Whether a ladder of class ``klass`` takes step ``i`` (1-based). Step 1
-        is the rule's act, which every ladder takes; a ladder whose class is
-        unknown (no label, a value no step names) takes every step, the gentlest
-        first, as a ladder without classes does."""
+        is the rule's act, and a step without ``classes``, every ladder takes. A
+        ladder whose class is unknown (no label, or a value no step names) takes
+        the steps of ``reset`` (UNKNOWN_LADDER): the gentlest full ladder, which
+        every fatal fault followed before faults had classes; never ``isolate``'s,
+        which nothing undoes."""
         step = self.escalate[i - 1]
-        if i == 1 or not step.classes or klass is None:
+        if i == 1 or not step.classes:
             return True
-        return klass in step.classes or klass not in self.classes()
+        if klass is None or klass not in self.classes():
+            klass = UNKNOWN_LADDER
+        return klass in step.classes
 
     def classes(self) -> frozenset[str]:
         """Every class some step of the ladder names."""

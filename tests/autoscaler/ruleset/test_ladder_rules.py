@@ -138,4 +138,8 @@ def test_check_reports_ladder_problems_and_describes_ladders(
         "it escalates: 1. migrate_jobs (done when its recover holds for 10m), next after "
         "15m or when it fails; 2. reset_devices" in out
     )
-    assert "4. replace_machine (done when its recover holds for 10m), released after 1h" in out
+    assert (
+        "4. replace_machine [reboot, reset] (done when its recover holds for 10m), next "
+        "after 1h or when it fails; 5. mark_for_return [isolate] (never recovered: the "
+        "ladder ends once it is done), released after 30m" in out
+    )

@@ -97,13 +97,13 @@ def test_check_passes_the_shipped_rules(source: str) -> None:
     proc = cli_check("--source", source, "rules/remediation.yaml")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
-    assert proc.stdout == "rules/remediation.yaml: 11 rules OK\n"
+    assert proc.stdout == "rules/remediation.yaml: 13 rules OK\n"
 
 
 def test_check_a_directory_skips_its_tests_subdirectory() -> None:
     proc = cli_check("rules/")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "rules/: 11 rules OK\n"
+    assert proc.stdout == "rules/: 13 rules OK\n"
 
 
 def test_check_reports_a_missing_path(capsys: pytest.CaptureFixture[str]) -> None:
@@ -201,6 +201,8 @@ def test_shipped_rules_load_with_the_documented_shape() -> None:
     rs = load_ruleset([SHIPPED], source="scrape")
     assert [r.name for r in rs.rules] == [
         "fatal-device-fault",
+        "remap-pending",
+        "application-fault",
         "uncorrected-ecc-burst",
         "device-lost",
         "recoverable-fault-storm",
@@ -218,6 +220,7 @@ def test_shipped_rules_load_with_the_documented_shape() -> None:
         "stalled-pod": "pod",
         "stalled-job": "pod",
         "job-timeout": "pod",
+        "application-fault": "pod",
     }
     assert {
         (r.name, r.action.params["direction"])
