@@ -41,6 +41,7 @@ from autoscaler.simulate.scheduler import FirstFit
 from autoscaler.simulate.telemetry import Telemetry
 from autoscaler.sources.store import StoreSource
 from autoscaler.types import Vector
+from tests.support.paths import REPO
 
 # One pool of two 4-device nodes of VENDOR; one fault at 10m on p-0000's device 1.
 SCENARIO = """\
@@ -422,3 +423,36 @@ def test_the_summary_follows_the_class(
         # for its 20m timeout: the migrate step's 15m, the reset's 3m at most, the
         # reboot's 10m and the recover's look.
         assert s["time_to_healthy_capacity_seconds"]["max"] < 40 * 60
+
+
+SHIPPED = str(REPO / "rules")
+
+
+@pytest.mark.parametrize(
+    ("vendor", "action", "acted", "closed_by"),
+    [
+        # A reset-class fault: move the jobs, reset, done.
+        ("nvidia", "reset", {"migrate_jobs", "reset_devices"}, "reset"),
+        # Xid 79: the ladder enters at the reboot, no reset is tried.
+        ("nvidia", "reboot", {"migrate_jobs", "reboot_node"}, "reboot"),
+        # Gaudi: the reset step is skipped at once (the agent cannot reset it).
+        ("gaudi", "reset", {"migrate_jobs", "reset_devices", "reboot_node"}, "reboot"),
+        # A part to return: moved off and marked, never returned to service.
+        ("nvidia", "isolate", {"migrate_jobs", "mark_for_return"}, "open"),
+    ],
+)
+def test_the_shipped_rules_follow_the_class_in_the_simulated_cluster(
+    tmp_path: Path, vendor: str, action: str, acted: set[str], closed_by: str
+) -> None:
+    """The shipped fatal-device-fault ladder against the simulated cluster: which
+    steps run, and what ends the fault, follow the class the exporter publishes."""
+    scenario = _scenario(tmp_path, vendor=vendor, action=action, initial=1)
+    result = sim.simulate(scenario, [SHIPPED], baseline=False)["rules"]
+    s = summary_section(result)
+    steps = {k for k in s["actions"] if not k.endswith(":recover")}
+    assert steps == acted
+    assert s["faults_closed_by"][closed_by] == 1
+    assert sum(s["faults_closed_by"].values()) == 1
+    assert s["jobs_lost"] == 0
+    if vendor == "gaudi":
+        assert result.outcomes.get("reset_devices:skipped") == 1
