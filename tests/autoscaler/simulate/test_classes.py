@@ -456,3 +456,32 @@ def test_the_shipped_rules_follow_the_class_in_the_simulated_cluster(
     assert s["jobs_lost"] == 0
     if vendor == "gaudi":
         assert result.outcomes.get("reset_devices:skipped") == 1
+
+
+def test_classes_do_not_move_the_faults(tmp_path: Path) -> None:
+    """The classes come from a stream of their own: a scenario's random faults fall
+    at the same times on the same devices with or without a class mix (without
+    repairs every fault heals on its own whatever its class, so every incident,
+    and so every time to healthy capacity, must be the same)."""
+    base = (REPO / "scenarios" / "small.yaml").read_text()
+    base = base.replace("duration: 24h", "duration: 8h").replace("fatal: 0.0004", "fatal: 0.004")
+    base = base[: base.index("  repairs:")]  # without repairs
+    mixed = base.replace(
+        "    resetTime: 5m\n",
+        "    resetTime: 5m\n    classes: {fatal: {reset: 1, reboot: 1, isolate: 1}}\n",
+    )
+    assert mixed != base
+    runs = []
+    for i, text in enumerate((base, mixed)):
+        path = tmp_path / f"s{i}.yaml"
+        path.write_text(text)
+        fleet = Fleet(load_scenario(path), FirstFit(), static_pools=True)
+        asyncio.run(fleet.run())
+        runs.append(fleet)
+    plain, classed = runs
+    assert plain.stats.faults == classed.stats.faults
+    assert plain.stats.faults.get("fatal", 0) >= 3
+    assert sorted(plain.stats.time_to_healthy) == sorted(classed.stats.time_to_healthy)
+    # ...and the mix was drawn: the fatal faults published more than one class.
+    rows = [classed.event_keys.index(("fatal", a)) for a in ("reset", "reboot", "isolate")]
+    assert sum(int(classed.dev_events[r].sum() > 0) for r in rows) >= 2
