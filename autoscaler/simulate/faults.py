@@ -7,11 +7,15 @@ come at a rate per device-hour by kind (a Poisson process over every device plac
 thinned where no node stands) or at set times. A fault on a device kills the job
 on it (a lost device, a node that goes down) or stalls it (a fatal fault, an
 uncorrected ECC burst, a hang, a stall): a stalled job holds its devices and makes
-no progress until something removes its pod. A node that goes down turns
-NotReady; its pods are deleted five minutes later (the default
-``tolerationSeconds`` for unreachable nodes). What a fault needs to go away (time
-alone, or a repair) and how long its node's capacity stays away is
-``repairs.py``'s, which hears of every fault.
+no progress until something removes its pod; a pending remap leaves the job
+running. A node that goes down turns NotReady; its pods are deleted five minutes
+later (the default ``tolerationSeconds`` for unreachable nodes). Every fault has
+an action class (``classes.py``: the event's own, else drawn from the kind's
+classes on a stream of its own, so that the faults fall where they would without
+classes), which the simulated exporter publishes as the fault event's ``action``
+label. What a fault needs to go away (time alone, or a repair of its class) and
+how long its node's capacity stays away is ``repairs.py``'s, which hears of every
+fault.
 """
 
 from __future__ import annotations

@@ -8,24 +8,33 @@ only as fair as this model, so it is read whole here. The production actions
 in-memory API; this module is the other side of their channel
 (``docs/design.md``'s node agent channel, ``accel_common.names``):
 
-- **Which faults need a repair.** With ``repairs`` in the scenario, a ``fatal``
-  fault (Xid 79, 48, 95, an uncorrectable RAS event) heals on its own only with
-  probability ``selfHeals``; any other stays with its device (FAULTY once its job
-  has left it, not offered by the device plugin) until a repair fixes it, and is
-  reported again every ``REPORT_INTERVAL`` (the driver logs the Xid again each
-  time it touches the device), so that a rule's ``recover`` cannot hold while the
-  device is still broken. Whether a reset, a reboot would fix the fault is drawn
-  once, at the fault, from the run's own seeded stream (``fixes``), so that a
-  second reset of the same fault does what the first did and the runs with
-  different rules see the same faults. Without ``repairs`` every fault heals as
-  it always has (``resetTime`` after its job left the device).
+- **Which faults need a repair, and which repair.** With ``repairs`` in the
+  scenario, a ``fatal`` fault (Xid 79, 48, 95, an uncorrectable RAS event) heals on
+  its own only with probability ``selfHeals``; any other stays with its device
+  (FAULTY once its job has left it, not offered by the device plugin) until a
+  repair fixes it, and is reported again every ``REPORT_INTERVAL`` (the driver
+  logs the Xid again each time it touches the device), so that a rule's
+  ``recover`` cannot hold while the device is still broken. A ``device_lost``
+  fault likewise stays lost (reported once, and again after a reboot that did not
+  fix it); a ``remap_pending`` one, with or without ``repairs``, waits for any
+  reset, its job running meanwhile. Which repair can fix a fault is its class's
+  (``classes.FIXED_BY``: never a reset for ``reboot`` or ``isolate``, never a
+  reboot for ``isolate``); whether one that can does is drawn once, at the fault,
+  from the run's own seeded stream (``fixes``), so that a second reset of the same
+  fault does what the first did and the runs with different rules see the same
+  faults. Without ``repairs`` every other fault heals as it always has
+  (``resetTime`` after its job left the device).
 - **The node agent.** It answers ``RESET_REQUEST_ANNOTATION`` and
   ``REBOOT_REQUEST_ANNOTATION`` on the Node, once per request ``id``. A reset
   refuses (``refused``, looked at again every ``AGENT_INTERVAL``) while a pod
   holds a device of its group (every device of the node when the node's
   ``RESET_SCOPE_ANNOTATION`` is ``node``, as on NVSwitch boards), then says
-  ``resetting``, takes the group's devices for ``reset.duration``, and says
-  ``done``; a fault it did not fix is reported again at once. A reboot says
+  ``resetting``, takes the group's devices for ``reset.duration``, and looks
+  again as the real agent does: ``failed`` while a device does not answer (a
+  ``reboot``-class fault, a lost device), else ``done``, and a fault it did not
+  fix is reported again at once. On a vendor the agent cannot reset
+  (``accel_common.remedies.can_reset``) it answers ``failed`` with ``"reason":
+  "unsupported"`` at once and resets nothing. A reboot says
   ``rebooting`` with the current ``status.nodeInfo.bootID``, takes the node
   NotReady for ``reboot.duration`` (the pods still on it fail; the exporter's
   counters start again from 0), then brings it back with a new boot id and says

@@ -12,11 +12,14 @@ cluster-state series equal what ``clusterstate.collect`` reads from the same in-
 
 Device series follow the exporter's semantics (``exporter/schema.py``): every
 device has ``accel_up``; counters exist at 0 from the first scrape
-(``accel_fault_events_total{severity}``, ``accel_ecc_errors_total{type}``); a busy
-device's ``accel_utilization_ratio`` is its job's load with a little jitter, as
-the ``sim`` backend's wave has, and a stalled job's devices read exactly 0; a
-lost device reads ``accel_up 0`` and nothing else; ``accel_device_pod_info`` names
-the pod holding a device. A node that is down (or deleted) is a failed scrape:
+(``accel_fault_events_total{severity, action}`` for every pair the scenario's
+faults can publish, ``classes.event_keys``; ``accel_ecc_errors_total{type}``); a
+busy device's ``accel_utilization_ratio`` is its job's load with a little jitter,
+as the ``sim`` backend's wave has, and a stalled job's devices read exactly 0; a
+lost device reads ``accel_up 0`` and its fault events (its loss is one, class
+``reboot``), nothing else; ``accel_remapped_rows{type="pending"}`` is 1 while a
+remap waits for a reset; ``accel_device_pod_info`` names the pod holding a
+device. A node that is down (or deleted) is a failed scrape:
 its series get stale markers, as Prometheus writes them.
 
 Only the families the rules read, and those their actions query themselves
