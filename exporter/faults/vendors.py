@@ -70,7 +70,11 @@ AMD_RAS: dict[str, FaultCode] = catalogue(
         "fatal",
         "Bad page threshold exceeded",
         "The GPU's retired (bad) pages passed amdgpu's bad_page_threshold: the driver "
-        "marks the board as needing replacement, and it must not return to service.",
+        "marks the board as needing replacement, and it must not return to service. The "
+        "amd backends do not detect it themselves (amdgpu computes the threshold at load "
+        "and publishes it only in debugfs, and refuses to initialise such a GPU, which "
+        "then counts as lost); the code is graded for a table or an event source that "
+        "names it.",
         "isolate",
         "amdgpu RAS documentation: bad_page_threshold (RMA)",
     ),
