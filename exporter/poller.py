@@ -352,6 +352,7 @@ class Poller:
                         self._owner.pop(d.device, None)
                         self._down.pop(d.device, None)
                         self._lost.discard(d.device)
+                        self._flags.pop(d.device, None)
                 st.relayout = False
             st.discovered = True
             st.devices, st.links = kept, result.links

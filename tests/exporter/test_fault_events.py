@@ -222,3 +222,17 @@ async def test_gpu_lost_without_an_xid_starts_at_reboot(
     assert value(text, "accel_up", device="nvidia6") == 0
     assert xid(text, "nvidia6", "lost", "reboot") == 1
     assert total(text, "accel_fault_events_total", device="nvidia6", severity="fatal") == 1
+
+
+async def test_gpu_lost_before_the_exporter_started_is_down_and_counted_once(
+    nvidia: Callable[[FakeNVML], Poller],
+) -> None:
+    fake = FakeNVML.h100_node(mig_on=None)
+    fake.lose(5, xid=None)  # fell off the bus before the exporter started
+    poller = nvidia(fake)
+    for _ in range(3):
+        text = await text_of(poller)
+    assert value(text, "accel_up", device="nvidia5") == 0
+    assert value(text, "accel_device_info", device="nvidia5") == 1  # identity: its index
+    assert xid(text, "nvidia5", "lost", "reboot") == 1
+    assert value(text, "accel_up", device="nvidia4") == 1

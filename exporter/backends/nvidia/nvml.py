@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from accel_common.remedies import LOST_CODE, ActionClass
 from exporter.backends.base import Backend, BackendOptions, MissingFields
 from exporter.backends.nvidia import gpm, mig, nvlink, procs, topology, verdicts
-from exporter.backends.nvidia.calls import NvmlCalls, codes, init_failure, quietly
+from exporter.backends.nvidia.calls import LOST, NvmlCalls, codes, init_failure, quietly
 from exporter.backends.nvidia.device import (
     CLOCKS,
     ECC,
@@ -115,6 +115,13 @@ class NvidiaBackend(Backend):
             try:
                 gpu = self._discover_gpu(nvml, index, driver)
             except nvml.NVMLError as e:
+                if getattr(e, "value", None) in codes(nvml, *LOST):
+                    # Lost before the exporter started: no identity to read, but the
+                    # index is a GPU the node has, so it is exported down and its loss
+                    # is counted (a reboot is what brings it back).
+                    log.warning("nvidia%d: lost at discovery: %s", index, type(e).__name__)
+                    devices.append(DeviceInfo(f"nvidia{index}", VENDOR, "", driver_version=driver))
+                    continue
                 # Without a handle and a UUID there is no identity to keep.
                 log.warning(
                     "nvidia%d: skipped, NVML could not identify it: %s", index, type(e).__name__

@@ -421,6 +421,9 @@ class FakeNVML(MigManagementMixin, ProcessesMixin, ResetMixin):
         self._enter("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < len(self.gpus):
             _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if self.gpus[index].lost:
+            # NVML's documented answer for a GPU that has fallen off the bus.
+            _raise(pynvml.NVML_ERROR_GPU_IS_LOST)
         return self.gpu_handle(index)
 
     # -- identity -----------------------------------------------------------------
