@@ -208,6 +208,12 @@ async def test_no_recovery_action_on_an_older_driver_is_no_verdict(
     text = await text_of(poller)
     assert xid(text, "nvidia3", "119", "reset") == 1
     assert value(text, "accel_up", device="nvidia3") == 1
+    # Asked once: an answer that cannot change is remembered.
+    asked = old.calls["nvmlDeviceGetFieldValues"]
+    old.inject_xid(3, 119)
+    text = await text_of(poller)
+    assert xid(text, "nvidia3", "119", "reset") == 2
+    assert old.calls["nvmlDeviceGetFieldValues"] == asked
 
 
 async def test_gpu_lost_without_an_xid_starts_at_reboot(

@@ -150,6 +150,9 @@ class Gpu:
     links: list[int] = field(default_factory=list)
     link_previous: dict[tuple[int, str], tuple[float, float]] = field(default_factory=dict)
     events_registered: bool = False
+    # Why NVML gives no GPU recovery action here, once the answer cannot change
+    # (``verdicts``); "" while it may.
+    no_recovery_action: str = ""
     # Processes (``procs``): whether the MPS process list answers, which of the
     # process-utilization functions to use (an index; past the end: none), and the
     # newest sample timestamp seen (µs), so that each read takes only newer samples.

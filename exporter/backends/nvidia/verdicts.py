@@ -11,7 +11,8 @@ Why it is built this way:
   poller takes the stronger of the two.
 * Older drivers and older pynvml lack the field: then there is no verdict (None),
   never an exception; an answer that cannot change (NotSupported,
-  FunctionNotFound) is remembered per GPU by ``NvmlCalls`` and not asked again.
+  FunctionNotFound) is remembered per GPU and not asked again. It is not a metric,
+  so it stays out of the missing-field record (``FIELDS``).
 * Drain P2P is ``reset_when_idle``: NVIDIA's guide asks to stop the peer-to-peer
   work using the GPU and start no new such work, not to reset it at once; keeping
   new work off and resetting once idle does that and clears the state. A bus reset
@@ -27,7 +28,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from accel_common.remedies import ActionClass, stronger
-from exporter.backends.nvidia.calls import NvmlCalls, field_value
+from exporter.backends.nvidia.calls import STATIC, NvmlCalls, codes, field_value
 from exporter.backends.nvidia.device import Gpu
 from exporter.model import FaultEvent
 
@@ -56,7 +57,6 @@ _VALUES: Final = {
     "NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT": 7,
 }
 FIELD: Final = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
-KEY: Final = "recovery_action"
 
 
 def action_class(nvml: Any, value: int) -> tuple[str, ActionClass | None]:
@@ -72,13 +72,18 @@ def read(calls: NvmlCalls, gpu: Gpu) -> ActionClass | None:
     """The GPU's current recovery action as a class; None where NVML has none."""
     nvml = calls.nvml
     fid = getattr(nvml, FIELD, None)
-    if fid is None or gpu.parent is not None:
+    if fid is None or gpu.parent is not None or gpu.no_recovery_action:
         return None
-    values = calls.call(gpu, KEY, "nvmlDeviceGetFieldValues", gpu.handle, [fid])
+    values, err = calls.attempt(gpu, "nvmlDeviceGetFieldValues", gpu.handle, [fid])
+    code = getattr(err, "value", None) if err is not None else None
     if not values:
+        if code in codes(nvml, *STATIC):
+            gpu.no_recovery_action = type(err).__name__
         return None
     fv = values[0]
     if fv.nvmlReturn != nvml.NVML_SUCCESS:
+        if fv.nvmlReturn in codes(nvml, *STATIC):
+            gpu.no_recovery_action = f"field answers {int(fv.nvmlReturn)}"
         return None
     return action_class(nvml, int(field_value(nvml, fv)))[1]
 
