@@ -90,7 +90,7 @@ def load_fault_tables(specs: Sequence[tuple[str, Path]]) -> faults.Catalogue:
     catalogue = faults.BUILTIN
     for vendor, path in specs:
         entries = tables.load(vendor, path, catalogue.tables.get(vendor, {}))
-        catalogue = catalogue.overlay(vendor, entries, f"{vendor}={path}")
+        catalogue = catalogue.overlay(vendor, entries)
         log.info("fault table %s: %d codes for %s", path, len(entries), vendor)
     return catalogue
 

@@ -43,7 +43,7 @@ of the documentation (docs/vendors/) are generated from these tables.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from accel_common.remedies import LOST_CODE, UNKNOWN_CLASS, ActionClass, stronger
@@ -76,8 +76,6 @@ class Catalogue:
     event loop can share it."""
 
     tables: Mapping[str, Mapping[str, FaultCode]]
-    # Where each overriding table came from, for the start-up log line.
-    loaded: tuple[str, ...] = field(default=())
 
     def lookup(self, vendor: str, code: str) -> FaultCode | None:
         found = self.tables.get(vendor, {}).get(code)
@@ -122,13 +120,13 @@ class Catalogue:
                 found.add((severity, UNKNOWN_CLASS))
         return sorted(found)
 
-    def overlay(self, vendor: str, entries: Iterable[FaultCode], origin: str) -> Catalogue:
+    def overlay(self, vendor: str, entries: Iterable[FaultCode]) -> Catalogue:
         """A catalogue with ``entries`` replacing or adding to ``vendor``'s table."""
         merged = {k: dict(v) for k, v in self.tables.items()}
         table = merged.setdefault(vendor, {})
         for e in entries:
             table[e.code] = e
-        return Catalogue(merged, (*self.loaded, origin))
+        return Catalogue(merged)
 
 
 # The simulated and CPU backends reuse their vendor's catalogue.

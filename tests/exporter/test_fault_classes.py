@@ -163,9 +163,7 @@ SXID,20001,SWITCH,An NVSwitch code,NO,NO,RESTART_BM,
 def test_xid_catalog_csv_adds_and_replaces(tmp_path: Path) -> None:
     path = tmp_path / "xid.csv"
     path.write_text(XID_CSV)
-    cat = faults.BUILTIN.overlay(
-        "nvidia", tables.load("nvidia", path, faults.NVIDIA_XID), "nvidia=x"
-    )
+    cat = faults.BUILTIN.overlay("nvidia", tables.load("nvidia", path, faults.NVIDIA_XID))
     assert cat.action("nvidia", "171") == "reset" and cat.classify("nvidia", "171") == "fatal"
     assert cat.lookup("nvidia", "171").name == "A code of a newer driver"  # type: ignore[union-attr]
     assert cat.lookup("nvidia", "171").source == "xid.csv: RESET_GPU"  # type: ignore[union-attr]
@@ -191,7 +189,7 @@ MINDCLUSTER = """{
 def test_mindcluster_fault_code_json(tmp_path: Path) -> None:
     path = tmp_path / "faultCode.json"
     path.write_text(MINDCLUSTER)
-    cat = faults.BUILTIN.overlay("ascend", tables.load("ascend", path, {}), "ascend=x")
+    cat = faults.BUILTIN.overlay("ascend", tables.load("ascend", path, {}))
     assert cat.action("ascend", "0xA8028802") == "app"
     assert cat.action("ascend", "0x817F8002") == "isolate"
     assert cat.classify("ascend", "0x817F8002") == "fatal"
