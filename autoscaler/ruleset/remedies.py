@@ -83,7 +83,9 @@ def check(
     cap: Recurrence | None,
 ) -> None:
     """What the three fields need of each other and of the ladder."""
-    if label is not None and not steps:
+    # Each check needs the ladder read: a step with a problem of its own leaves the
+    # ladder empty, and saying more about it would only repeat that problem.
+    if label is not None and "escalate" not in entries:
         reader.problem(
             entries["classLabel"][0],
             "classLabel: only a ladder (escalate) follows a fault's class; this rule has "
@@ -102,7 +104,7 @@ def check(
             "escalate step 1: classes: the first step is the rule's act, which every ladder "
             "takes; name classes on the later steps",
         )
-    if cap is not None and not any("isolate" in s.classes for s in steps):
+    if cap is not None and steps and not any("isolate" in s.classes for s in steps):
         reader.problem(
             entries["recurrence"][0],
             "recurrence: the cap sends a target to the isolate class, but no step of this "
