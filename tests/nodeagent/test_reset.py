@@ -271,6 +271,19 @@ def test_a_device_it_cannot_reset_fails_and_says_why(server: FakeApiServer, tmp_
     node.ask("r1", ["GPU-not-here"])
     status = node.round()
     assert status["state"] == "failed" and "Intel devices" in status["message"]
+    # The controller's ladder skips the step at once on this reason
+    # (accel_common.remedies.can_reset, the rule both sides answer by).
+    assert status["reason"] == "unsupported"
+
+
+def test_a_whole_node_request_without_a_resettable_device_is_unsupported(
+    server: FakeApiServer, tmp_path: Path
+) -> None:
+    node = make_node(server, tmp_path)  # neither NVML nor amdsmi: a Gaudi node, say
+    node.ask("r1", [])
+    status = node.round()
+    assert status["state"] == "failed"
+    assert status["reason"] == "unsupported" and "no device to reset" in status["message"]
 
 
 def test_unknown_holders_refuse(server: FakeApiServer, tmp_path: Path) -> None:

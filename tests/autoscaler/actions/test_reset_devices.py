@@ -368,3 +368,95 @@ async def test_the_executor_resumes_a_ladder_step_from_the_node_alone(
     assert record.outcome.status == "done", record.outcome.message
     assert requests_written(api) == 1
     assert api.evicted == [("ml", "train-0")]
+
+
+async def test_a_vendor_the_agent_cannot_reset_is_skipped_before_anything_is_touched(
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
+) -> None:
+    """A Gaudi (any vendor outside accel_common.remedies.RESETTABLE_VENDORS): no
+    claim, no taint, no eviction, no request; ``skipped`` with reason
+    ``unsupported``, which a ladder takes to go on at once."""
+    api.add(node("n1"))
+    api.add(pod("holder", "n1"))
+    target = {"node": "n1", "device": "gaudi0"}
+    d = decide(target, uuid="HL-0")
+    d = Decision(**{**d.__dict__, "sample_labels": labels_of({**target, "vendor": "gaudi"})})
+    outcome = await run(ctx(kube, clock=clock), d)
+    assert (outcome.status, outcome.details.get("reason")) == ("skipped", "unsupported")
+    assert "gaudi device, which the node agent cannot reset" in outcome.message
+    annotations = node_annotations(api)
+    assert ANNOTATION not in annotations and RESET_REQUEST_ANNOTATION not in annotations
+    n = api.get("nodes", None, "n1")
+    assert n is not None and not n["spec"].get("taints")
+    assert api.evicted == []
+
+
+async def test_the_vendor_comes_from_the_exporter_when_the_sample_lacks_it(
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
+) -> None:
+    api.add(node("n1"))
+
+    async def query(expr: str, at: float) -> QueryResult:
+        assert expr.startswith("accel_device_info") and 'device="npu0"' in expr
+        return Vector((Sample(labels_of({"vendor": "ascend"}), 1, at),))
+
+    outcome = await run(ctx(kube, query, clock=clock), decide({"node": "n1", "device": "npu0"}))
+    assert (outcome.status, outcome.details.get("reason")) == ("skipped", "unsupported")
+
+
+async def test_the_agents_unsupported_answer_is_a_skip_not_a_failure(
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
+) -> None:
+    """The vendor was unknown here (no label, no exporter): the agent is asked, and
+    its ``failed`` with ``reason: unsupported`` (the same rule, on the node) ends the
+    step ``skipped``."""
+    api.add(node("n1"))
+    action = asyncio.create_task(run(ctx(kube, clock=clock), decide({"node": "n1"}, wait="20s")))
+    await until(
+        lambda: RESET_REQUEST_ANNOTATION in node_annotations(api) and clock.sleepers >= 1,
+        what="the request",
+    )
+    rid = json.loads(node_annotations(api)[RESET_REQUEST_ANNOTATION])["id"]
+    n = api.get("nodes", None, "n1")
+    assert n is not None
+    n["metadata"]["annotations"][RESET_STATUS_ANNOTATION] = json.dumps(
+        {
+            "id": rid,
+            "state": "failed",
+            "devices": [],
+            "message": "no device to reset",
+            "at": "x",
+            "reason": "unsupported",
+        }
+    )
+    api.add(n)
+    clock.wake_next()
+    outcome = await action
+    assert (outcome.status, outcome.details.get("reason")) == ("skipped", "unsupported")
+
+
+async def test_move_jobs_false_evicts_nothing_and_waits_for_the_idle_reset(
+    api: FakeApiServer, kube: ClientKube, clock: FakeClock
+) -> None:
+    """reset_when_idle: the taint goes on, the job stays, the agent refuses while it
+    runs and resets once it finished; one request."""
+    api.add(node("n1"))
+    api.add(pod("holder", "n1"))
+    d = decide(
+        {"node": "n1", "device": "nvidia0"},
+        uuid="GPU-0",
+        moveJobs=False,
+        wait="1h",
+        taint="accel-fleet.io/repair-pending=true:NoSchedule",
+    )
+    labels = {**d.target, "uuid": "GPU-0", "vendor": "nvidia"}
+    d = Decision(**{**d.__dict__, "sample_labels": labels_of(labels)})
+    action = asyncio.create_task(run(ctx(kube, clock=clock), d))
+    answers = [("refused", "pod ml/holder holds GPU-0")] * 3 + [("done", "reset")]
+    await emulate(api, clock, action.done, answers)
+    outcome = await action
+    assert outcome.status == "done", outcome.message
+    assert api.evicted == [] and requests_written(api) == 1
+    n = api.get("nodes", None, "n1")
+    assert n is not None
+    assert [t["key"] for t in n["spec"]["taints"]] == ["accel-fleet.io/repair-pending"]
