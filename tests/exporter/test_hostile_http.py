@@ -14,7 +14,6 @@ import logging
 import os
 import resource
 import secrets
-import statistics
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -401,6 +400,9 @@ async def test_valid_scrapes_do_not_wait_on_bcrypt_during_a_guessing_flood(
         async with aiohttp.ClientSession(connector=connector) as s:
             async with s.get(url, headers=good) as resp:  # the one bcrypt it pays
                 assert resp.status == 200
+            assert server.auth_pool is not None
+            pool = CheckOrder(server.auth_pool)
+            pool.watch = good["Authorization"]
             stop = asyncio.Event()
             statuses: list[int] = []
 
@@ -412,21 +414,24 @@ async def test_valid_scrapes_do_not_wait_on_bcrypt_during_a_guessing_flood(
 
             attackers = [asyncio.create_task(guess()) for _ in range(60)]
             await until(lambda: saturated(server), what="the guesses filling the auth queue")
-            latencies = []
-            end = time.monotonic() + 2.0
+            scrapes = 0
+            end = time.monotonic() + 2.0  # how long the flood lasts, not a bound
             while time.monotonic() < end:
-                t0 = time.perf_counter()
                 async with s.get(url, headers=good) as resp:
                     assert resp.status == 200
                     await resp.read()
-                latencies.append(time.perf_counter() - t0)
+                scrapes += 1
                 await asyncio.sleep(0.01)
             stop.set()
             await asyncio.gather(*attackers)
         assert set(statuses) == {401} and len(statuses) > 60
         assert server.auth_pool is not None and server.auth_pool.refused > 0
-        assert statistics.median(latencies) < 0.05, latencies
-        assert max(latencies) < 0.5, max(latencies)
+        # Never queued behind bcrypt, proved by count rather than by latency (which
+        # a busy machine stretches): not one of the valid scrapes made during the
+        # flood reached the auth pool; the cache answered each on the event loop.
+        assert scrapes > 0
+        assert pool.arrived is None, f"a valid scrape waited in the auth pool: {pool.arrived}"
+        assert good["Authorization"] not in pool.started
         workers = [t for t in threading.enumerate() if t.name.startswith("accel-auth")]
         assert workers
         for t in workers:
