@@ -264,10 +264,13 @@ def test_a_large_file_loads_in_seconds(tmp_path: Path) -> None:
     text = "rules:\n" + "".join(
         f"  - {{name: r{i}, expr: 'up{{a=\"b\"}} > 1', target: node}}\n" for i in range(10_000)
     )
-    start = time.monotonic()
+    # CPU seconds (about half of one here), which other busy processes do not
+    # stretch as they do the wall clock; the load runs on this thread.
+    start = time.process_time()
     reader = load(tmp_path, text)
     assert reader.problems == []
-    assert time.monotonic() - start < 5.0
+    worked = time.process_time() - start
+    assert worked < 5.0, worked
 
 
 def test_a_pipe_or_an_endless_device_is_refused_without_hanging(tmp_path: Path) -> None:
