@@ -299,6 +299,7 @@ class _FileReader(Reader):
             remedies.recurrence(self, entries["recurrence"][1]) if "recurrence" in entries else None
         )
         remedies.check(self, node, entries, steps, label, cap)
+        remedies.check_label(self, entries, expr, label)
         if len(self.out.problems) > before or target is None or action is None:
             return None
         return Rule(

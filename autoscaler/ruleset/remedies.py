@@ -18,6 +18,9 @@ from yaml.nodes import Node
 
 from accel_common.remedies import ACTION_CLASSES
 from accel_common.yamlread import Entries, Reader
+from autoscaler.promql.errors import ExprError
+from autoscaler.promql.guard import parse
+from autoscaler.ruleset.labels import missing_labels
 from autoscaler.ruleset.model import Recurrence, Step
 
 RECURRENCE_KEYS = ("max", "window", "per")
@@ -112,4 +115,29 @@ def check(
         )
 
 
-__all__ = ["RECURRENCE_KEYS", "check", "class_label", "recurrence", "step_classes"]
+def check_label(reader: Reader, entries: Entries, expr: str | None, label: str | None) -> None:
+    """A ``classLabel`` the rule's ``expr`` can never carry gives every ladder the
+    unknown class: a mistake worth saying (an aggregation that dropped it)."""
+    if label is None or expr is None:
+        return
+    try:
+        ast = parse(expr)
+    except ExprError:
+        return  # the expression's own problem is reported at it
+    if missing_labels(ast, [label]):
+        reader.problem(
+            entries["classLabel"][1],
+            f"classLabel: the expr can never carry the {label!r} label, so every ladder "
+            f"would follow the unknown class; keep it in by (...) (max by (node, device, "
+            f"{label}) (...))",
+        )
+
+
+__all__ = [
+    "RECURRENCE_KEYS",
+    "check",
+    "check_label",
+    "class_label",
+    "recurrence",
+    "step_classes",
+]

@@ -281,6 +281,13 @@ def test_an_unreadable_class_in_the_record_is_no_class(tmp_path: Path) -> None:
             ("          classes: [reset]\n", "          classes: []\n"),
             "escalate step 2: classes lists no class",
         ),
+        (
+            (
+                "accel_fault_events_total > 0",
+                "max by (node, device) (accel_fault_events_total) > 0",
+            ),
+            "classLabel: the expr can never carry the 'action' label",
+        ),
     ],
 )
 def test_the_loader_says_what_is_wrong_and_where(
