@@ -19,8 +19,12 @@ operator-visible mark on the node:
 - a Warning Event ``MarkedForReturn`` on the node with the same words.
 
 Nothing undoes it: the action is not reversible, so no rule's recover removes the
-mark, and the engine never recovers an ``isolate`` ladder (the taint stays too). A
-person removes the mark once the part is replaced. A second run for the same device
+mark, and the engine never recovers an ``isolate`` ladder (the taint stays too).
+The rule's remediation entry on the node (the one its move wrote, with the taint
+it owns) becomes ``mark_for_return``, phase ``marked-for-return``: a restarted
+controller leaves such an entry alone (``engine/restore.py``) instead of resuming
+a ladder that would reset, reboot or recover the part. A person removes the mark,
+the entry and the taint once the part is replaced. A second run for the same device
 changes nothing and ends ``done`` again (a restart resumes safely).
 
 Targets: ``node``, ``device`` (marks the device on its node; a ``node`` target
@@ -42,7 +46,14 @@ from accel_common.names import RETURN_ANNOTATION, RETURN_LABEL
 from autoscaler.actions.base import ActionSpec, ParamProblem, ParamReader, param_keys, to_params
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.actions.ops.nodes import node_of
-from autoscaler.actions.ops.ownership import event, iso, update_node
+from autoscaler.actions.ops.ownership import (
+    entries,
+    entries_patch,
+    event,
+    iso,
+    ours,
+    update_node,
+)
 from autoscaler.decision import Decision
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
@@ -106,17 +117,24 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     def mutate(n: Obj) -> Obj | None:
         marks = _marks(n)
         labelled = ((n.get("metadata") or {}).get("labels") or {}).get(RETURN_LABEL) == "true"
-        if key in marks and labelled:
+        es = entries(n)
+        e = es.get(decision.rule)
+        # The ladder's entry (its move's taint, kept) says the part is isolated: a
+        # restarted controller must not take it for a remediation to resume, climb
+        # or recover (engine/restore.py leaves such entries alone).
+        settle = e is not None and ours(e, ctx) and e.action != NAME
+        if key in marks and labelled and not settle:
             return None
         if len(marks) >= MAX_MARKS and key not in marks:
             marks.pop(sorted(marks)[0])
         marks.setdefault(key, mark)
-        return {
-            "metadata": {
-                "annotations": {RETURN_ANNOTATION: json.dumps(marks, sort_keys=True)},
-                "labels": {RETURN_LABEL: "true"},
-            }
-        }
+        patch: Obj = {"metadata": {"annotations": {}, "labels": {RETURN_LABEL: "true"}}}
+        if settle and e is not None:
+            e.action, e.phase, e.message = NAME, "marked-for-return", mark["reason"]
+            patch = entries_patch(es)
+            patch["metadata"]["labels"] = {RETURN_LABEL: "true"}
+        patch["metadata"]["annotations"][RETURN_ANNOTATION] = json.dumps(marks, sort_keys=True)
+        return patch
 
     try:
         node = await update_node(ctx.kube, name, mutate)

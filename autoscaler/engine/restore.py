@@ -14,8 +14,10 @@ alone:
   the breaker counts its node (cordon, taint, drain, migrate_jobs), a re-sent
   alert for it does not act again, and its cooldown runs from its ``started``
   time at the earliest. The executor resumes the in-flight ones (``draining``,
-  ``migrating``) from the same entries. A person who removes an entry (or the
-  node) takes the target out of the count, which is what they meant.
+  ``migrating``) from the same entries. An entry that ``mark_for_return`` settled
+  (an isolated part) is not: its ladder ended, and it stays for an operator. A
+  person who removes an entry (or the node) takes the target out of the count,
+  which is what they meant.
 - **The state record** (``record_of``): a ConfigMap of the controller's own,
   ``<controller-name>-state`` in its namespace, holding what belongs to no node:
   whether the breaker is open, since when and why (so that ``breakerReset:
@@ -58,6 +60,7 @@ from dataclasses import dataclass, replace
 
 from autoscaler.actions.ops.ownership import entries, parse_iso
 from autoscaler.engine.breaker import UNHEALTHY_ACTIONS
+from autoscaler.engine.ladder import FINAL
 from autoscaler.engine.record import (
     NODE_RECORDED,
     RECORD_VERSION,
@@ -133,6 +136,10 @@ def restore(
                 continue
             if rule not in rules:
                 dropped.append(f"{rule} on {name}")
+                continue
+            if entry.action in FINAL:
+                # An isolated part (mark_for_return): its ladder ended; the entry
+                # stays for an operator, not for a ladder to resume.
                 continue
             target = dict(entry.target) or {"node": name}
             key = (rule, labels_of(target))

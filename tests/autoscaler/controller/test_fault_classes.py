@@ -10,7 +10,7 @@ test), with the exporter's ``action`` label on its fault events.
   job on it finished by itself: nothing is evicted, one reset request.
 - A remap failure (``isolate``) is marked for return (label, annotation with the
   UUID, Event) and never returned to service: its taint and mark stay however long
-  it then looks healthy.
+  it then looks healthy, also after a ``kill -9``.
 - A device lost without any Xid (code ``lost``, class ``reboot``) starts the ladder.
 - The third ladder for one device within the recurrence window isolates it, also
   across a ``kill -9`` between the second and the third.
@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from accel_common.names import (
+    REMEDIATION_ANNOTATION,
     RESET_REQUEST_ANNOTATION,
     RESET_STATUS_ANNOTATION,
     RETURN_ANNOTATION,
@@ -234,7 +235,8 @@ async def test_a_remap_failure_goes_to_isolation_and_is_never_returned_to_servic
     api: FakeApiServer, tmp_path: Path
 ) -> None:
     world = ClassWorld(api, klass="isolate", code="remap_failure")
-    running = Running(world, rules_named(tmp_path, [FAULT_RULE]), tmp_path)
+    rules = rules_named(tmp_path, [FAULT_RULE])
+    running = Running(world, rules, tmp_path)
     world.scrape()
     await running.controller.cycle()
     world.device.faults, world.failure = 1.0, 1.0  # the device keeps answering
@@ -247,6 +249,12 @@ async def test_a_remap_failure_goes_to_isolation_and_is_never_returned_to_servic
     assert marks[UUID]["uuid"] == UUID and "code=remap_failure" in marks[UUID]["reason"]
     [marked] = events(api, "MarkedForReturn")
     assert UUID in marked["message"] and marked["type"] == "Warning"
+    # The ladder's entry on the node now says so: a restarted controller (kill -9)
+    # leaves it alone rather than resume a ladder that would reset or recover it.
+    entry = json.loads(node["metadata"]["annotations"][REMEDIATION_ANNOTATION])[FAULT_RULE]
+    assert (entry["action"], entry["phase"]) == ("mark_for_return", "marked-for-return")
+    await running.kill()
+    running = Running(world, rules, tmp_path)
     # Two hours of a device that looks fine (no new event, the gauge cleared by a
     # person's mistake even): nothing undoes the isolation.
     world.failure = 0.0
