@@ -42,7 +42,9 @@ from autoscaler.simulate.scenario_workload import ScenarioReader
 # (``reboot``) or row-remap failures (``isolate``). ``device_lost``: the device
 # stopped answering, which every backend reports as code ``lost`` with class
 # ``reboot``. ``remap_pending``: a row remap (or Gaudi row replacement) waits for
-# a reset. The rest publish no fault event here.
+# a reset. ``app``: the application faulted (NVIDIA's RESTART_APP Xids 13, 31,
+# 68, 69; Ascend's RestartBusiness), graded ``info`` as the exporter grades it: the
+# job hangs, the device is fine. The rest publish no fault event here.
 ALLOWED: Final[dict[str, tuple[ActionClass, ...]]] = {
     "fatal": ("reset", "reboot", "isolate"),
     "ecc_uncorrected": ("reset",),
@@ -51,6 +53,7 @@ ALLOWED: Final[dict[str, tuple[ActionClass, ...]]] = {
     "device_lost": ("reboot", "isolate"),
     "node_down": ("reboot",),
     "remap_pending": ("reset_when_idle",),
+    "app": ("app",),
 }
 DEFAULT: Final[dict[str, ActionClass]] = {kind: allowed[0] for kind, allowed in ALLOWED.items()}
 # The kinds that publish a fault event, with its severity.
@@ -58,6 +61,7 @@ SEVERITY: Final[dict[str, str]] = {
     "fatal": "fatal",
     "device_lost": "fatal",
     "remap_pending": "recoverable",
+    "app": "info",
 }
 # The code a kind's event carries when it has a fixed one.
 CODE: Final[dict[str, str]] = {"device_lost": LOST_CODE}

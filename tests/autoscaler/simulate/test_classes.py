@@ -485,3 +485,28 @@ def test_classes_do_not_move_the_faults(tmp_path: Path) -> None:
     # ...and the mix was drawn: the fatal faults published more than one class.
     rows = [classed.event_keys.index(("fatal", a)) for a in ("reset", "reboot", "isolate")]
     assert sum(int(classed.dev_events[r].sum() > 0) for r in rows) >= 2
+
+
+@pytest.mark.parametrize("kind", ["app", "stall"])
+def test_an_application_fault_is_requeued_at_once_a_silent_stall_later(
+    tmp_path: Path, kind: str
+) -> None:
+    """An application fault (Xid 13, 31, 68, 69: class app) hangs the job on a
+    healthy device and is published as an info event of class app: the shipped
+    application-fault rule requeues the job within an evaluation or two. The same
+    hang without an event (a stall) waits for the stall rules' 30 minutes. Neither
+    opens an incident: the device stays healthy."""
+    scenario = _scenario(tmp_path, kind=kind, initial=1)
+    result = sim.simulate(scenario, [SHIPPED], baseline=False)["rules"]
+    s = summary_section(result)
+    ttr = s["time_to_remediate_seconds_by_kind"][kind]["max"]
+    # One requeue done (a second decision, for the new pod on the same device
+    # while the event is still in the rule's window, is held by the backoff).
+    assert result.outcomes.get("requeue_job:done") == 1
+    assert s["restarts_per_job"] == {"1": 1}
+    assert sum(s["faults_closed_by"].values()) == 0
+    assert s["jobs_lost"] == 0
+    if kind == "app":
+        assert ttr <= 2 * 30  # two evaluation intervals
+    else:
+        assert ttr >= 30 * 60
