@@ -58,8 +58,8 @@ from collections.abc import Mapping, Set
 from dataclasses import replace
 
 from accel_common.durations import format_whole
-from autoscaler.decision import Decision
 from accel_common.remedies import RANK
+from autoscaler.decision import Decision
 from autoscaler.engine.state import EngineState, Ladder, Note, TargetKey
 from autoscaler.ruleset.model import Limits, Rule, RuleSet
 from autoscaler.types import Labels
@@ -152,7 +152,8 @@ def _climb(
     if not (go or timed_out):
         return None
     failed = go is not None and go != "done"
-    note = _doubt(rule, key, what, failed, faults, unknown)
+    said = "timed out" if go is None else _SAID[go]
+    note = _doubt(rule, key, what, failed, said, faults, unknown)
     if note is None and following is None:
         _exhaust(rule, key, state, what, now)
         return None
@@ -266,24 +267,25 @@ def _doubt(
     key: TargetKey,
     what: str,
     failed: bool,
+    said: str,
     faults: Set[Labels] | None,
     unknown: set[TargetKey],
 ) -> Note | None:
     """Why it is not known that the ladder should climb: whether the fault is
-    still there, or (for a timeout) whether the step succeeded after all."""
+    still there, or (for a timeout or a move that is done) whether the step
+    succeeded after all. ``said``: what the step did, in words."""
     if faults is None:
         return Note(
             rule.name,
             "unknown",
-            f"{what} {'failed' if failed else 'timed out'} but whether the fault "
-            "is still there is unknown; not escalating",
+            f"{what} {said} but whether the fault is still there is unknown; not escalating",
             key[1],
         )
     if not failed and key in unknown:
         return Note(
             rule.name,
             "unknown",
-            f"{what} timed out but its success is unknown; not escalating",
+            f"{what} {said} but its success is unknown; not escalating",
             key[1],
         )
     return None
