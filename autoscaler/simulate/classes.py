@@ -42,9 +42,11 @@ from autoscaler.simulate.scenario_workload import ScenarioReader
 # (``reboot``) or row-remap failures (``isolate``). ``device_lost``: the device
 # stopped answering, which every backend reports as code ``lost`` with class
 # ``reboot``. ``remap_pending``: a row remap (or Gaudi row replacement) waits for
-# a reset. ``app``: the application faulted (NVIDIA's RESTART_APP Xids 13, 31,
-# 68, 69; Ascend's RestartBusiness), graded ``info`` as the exporter grades it: the
-# job hangs, the device is fine. The rest publish no fault event here.
+# a reset; ``remap_failure``: a row could not be remapped, the part must be
+# returned (the exporter's codes of the same names). ``app``: the application
+# faulted (NVIDIA's RESTART_APP Xids 13, 31, 68, 69; Ascend's RestartBusiness),
+# graded ``info`` as the exporter grades it: the job hangs, the device is fine.
+# The rest publish no fault event here.
 ALLOWED: Final[dict[str, tuple[ActionClass, ...]]] = {
     "fatal": ("reset", "reboot", "isolate"),
     "ecc_uncorrected": ("reset",),
@@ -53,6 +55,7 @@ ALLOWED: Final[dict[str, tuple[ActionClass, ...]]] = {
     "device_lost": ("reboot", "isolate"),
     "node_down": ("reboot",),
     "remap_pending": ("reset_when_idle",),
+    "remap_failure": ("isolate",),
     "app": ("app",),
 }
 DEFAULT: Final[dict[str, ActionClass]] = {kind: allowed[0] for kind, allowed in ALLOWED.items()}
@@ -61,6 +64,7 @@ SEVERITY: Final[dict[str, str]] = {
     "fatal": "fatal",
     "device_lost": "fatal",
     "remap_pending": "recoverable",
+    "remap_failure": "fatal",
     "app": "info",
 }
 # The code a kind's event carries when it has a fixed one.

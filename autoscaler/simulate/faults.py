@@ -143,7 +143,7 @@ class FaultInjector:
             return
         if kind == "ecc_uncorrected":
             m.dev_ecc_uncorrected[g] += self.scenario.faults.ecc_burst
-        if kind in ("fatal", "ecc_uncorrected", "hang"):
+        if kind in ("fatal", "ecc_uncorrected", "hang", "remap_failure"):
             if job is None:
                 if m.dev_state[g] == OK and m.dev_repair[g]:
                     m.take_device(slot, g, FAULTY)  # until a repair

@@ -162,6 +162,7 @@ class Fleet:
         self.dev_events: npt.NDArray[np.float64] = m.dev_events
         # The class of the fault each device waits to have repaired (-1: none).
         self.dev_class: npt.NDArray[np.int8] = m.dev_class
+        self.dev_remap_failed: npt.NDArray[np.bool_] = m.dev_remap_failed
         self.jobs = j.jobs
         self.pending = j.pending
         self.running = j.running

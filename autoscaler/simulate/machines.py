@@ -191,6 +191,8 @@ class MachineSet:
         # its class (an index into ACTION_CLASSES; -1: none).
         self.dev_repair = np.zeros(g, dtype=np.bool_)
         self.dev_class = np.full(g, -1, dtype=np.int8)
+        # A row could not be remapped (a remap_failure fault): until replacement.
+        self.dev_remap_failed = np.zeros(g, dtype=np.bool_)
         # Slots whose health (Ready, schedulable, devices OK) may have changed since
         # the repairs' bookkeeping last looked.
         self.health_dirty: set[int] = set()
@@ -314,6 +316,7 @@ class MachineSet:
         self.clear_counters(g)
         self.dev_repair[g] = False
         self.dev_class[g] = -1
+        self.dev_remap_failed[g] = False
         self.node_slot[name] = slot.index
         resource = VENDOR_RESOURCE[pool.vendor]
         self.kube.add_node(

@@ -102,7 +102,10 @@ AGENT_INTERVAL = 30.0
 NO_INCIDENT = frozenset({"stall", "app"})
 # Fault kinds that, with ``repairs``, stay until a repair of their class fixes them
 # (a pending remap always waits for a reset: nothing else applies it).
-NEEDS_REPAIR = frozenset({"fatal", "device_lost", "remap_pending"})
+NEEDS_REPAIR = frozenset({"fatal", "device_lost", "remap_pending", "remap_failure"})
+# Of those, the kinds that need a repair with or without ``repairs``: nothing but a
+# reset applies a pending remap, nothing but a new part cures a failed one.
+ALWAYS_REPAIR = frozenset({"remap_pending", "remap_failure"})
 # Why the agent cannot reset a vendor's devices (nodeagent/reset.py's UNSUPPORTED).
 UNSUPPORTED = (
     "this agent resets NVIDIA GPUs (nvidia-smi --gpu-reset) and AMD GPUs "
@@ -190,10 +193,10 @@ class Repairs:
             incident = self.open[slot.node] = Incident(slot.node, now, since=now)
         incident.faults.append(now)
         self.machines.health_dirty.add(slot.index)  # counted after the fault is applied
-        if kind not in NEEDS_REPAIR or (kind != "remap_pending" and not self.spec.needed):
+        if kind not in NEEDS_REPAIR or (kind not in ALWAYS_REPAIR and not self.spec.needed):
             return False
-        if kind == "remap_pending":
-            fate = Fate(False, True, True, kind, action)
+        if kind in ALWAYS_REPAIR:
+            fate = Fate(False, True, True, kind, action)  # the class alone decides
         else:
             u = self.rng.random(3)
             fate = Fate(
@@ -206,6 +209,8 @@ class Repairs:
         m = self.machines
         if fate.self_heals:
             return bool(m.dev_repair[g])  # heals as it always has
+        if kind == "remap_failure":
+            m.dev_remap_failed[g] = True  # accel_remapped_rows{type="failure"}
         held = self.fates.get(g)
         if m.dev_repair[g] and held is not None:
             # The device already waits for a repair: it now needs the stronger one.
@@ -219,8 +224,8 @@ class Repairs:
         if kind == "fatal":
             # One chain of reports per fault: a chain from an earlier fault of the
             # device (fixed since) stops rather than doubling the reports. A lost
-            # device and a pending remap are reported once (and again by the new
-            # exporter after a reboot).
+            # device and a remap (pending or failed: its gauge stands) are reported
+            # once (and again by the new exporter after a reboot).
             self.reports += 1
             self.chain[g] = chain = self.reports
             self.time.at(now + REPORT_INTERVAL, lambda: self._report(g, chain))
@@ -247,6 +252,7 @@ class Repairs:
         if m.dev_repair[g]:
             m.dev_repair[g] = False
             m.dev_class[g] = -1
+            m.dev_remap_failed[g] = False
             self.fates.pop(g, None)
             slot = m.slots[int(m.dev_slot[g])]
             incident = self.open.get(slot.node or "")
@@ -303,6 +309,7 @@ class Repairs:
             self.chain.pop(g, None)
         self.machines.dev_repair[slot.base : slot.base + d] = False
         self.machines.dev_class[slot.base : slot.base + d] = -1
+        self.machines.dev_remap_failed[slot.base : slot.base + d] = False
         for key in [k for k in self.answered if k[0] == name]:
             del self.answered[key]
         self.busy.pop(name, None)

@@ -122,6 +122,7 @@ FAULT_KINDS = (
     "stall",
     "node_down",
     "remap_pending",
+    "remap_failure",
     "app",
 )
 

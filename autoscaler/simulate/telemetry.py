@@ -18,9 +18,10 @@ busy device's ``accel_utilization_ratio`` is its job's load with a little jitter
 as the ``sim`` backend's wave has, and a stalled job's devices read exactly 0; a
 lost device reads ``accel_up 0`` and its fault events (its loss is one, class
 ``reboot``), nothing else; ``accel_remapped_rows{type="pending"}`` is 1 while a
-remap waits for a reset; ``accel_device_pod_info`` names the pod holding a
-device. A node that is down (or deleted) is a failed scrape:
-its series get stale markers, as Prometheus writes them.
+remap waits for a reset, ``{type="failure"}`` after a row could not be remapped;
+``accel_device_pod_info`` names the pod holding a device. A node that is down (or
+deleted) is a failed scrape: its series get stale markers, as Prometheus writes
+them.
 
 Only the families the rules read, and those their actions query themselves
 (``run.ACTION_READS``: ``accel_device_info`` for ``reset_devices``' UUIDs,
@@ -63,10 +64,14 @@ DEVICE_SERIES: Series = (
     (schema.ECC_ERRORS.name, (("type", "uncorrected"),)),
     # Identity, with the pool's model; read by actions (reset_devices' UUIDs).
     (schema.DEVICE_INFO.name, ()),
-    # A row remap waiting for a reset (a ``remap_pending`` fault): 1 until one.
+    # A row remap waiting for a reset (a ``remap_pending`` fault): 1 until one; a
+    # row that could not be remapped (``remap_failure``): 1 until replacement.
     (schema.REMAPPED_ROWS.name, (("type", "pending"),)),
+    (schema.REMAPPED_ROWS.name, (("type", "failure"),)),
 )
-UP, UTIL, ECC_CORRECTED, ECC_UNCORRECTED, IDENTITY, REMAP_PENDING = range(len(DEVICE_SERIES))
+UP, UTIL, ECC_CORRECTED, ECC_UNCORRECTED, IDENTITY, REMAP_PENDING, REMAP_FAILURE = range(
+    len(DEVICE_SERIES)
+)
 EVENTS = len(DEVICE_SERIES)  # the first fault-event series
 _PENDING = ACTION_CLASSES.index("reset_when_idle")
 JITTER = 0.04
@@ -311,6 +316,7 @@ class Telemetry:
         values[ECC_UNCORRECTED] = fleet.dev_ecc_uncorrected[answering]
         values[IDENTITY] = np.ones(answering.size)
         values[REMAP_PENDING] = (fleet.dev_class[answering] == _PENDING).astype(np.float64)
+        values[REMAP_FAILURE] = fleet.dev_remap_failed[answering].astype(np.float64)
         for k in range(EVENTS, len(self.series)):
             if self.series_on[k]:
                 values[k] = fleet.dev_events[k - EVENTS, live]

@@ -510,3 +510,61 @@ def test_an_application_fault_is_requeued_at_once_a_silent_stall_later(
         assert ttr <= 2 * 30  # two evaluation intervals
     else:
         assert ttr >= 30 * 60
+
+
+def test_a_remap_failure_stands_until_replacement_and_is_marked_for_return(
+    tmp_path: Path,
+) -> None:
+    """A row that could not be remapped: one fatal event of class isolate, and
+    accel_remapped_rows{type="failure"} 1 for as long as the part is in the
+    machine, repairs or not. A reset and a reboot both leave it; the shipped
+    rules move the job off and mark the part for return."""
+    scenario = _scenario(tmp_path, kind="remap_failure", initial=1)
+    fleet = Fleet(scenario, FirstFit(), static_pools=True)
+    store = SeriesStore()
+    telemetry = Telemetry(
+        fleet, store, ["accel_remapped_rows", "accel_fault_events_total{node='p-0000'}"], seed=1
+    )
+    seen: dict[str, Any] = {}
+    for t in range(0, 3 * 3600, 60):
+        fleet.at(EPOCH + t, lambda: telemetry.scrape(fleet.now))
+
+    async def look() -> None:
+        seen["failure"] = await _query(
+            store, 'accel_remapped_rows{node="p-0000",device="nvidia1"} + 0', fleet.now
+        )
+        seen["events"] = await _query(
+            store,
+            'increase(accel_fault_events_total{node="p-0000",device="nvidia1",'
+            'severity="fatal"}[2h])',
+            fleet.now,
+        )
+
+    async def evict() -> None:
+        for ns, name in list(fleet.kube.pods_by_node["p-0000"]):
+            await fleet.kube.delete_pod(ns, name)
+
+    _run(
+        fleet,
+        {
+            899: lambda: fleet.kube.patch_node("p-0000", {"spec": {"unschedulable": True}}),
+            900: evict,
+            960: _request(fleet, RESET_REQUEST_ANNOTATION, "r1"),
+            1300: _request(fleet, REBOOT_REQUEST_ANNOTATION, "b1"),
+            2400: look,
+        },
+    )
+    assert _status(fleet, "p-0000", RESET_STATUS_ANNOTATION)["state"] == "done"
+    assert _status(fleet, "p-0000", REBOOT_STATUS_ANNOTATION)["state"] == "done"
+    assert seen["failure"] == {"pending": 0.0, "failure": 1.0}
+    # One event, and one more from the exporter that the reboot started afresh.
+    assert seen["events"]["isolate"] > 0
+    assert fleet.dev_state[G] == FAULTY and fleet.dev_remap_failed[G]
+
+    result = sim.simulate(scenario, [SHIPPED], baseline=False)["rules"]
+    s = summary_section(result)
+    assert {k for k in s["actions"] if not k.endswith(":recover")} == {
+        "migrate_jobs",
+        "mark_for_return",
+    }
+    assert s["faults_closed_by"]["open"] == 1
