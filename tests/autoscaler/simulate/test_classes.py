@@ -311,7 +311,7 @@ def test_a_pending_remap_lets_the_job_run_and_a_reset_applies_it(tmp_path: Path)
         },
     )
     assert seen["events"]["reset_when_idle"] > 0 and seen["events"]["watch"] == 0
-    assert seen["pending"] == {"pending": 1.0}
+    assert seen["pending"] == {"pending": 1.0, "failure": 0.0}
     assert seen["held"] >= 0 and seen["running"] == ["running"]
     assert seen["refused"]["state"] == "refused"
     assert _status(fleet, "p-0000", RESET_STATUS_ANNOTATION)["state"] == "done"
