@@ -7,6 +7,7 @@ with a client of it (``api``, ``kube``).
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -69,6 +70,49 @@ def promtool_check() -> Callable[[str], None]:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """Server, CA, client and rogue certificates in one directory."""
     return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Orders and groups the tests for ``make test``'s worker processes
+    (pytest-xdist, ``--dist loadgroup``).
+
+    The modules marked ``slow`` run first (a stable sort, so the order is the same in
+    every worker, as xdist requires): started last, one of them would keep a single
+    worker busy after the others ran out of work. A test that uses a fixture wider
+    than one test (a module's simulated fleet, its Prometheus) joins its module's
+    group, so that fixture is built once, on one worker, not once per worker that
+    happens to get one of the module's tests. Runs before xdist's own hook, which
+    reads the groups.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    for item in items:
+        module = item.getparent(pytest.Module)
+        if not isinstance(item, pytest.Function) or module is None:
+            continue
+        defs = item._fixtureinfo.name2fixturedefs.values()
+        # Ours only: pytest's and plugins' own wide fixtures (tmp_path_factory,
+        # the event loop policy) cost nothing to build again.
+        if {d[-1].scope for d in defs if d and d[-1].baseid} - {"function"}:
+            item.add_marker(pytest.mark.xdist_group(module.nodeid))
+
+
+# The programs' top loggers, which a command's main may set a level on (simulate
+# quiets the controller's to warnings).
+PROGRAM_LOGGERS = ("accel_autoscaler", "accel_exporter", "accel_node_agent", "")
+
+
+@pytest.fixture(autouse=True)
+def _logger_levels() -> Iterator[None]:
+    """Puts back the levels of the programs' loggers and the root logger after each
+    test: a command run in-process (``simulate_command.main``) sets them for the
+    whole process, and a later test on the same worker would then miss the records
+    it looks for in ``caplog``."""
+    loggers = [logging.getLogger(name) for name in PROGRAM_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    yield
+    for lg, level in zip(loggers, levels, strict=True):
+        lg.setLevel(level)
 
 
 def pytest_configure(config: pytest.Config) -> None:

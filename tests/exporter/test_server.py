@@ -69,7 +69,7 @@ def test_lost_device_and_hung_backend_do_not_stall_scrapes(tmp_path: Path) -> No
         "  - {at: 1s, device: nvidia3, fault: 79, lost: true}\n"
         "  - {at: 3s, device: nvidia0, hang: forever}\n"
     )
-    args = ["--backends", "sim,cpu", *SIM, "--sim-script", str(script), "--poll-timeout", "500ms"]
+    args = ["--backends", "sim,cpu", *SIM, "--sim-script", str(script), "--poll-timeout", "2s"]
     latencies: list[float] = []
 
     def scrape(url: str) -> str:
@@ -117,9 +117,13 @@ def test_lost_device_and_hung_backend_do_not_stall_scrapes(tmp_path: Path) -> No
         assert value(text, "accel_up", device="cpu0") == 1
         assert value(text, "accel_exporter_backend_up", backend="sim") == 0
 
+    # A scrape that waited on a poll would wait for the hung backend's poll timeout
+    # (2 s), or forever; served from what the last poll rendered, it takes
+    # milliseconds (bench/scrape.py measures how many). The bound is half the
+    # timeout, not a latency target, so a busy machine does not fail it.
     assert len(latencies) > 50
     p99 = statistics.quantiles(latencies, n=100)[98]
-    assert p99 < 0.050, f"p99 scrape latency {p99 * 1000:.1f} ms"
+    assert p99 < 1.0, f"p99 scrape latency {p99 * 1000:.1f} ms"
 
 
 def test_a_scrape_during_the_first_poll_waits_for_it(tmp_path: Path) -> None:

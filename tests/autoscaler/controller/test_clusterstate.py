@@ -365,18 +365,20 @@ def test_pool_and_job_rows_for_a_thousand_nodes_take_well_under_a_cycle() -> Non
         )
         for k in range(10)
     ]
+    # CPU time, the cost itself: wall time on a machine shared with parallel test
+    # workers measures the neighbours too.
     timings = []
     for _ in range(3):
-        start = time.perf_counter()
+        start = time.process_time()
         rows = cs.pool_rows(pools, nodes, pods)
-        timings.append(time.perf_counter() - start)
+        timings.append(time.process_time() - start)
     best = min(timings)
     print(f"pool_rows: 1000 nodes, 8000 pods, 200 pending: {best * 1000:.1f} ms")
     assert len(pick(rows, "accel_node_pool_info")) == 1000
     assert sum(pick(rows, "accel_pool_pending_device_requests").values()) == sum(
         1 + k % 8 for k in range(200)
     )
-    assert best < 1.0, f"pool_rows took {best:.2f}s for 1,000 nodes"
+    assert best < 1.0, f"pool_rows took {best:.2f}s of CPU for 1,000 nodes"
 
 
 @pytest.mark.unvalidated_api
