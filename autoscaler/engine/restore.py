@@ -56,7 +56,7 @@ the nodes and the record, and writes the record back (``autoscaler/controller.py
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from autoscaler.actions.ops.ownership import entries, parse_iso
 from autoscaler.engine.breaker import UNHEALTHY_ACTIONS
@@ -123,37 +123,8 @@ def restore(
     ``controller`` and its current ``ruleset``; see the module docstring."""
     rules = {r.name for r in ruleset.rules}
     saved = record if record is not None else EngineState()
-    active: dict[TargetKey, Active] = {}
-    # (start, rule) of the readable node entries: the hourly actions they show.
-    starts: list[tuple[float, str]] = []
-    dropped: list[str] = []
-    listed: set[str] = set()
-    for node in nodes:
-        name = str((node.get("metadata") or {}).get("name", ""))
-        listed.add(name)
-        for rule, entry in sorted(entries(node).items()):
-            if entry.controller != controller:
-                continue
-            if rule not in rules:
-                dropped.append(f"{rule} on {name}")
-                continue
-            if entry.action in FINAL:
-                # An isolated part (mark_for_return): its ladder ended; the entry
-                # stays for an operator, not for a ladder to resume.
-                continue
-            target = dict(entry.target) or {"node": name}
-            key = (rule, labels_of(target))
-            try:
-                # A start in the future (a hand-written entry, a skewed clock) would
-                # hold the cooldown and the hourly count for ever: it is now.
-                started = min(parse_iso(entry.started), now)
-            except ValueError:
-                # An unreadable start: the cooldown runs from now, the safe side.
-                started = now
-            starts.append((started, rule))
-            since = max(started, saved.last_acted.get(key, started))
-            counted = target.get("node", name) if entry.action in UNHEALTHY_ACTIONS else None
-            active[key] = Active(since, entry.action, counted)
+    found = _from_nodes(nodes, controller, rules, saved, now)
+    active, starts, dropped, listed = found.active, found.starts, found.dropped, found.listed
     for key, a in saved.active.items():
         if key[0] in rules and a.action not in NODE_RECORDED:
             active.setdefault(key, a)
@@ -194,6 +165,52 @@ def restore(
         record=record is not None,
         cooldowns=len(last_acted),
     )
+
+
+@dataclass
+class _NodeEntries:
+    """What the nodes' own remediation entries say: the targets they show active,
+    the (start, rule) of each readable entry (the hourly actions), the entries of
+    rules no longer in the rule set, and every node listed."""
+
+    active: dict[TargetKey, Active] = field(default_factory=dict)
+    starts: list[tuple[float, str]] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    listed: set[str] = field(default_factory=set)
+
+
+def _from_nodes(
+    nodes: Iterable[Obj], controller: str, rules: set[str], saved: EngineState, now: float
+) -> _NodeEntries:
+    """Reads the remediation entries this controller wrote on each node."""
+    found = _NodeEntries()
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name", ""))
+        found.listed.add(name)
+        for rule, entry in sorted(entries(node).items()):
+            if entry.controller != controller:
+                continue
+            if rule not in rules:
+                found.dropped.append(f"{rule} on {name}")
+                continue
+            if entry.action in FINAL:
+                # An isolated part (mark_for_return): its ladder ended; the entry
+                # stays for an operator, not for a ladder to resume.
+                continue
+            target = dict(entry.target) or {"node": name}
+            key = (rule, labels_of(target))
+            try:
+                # A start in the future (a hand-written entry, a skewed clock) would
+                # hold the cooldown and the hourly count for ever: it is now.
+                started = min(parse_iso(entry.started), now)
+            except ValueError:
+                # An unreadable start: the cooldown runs from now, the safe side.
+                started = now
+            found.starts.append((started, rule))
+            since = max(started, saved.last_acted.get(key, started))
+            counted = target.get("node", name) if entry.action in UNHEALTHY_ACTIONS else None
+            found.active[key] = Active(since, entry.action, counted)
+    return found
 
 
 def _starts(
