@@ -38,8 +38,9 @@ from autoscaler.simulate.telemetry import Telemetry
 from tests.support.paths import REPO
 
 # Slow (simulates the small scenario's fleet, with rules and without):
-# `make test-fast` leaves it out.
-pytestmark = pytest.mark.slow
+# `make test-fast` leaves it out. A day of the small fleet is about 50 s of CPU,
+# which parallel test workers on two cores can stretch past pytest's 120 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = REPO
 SMALL = ROOT / "scenarios" / "small.yaml"
@@ -91,7 +92,8 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
 def _without_wall(doc: dict[str, Any]) -> dict[str, Any]:
     doc = json.loads(json.dumps(doc))
     for mode in ("rules", "baseline"):
-        doc[mode].pop("wall_seconds")
+        if mode in doc:
+            doc[mode].pop("wall_seconds")
     return doc
 
 
@@ -136,7 +138,9 @@ def test_rules_lose_no_job_and_beat_the_baseline(small: tuple[Path, dict[str, An
 
 def test_same_seed_same_summary(small: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     """Again, in another process with another string-hash seed: nothing may depend
-    on the order of a set or on anything but the scenario's seed."""
+    on the order of a set or on anything but the scenario's seed. The rules only:
+    the baseline runs the same fleet, jobs and faults with fewer parts, and a
+    second one would double the test's cost."""
     _, first = small
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run(
@@ -149,6 +153,8 @@ def test_same_seed_same_summary(small: tuple[Path, dict[str, Any]], tmp_path: Pa
             "--out",
             str(tmp_path),
             "--no-plots",
+            "--baseline",
+            "skip",
             "--rules",
             RULES[0],
         ],
@@ -156,10 +162,11 @@ def test_same_seed_same_summary(small: tuple[Path, dict[str, Any]], tmp_path: Pa
         env=env,
         cwd=ROOT,
         capture_output=True,
-        timeout=120,
+        timeout=600,
     )
     again = json.loads((tmp_path / "summary.json").read_text())
-    assert _without_wall(again) == _without_wall(first)
+    assert again["rules"]["actions"], "the comparison covers the rules' acts"
+    assert _without_wall(again)["rules"] == _without_wall(first)["rules"]
 
 
 def _tiny(tmp_path: Path) -> Path:
