@@ -188,6 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
         "for accel_pod_* (default %(default)s)",
     )
     b.add_argument(
+        "--path.kmsg",
+        dest="kmsg_path",
+        default="/dev/kmsg",
+        metavar="FILE",
+        help="the kernel log the nvidia backend reads NVLink Xid payloads from (Xid 74 "
+        "and 144-150 are graded by their register fields); needs CAP_SYSLOG and the "
+        "host's /dev/kmsg, and without it these Xids keep their catalogue class; an "
+        "empty value turns it off (default %(default)s)",
+    )
+    b.add_argument(
         "--oneapi.include-cpu",
         dest="oneapi_include_cpu",
         action="store_true",
@@ -385,6 +395,7 @@ def make_backends(args: argparse.Namespace) -> list[Backend]:
         oneapi_include_cpu=args.oneapi_include_cpu,
         ascend_dcmi_library=args.ascend_dcmi_library,
         tpu_runtime_address=args.tpu_runtime_address,
+        kmsg_path=Path(args.kmsg_path) if args.kmsg_path else None,
     )
     return [backends.create(name, options) for name in args.backends]
 

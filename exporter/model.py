@@ -46,13 +46,19 @@ class FaultEvent:
     from ``exporter.faults``, never from the backend, so one catalogue decides.
 
     ``action`` is the driver's live verdict when the driver states one (NVML's GPU
-    recovery action, Xid 154's payload, a decoded NVLink payload, Level Zero's reset
-    reasons); None leaves the class to the catalogue. The poller uses the stronger of
-    the two (``accel_common.remedies.stronger``)."""
+    recovery action, Xid 154's payload, Level Zero's reset reasons); None leaves the
+    class to the catalogue. The poller uses the stronger of the two
+    (``accel_common.remedies.stronger``).
+
+    ``decoded`` is the class the event's own payload calls for (an NVLink Xid's
+    register fields, read from the kernel log): for the codes whose class the
+    catalogue leaves to the payload it replaces the catalogue's default, lower or
+    higher, and ``action`` still raises it (``exporter.faults.Catalogue.action``)."""
 
     code: str
     detail: str = ""
     action: ActionClass | None = None
+    decoded: ActionClass | None = None
 
 
 @dataclass(frozen=True)

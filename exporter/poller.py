@@ -412,8 +412,8 @@ class Poller:
 
     def _count(self, ds: DeviceState, ev: FaultEvent) -> None:
         vendor = ds.info.vendor
-        sev = self.catalogue.severity(vendor, ev.code, ev.action)
-        action = self.catalogue.action(vendor, ev.code, ev.action)
+        sev = self.catalogue.severity(vendor, ev.code, ev.action, ev.decoded)
+        action = self.catalogue.action(vendor, ev.code, ev.action, ev.decoded)
         ds.faults[(sev, action)] = ds.faults.get((sev, action), 0) + 1
         key = (ev.code, sev, action)
         ds.fault_codes[key] = ds.fault_codes.get(key, 0) + 1

@@ -64,6 +64,10 @@ class BackendOptions:
     ascend_dcmi_library: str = ""
     # libtpu's runtime metrics service (host:port, loopback), read by the tpu backend.
     tpu_runtime_address: str = "localhost:8431"
+    # The kernel log the nvidia backend reads NVLink Xid payloads from (--path.kmsg,
+    # /dev/kmsg from the command line); None: not read, NVLink Xids keep their
+    # catalogue class.
+    kmsg_path: Path | None = None
 
 
 class Backend(abc.ABC):

@@ -56,7 +56,7 @@ from exporter.faults.base import (
     catalogue,
     lost,
 )
-from exporter.faults.nvidia import NVIDIA_XID
+from exporter.faults.nvidia import NVIDIA_XID, NVLINK_PAYLOAD_CODES
 from exporter.faults.vendors import AMD_RAS, GAUDI_EVENTS, INTEL_RAS, TPU_EVENTS
 
 _SEVERITY_RANK: Final[dict[str, int]] = {"info": 0, "recoverable": 1, "fatal": 2}
@@ -88,23 +88,46 @@ class Catalogue:
         found = self.lookup(vendor, code)
         return found.severity if found is not None else UNKNOWN_SEVERITY
 
-    def severity(self, vendor: str, code: str, live: ActionClass | None = None) -> Severity:
-        """The severity of one fault: the catalogue's, raised to what the driver's
+    def severity(
+        self,
+        vendor: str,
+        code: str,
+        live: ActionClass | None = None,
+        decoded: ActionClass | None = None,
+    ) -> Severity:
+        """The severity of one fault: the catalogue's (or, for a code decoded by its
+        payload, the one its decoded class implies), raised to what the driver's
         live verdict implies (a GPU the driver says must be reset is ``fatal``
         whatever event said so), so that a rule by severity sees it too."""
         static = self.classify(vendor, code)
+        if decoded is not None and code in PAYLOAD_DECODED.get(vendor, ()):
+            static = SEVERITY_OF_CLASS[decoded]
         if live is None:
             return static
         implied = SEVERITY_OF_CLASS[live]
         return implied if _SEVERITY_RANK[implied] > _SEVERITY_RANK[static] else static
 
-    def action(self, vendor: str, code: str, live: ActionClass | None = None) -> ActionClass:
+    def action(
+        self,
+        vendor: str,
+        code: str,
+        live: ActionClass | None = None,
+        decoded: ActionClass | None = None,
+    ) -> ActionClass:
         """The class of one fault: the catalogue's (``UNKNOWN_CLASS`` for an unknown
         code), raised to the driver's live verdict when it states a stronger one. A
         live verdict never lowers the class: a driver that says "no action" after
-        Xid 79 has not made the GPU answer again."""
+        Xid 79 has not made the GPU answer again.
+
+        One narrow exception: for the codes in ``PAYLOAD_DECODED`` (NVIDIA's NVLink
+        Xids 74 and 144-150) the catalogue's class is only a default for an event
+        whose payload is unknown, so a class decoded from the event's own payload
+        (``FaultEvent.decoded``) replaces it, lower (an ignorable or sympathetic
+        NVLink event) or higher. The live verdict still only raises the result."""
         found = self.lookup(vendor, code)
         static = found.action if found is not None else UNKNOWN_CLASS
+        if decoded is not None and code in PAYLOAD_DECODED.get(vendor, ()):
+            static = decoded
         return static if live is None else stronger(static, live)
 
     def pairs(self, vendor: str) -> list[tuple[Severity, ActionClass]]:
@@ -141,6 +164,10 @@ CATALOGUES: dict[str, dict[str, FaultCode]] = {
 
 BUILTIN: Final = Catalogue(CATALOGUES)
 
+# Per vendor, the codes whose catalogue class is a default that a class decoded from
+# the event's payload replaces (``Catalogue.action``).
+PAYLOAD_DECODED: Final[Mapping[str, frozenset[str]]] = {"nvidia": NVLINK_PAYLOAD_CODES}
+
 
 def lookup(vendor: str, code: str) -> FaultCode | None:
     return BUILTIN.lookup(vendor, code)
@@ -164,6 +191,7 @@ __all__ = [
     "GAUDI_EVENTS",
     "INTEL_RAS",
     "NVIDIA_XID",
+    "PAYLOAD_DECODED",
     "SEVERITY_OF_CLASS",
     "TPU_EVENTS",
     "UNKNOWN_SEVERITY",

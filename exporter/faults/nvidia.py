@@ -13,10 +13,15 @@ Recovery and Response Flags", "RMA Policy Thresholds for Row-Remapping").
 
 The NVLink Xids 74 and 144–150 are decoded, in NVIDIA's workflows, from register
 fields printed in the kernel log message (``intrInfo``/``errorStatus`` for the
-NVLink5 codes). NVML's event data carries the Xid number only, so the exporter has
-no payload to decode: these codes keep the default class below, and the driver's
-own verdict, NVML's GPU recovery action that the backend reads with every Xid
-(``exporter.backends.nvidia.verdicts``), raises it when the driver asks for more.
+NVLink5 codes). NVML's event data carries the Xid number only, so the backend reads
+the kernel log beside NVML (``--path.kmsg``, ``exporter.backends.nvidia.kmsg``) and
+decodes the line of each event (``exporter.backends.nvidia.linkpayload``). The
+class below is the default for an event whose payload is unknown (no readable
+kernel log, a payload that does not decode); a decoded payload replaces it
+(``NVLINK_PAYLOAD_CODES``, ``Catalogue.action``), and the driver's own verdict,
+NVML's GPU recovery action that the backend reads with every Xid
+(``exporter.backends.nvidia.verdicts``), raises either when the driver asks for
+more.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from accel_common.remedies import ActionClass
 from exporter.faults.base import FaultCode, Severity, catalogue, lost
 
 XID_CATALOG: Final = "NVIDIA Xid catalog, Immediate Action"
+
+# The Xids whose class the event's payload decides; the table's class is the
+# default when no payload was decoded.
+NVLINK_PAYLOAD_CODES: Final = frozenset({"74", *(str(c) for c in range(144, 151))})
 MEMORY_GUIDE: Final = "NVIDIA GPU memory error management"
 
 
@@ -174,8 +183,10 @@ NVIDIA_XID: dict[str, FaultCode] = catalogue(
         "fatal",
         "NVLink Error",
         "An NVLink error. NVIDIA's workflow decodes register fields of the kernel "
-        "message to tell ignorable, sympathetic and fatal events apart; NVML gives no "
-        "fields, so without the driver's recovery action the GPU is reset.",
+        "message to tell ignorable, sympathetic and fatal events apart; the exporter "
+        "decodes them from the kernel log (Hopper): ignorable bits only is ignore, "
+        "sympathetic or ECC-threshold bits only is watch; without a decodable payload "
+        "the GPU is reset.",
         "reset",
         "WORKFLOW_NVLINK_ERR (default without payload: RESET_GPU)",
     ),
@@ -277,9 +288,10 @@ NVIDIA_XID: dict[str, FaultCode] = catalogue(
             "recoverable",
             f"NVLink5 error ({unit})",
             "An NVLink5 error whose class NVIDIA's workflow decodes from the message's "
-            "intrInfo/errorStatus fields (ignorable, sympathetic or reset); NVML gives "
-            "no fields, so it is watched until the driver's recovery action (Xid 154 "
-            "linkage) asks for more.",
+            "intrInfo/errorStatus fields (ignorable, sympathetic or reset). The "
+            "exporter reads the driver's Fatal/Nonfatal word from the kernel log: "
+            "Fatal is reset; otherwise it is watched until the driver's recovery "
+            "action (Xid 154 linkage) asks for more.",
             "watch",
             "WORKFLOW_NVLINK5_ERR (default without payload: watch)",
         )

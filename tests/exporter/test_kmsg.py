@@ -120,9 +120,7 @@ def test_a_fifo_hands_over_records_without_blocking(tmp_path: Path) -> None:
         r.close()
 
 
-def test_no_log_is_no_payloads_said_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_no_log_is_no_payloads_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "accel_exporter.nvidia")
     missing = KmsgReader(tmp_path / "absent")
     assert missing.read() == [] and missing.read() == []

@@ -44,6 +44,8 @@ from exporter.backends.nvidia.device import (
     normalize_bus_id,
 )
 from exporter.backends.nvidia.events import XidEvents
+from exporter.backends.nvidia.kmsg import KmsgReader
+from exporter.backends.nvidia.payloads import Payloads
 from exporter.model import (
     BackendUnavailableError,
     DeviceInfo,
@@ -70,6 +72,8 @@ class NvidiaBackend(Backend):
         self._gpus: list[Gpu] = []
         self._by_name: dict[str, Gpu] = {}
         self._events: XidEvents | None = None
+        # NVLink Xid payloads from the kernel log (--path.kmsg), joined to the events.
+        self._payloads = Payloads(None)
         # device -> field key -> why NVML gave no value in the last read of that device.
         self.missing = MissingFields(log)
         self._calls = NvmlCalls(None, self.missing)
@@ -110,6 +114,9 @@ class NvidiaBackend(Backend):
         driver = str(nvml.nvmlSystemGetDriverVersion())
         self._events = XidEvents(nvml, self.missing)
         self._events.open()
+        self._payloads.close()
+        path = self.options.kmsg_path
+        self._payloads = Payloads(KmsgReader(path) if path is not None else None)
         devices: list[DeviceInfo] = []
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
@@ -183,11 +190,15 @@ class NvidiaBackend(Backend):
         gpu = self._by_name.get(device.device)
         if gpu is None or self._nvml is None:
             raise DeviceLostError(f"{device.device} is not known to NVML any more")
+        # The kernel log first: the driver prints an Xid's line before it posts the
+        # event, so the payload is in hand when the event is drained (``payloads``).
+        self._payloads.poll()
         events = self._events.take(gpu.name) if self._events is not None else []
         self.missing.begin(gpu.name, gpu.static)
         if events:
-            # The driver's verdict travels with the Xids it follows.
-            events = verdicts.apply(events, self._verdict(gpu))
+            # The driver's verdict travels with the Xids it follows, and an NVLink
+            # Xid's payload grades it.
+            events = self._payloads.apply(gpu, verdicts.apply(events, self._verdict(gpu)))
         try:
             reading = self._read_mig(gpu) if gpu.parent is not None else self._read_gpu(gpu)
         except DeviceLostError as e:
@@ -422,5 +433,6 @@ class NvidiaBackend(Backend):
                 gpm.free(nvml, d)
         if self._events is not None:
             self._events.close()
+        self._payloads.close()
         quietly(nvml.nvmlShutdown)
         self._initialized = False
