@@ -20,6 +20,7 @@ from exporter.backends.nvidia.device import Gpu
 from exporter.backends.nvidia.kmsg import KmsgReader, Record
 from exporter.backends.nvidia.linkpayload import XidLine, decode, is_hopper, parse
 from exporter.backends.nvidia.payloads import MAX_PENDING, Payloads, bus_key
+from exporter.cli import build_parser, make_backends, parse_args
 from exporter.faults import BUILTIN
 from exporter.model import DeviceInfo, FaultEvent
 from exporter.poller import Poller
@@ -293,3 +294,17 @@ async def test_without_a_kernel_log_nvlink_xids_keep_their_default(
         assert xid(text, "nvidia1", "146", "watch") == 1
     finally:
         await poller.stop()
+
+
+# -- the flag ----------------------------------------------------------------------
+
+
+def test_the_kmsg_flag_reaches_the_nvidia_backend(tmp_path: Path) -> None:
+    assert "--path.kmsg" in build_parser().format_help()
+    args, _ = parse_args(["--backends=nvidia"])
+    (backend,) = make_backends(args)
+    assert backend.options.kmsg_path == Path("/dev/kmsg")
+    args, _ = parse_args(["--backends=nvidia", f"--path.kmsg={tmp_path / 'k'}"])
+    assert make_backends(args)[0].options.kmsg_path == tmp_path / "k"
+    args, _ = parse_args(["--backends=nvidia", "--path.kmsg="])
+    assert make_backends(args)[0].options.kmsg_path is None
