@@ -10,9 +10,12 @@ Why it is built this way:
   last read that did not fit wait for the next poll, and a line longer than
   ``MAX_RECORD`` bytes is dropped.
 * Only news: on open the reader seeks to the end where the file allows it
-  (``/dev/kmsg`` and a regular file do), and a record whose kmsg timestamp is
-  before the reader's start, or whose sequence number is not newer than the last
-  one read, is dropped, so a FIFO or a re-read never hands over old records.
+  (``/dev/kmsg`` and a regular file do); where it does not (a FIFO), a record
+  whose kmsg timestamp is before the reader's start is dropped instead. The
+  timestamp is not used where the seek worked: the kernel's record clock and
+  CLOCK_MONOTONIC drift apart over a long uptime (NTP slews only the latter), and
+  a fresh record must never look old. A record whose sequence number is not newer
+  than the last one read is dropped either way, so a re-read hands over nothing.
 * ``/dev/kmsg`` hands one record per read(); a regular file or a FIFO (the tests')
   hands bytes. Records are split on newlines either way, a partial line is kept
   (bounded) for the next poll, and a line longer than ``MAX_RECORD`` is skipped to
@@ -26,7 +29,6 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -114,9 +116,12 @@ class KmsgReader:
                 e.strerror or type(e).__name__,
             )
             return False
-        with contextlib.suppress(OSError):  # a FIFO: the timestamps keep old records out
+        try:
             os.lseek(fd, 0, os.SEEK_END)
-        self._fd, self._start = fd, self._clock()
+            self._start = 0  # only what is written from now on is read
+        except OSError:  # a FIFO: the timestamps keep old records out
+            self._start = self._clock()
+        self._fd = fd
         return True
 
     def read(self) -> list[Record]:
