@@ -25,8 +25,9 @@ Why it is built this way:
   default). A peer's Fatal NVLink5 event is still graded by the driver's
   recovery action (Xid 154), which the backend reads with every Xid.
 * A line that does not match, a field that does not parse, a register wider than
-  32 bits: no decoding (None), so the catalogue's default class stands. The
-  patterns are anchored and bounded so that a hostile line costs linear time.
+  32 bits: no decoding (None), so the catalogue's default class stands. Every
+  repetition in the patterns is bounded and a message over ``MAX_MESSAGE`` is not
+  looked at, so a hostile line costs little.
 """
 
 from __future__ import annotations
