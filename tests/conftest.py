@@ -102,17 +102,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 PROGRAM_LOGGERS = ("accel_autoscaler", "accel_exporter", "accel_node_agent", "")
 
 
+# Their levels as the test process starts, before any test or fixture ran a command.
+_FIRST_LEVELS = {name: logging.getLogger(name).level for name in PROGRAM_LOGGERS}
+
+
 @pytest.fixture(autouse=True)
 def _logger_levels() -> Iterator[None]:
-    """Puts back the levels of the programs' loggers and the root logger after each
-    test: a command run in-process (``simulate_command.main``) sets them for the
-    whole process, and a later test on the same worker would then miss the records
-    it looks for in ``caplog``."""
-    loggers = [logging.getLogger(name) for name in PROGRAM_LOGGERS]
-    levels = [lg.level for lg in loggers]
+    """Puts the levels of the programs' loggers and the root logger back to what
+    they were when the process started, before and after each test: a command run
+    in-process (``simulate_command.main``, also from a module's fixture, which runs
+    before this one) sets them for the whole process, and a later test on the same
+    worker would then miss the records it looks for in ``caplog``."""
+    for name, level in _FIRST_LEVELS.items():
+        logging.getLogger(name).setLevel(level)
     yield
-    for lg, level in zip(loggers, levels, strict=True):
-        lg.setLevel(level)
+    for name, level in _FIRST_LEVELS.items():
+        logging.getLogger(name).setLevel(level)
 
 
 def pytest_configure(config: pytest.Config) -> None:
