@@ -1,6 +1,6 @@
 # The README's commands. `make test` is the one way to run the tests: it builds the
-# venv, installs the Debian peers it needs, then runs ruff, mypy --strict and pytest,
-# and builds the docs site with --strict.
+# venv, installs the Debian peers it needs, then runs ruff, mypy --strict, pytest
+# and the docs site's --strict build side by side.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -38,15 +38,27 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# The tests run in PYTEST_WORKERS processes (pytest-xdist): most of the suite waits
+# on real servers (Prometheus, Alertmanager, the fake API server, exporters), not on
+# a CPU, so more workers than cores still shortens the run. loadgroup keeps a
+# module's shared fixture on one worker (tests/conftest.py groups them);
+# PYTEST_WORKERS=0 runs everything in one process, one test after another. The
+# slowest 20 tests are listed at the end.
+PYTEST_WORKERS ?= 4
+PYTEST_XDIST   := -n $(PYTEST_WORKERS) --dist loadgroup
 pytest: setup peers
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS)
 
 # The inner loop: pytest without the modules marked slow (pyproject's `slow` marker:
 # real Prometheus, subprocess fleets, benchmarks). `make test` still runs everything.
 test-fast: setup peers
-	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS)
 
-test: setup peers lint typecheck pytest docs
+# The four checks run side by side (pytest mostly waits on servers, which leaves
+# CPU for ruff, mypy and mkdocs); each line of their output stays whole. make
+# fails when any of them fails, after the others finish.
+test: setup peers
+	$(MAKE) --no-print-directory -j4 --output-sync=line lint typecheck pytest docs
 
 # The fuzz suite (tests/fuzz/) for longer than `make test` runs it: hypothesis's
 # "long" profile (FUZZ_SCALE times the cases per target, a new random seed each run,
