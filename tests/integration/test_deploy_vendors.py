@@ -70,3 +70,17 @@ def test_tpu_overlay_shares_the_nodes_loopback_with_libtpu() -> None:
     assert BackendOptions.tpu_runtime_address.startswith("localhost:")
     assert not any("--tpu.runtime-address" in a for a in c["args"])  # type: ignore[attr-defined]
     assert "privileged" not in c["securityContext"]  # type: ignore[operator]
+
+
+def test_nvidia_overlay_gives_the_exporter_the_kernel_log_read_only() -> None:
+    """NVLink Xid payloads come from the kernel log (exporter/backends/nvidia/kmsg.py):
+    the NVIDIA overlay mounts the host's /dev/kmsg where --path.kmsg looks by
+    default, read-only, and adds CAP_SYSLOG alone to the dropped set."""
+    spec, c = _exporter("nvidia")
+    mounts = _mounts(c, spec)
+    assert mounts["/dev/kmsg"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    kmsg = [m for m in c["volumeMounts"] if m["mountPath"] == "/dev/kmsg"]  # type: ignore[attr-defined]
+    assert kmsg[0]["readOnly"] is True
+    caps = c["securityContext"]["capabilities"]  # type: ignore[index]
+    assert caps == {"add": ["SYSLOG"], "drop": ["ALL"]}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False  # type: ignore[index]
