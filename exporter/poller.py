@@ -398,9 +398,7 @@ class Poller:
         rise is the news, counted once (a flag already up at the first reading
         included), and again only after it cleared."""
         now = frozenset(
-            code
-            for code, key in REPAIR_FLAGS
-            if reading.remapped_rows.get(key, 0.0) > 0
+            code for code, key in REPAIR_FLAGS if reading.remapped_rows.get(key, 0.0) > 0
         )
         before = self._flags.get(device, frozenset())
         self._flags[device] = now
