@@ -55,10 +55,11 @@ test-fast: setup peers
 	$(VENV)/bin/pytest $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # The four checks run side by side (pytest mostly waits on servers, which leaves
-# CPU for ruff, mypy and mkdocs); each line of their output stays whole. All four
-# run to the end (-k), so one run shows every failure; make fails if any failed.
+# CPU for ruff, mypy and mkdocs), their output as it comes: pytest's progress
+# stays live, and the others print a few lines each. All four run to the end (-k),
+# so one run shows every failure; make fails if any failed.
 test: setup peers
-	$(MAKE) --no-print-directory -k -j4 --output-sync=line lint typecheck pytest docs
+	$(MAKE) --no-print-directory -k -j4 lint typecheck pytest docs
 
 # The fuzz suite (tests/fuzz/) for longer than `make test` runs it: hypothesis's
 # "long" profile (FUZZ_SCALE times the cases per target, a new random seed each run,
