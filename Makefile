@@ -40,12 +40,13 @@ typecheck: setup
 
 # The tests run in PYTEST_WORKERS processes (pytest-xdist): most of the suite waits
 # on real servers (Prometheus, Alertmanager, the fake API server, exporters), not on
-# a CPU, so more workers than cores still shortens the run. loadgroup keeps a
-# module's shared fixture on one worker (tests/conftest.py groups them);
+# a CPU, so more workers than cores still shortens the run. A module's tests stay
+# on one worker (loadscope), so its shared fixture is built once, and modules go
+# out in collection order, the slow ones first (tests/conftest.py).
 # PYTEST_WORKERS=0 runs everything in one process, one test after another. The
 # slowest 20 tests are listed at the end.
 PYTEST_WORKERS ?= 4
-PYTEST_XDIST   := -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_XDIST   := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 pytest: setup peers
 	$(VENV)/bin/pytest $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS)
 

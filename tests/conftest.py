@@ -72,29 +72,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Orders and groups the tests for ``make test``'s worker processes
-    (pytest-xdist, ``--dist loadgroup``).
-
-    The modules marked ``slow`` run first (a stable sort, so the order is the same in
-    every worker, as xdist requires): started last, one of them would keep a single
-    worker busy after the others ran out of work. A test that uses a fixture wider
-    than one test (a module's simulated fleet, its Prometheus) joins its module's
-    group, so that fixture is built once, on one worker, not once per worker that
-    happens to get one of the module's tests. Runs before xdist's own hook, which
-    reads the groups.
-    """
+    """The modules marked ``slow`` run first under ``make test``'s worker processes
+    (pytest-xdist, ``--dist loadscope --no-loadscope-reorder``: a module's tests on
+    one worker, so a module's shared fixture, its simulated fleet or its
+    Prometheus, is built once; modules handed out in this order). Started last, a
+    slow module would keep one worker busy after the others ran out of work. A
+    stable sort, so the order is the same in every worker, as xdist requires."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-    for item in items:
-        module = item.getparent(pytest.Module)
-        if not isinstance(item, pytest.Function) or module is None:
-            continue
-        defs = item._fixtureinfo.name2fixturedefs.values()
-        # Ours only: pytest's and plugins' own wide fixtures (tmp_path_factory,
-        # the event loop policy) cost nothing to build again.
-        if {d[-1].scope for d in defs if d and d[-1].baseid} - {"function"}:
-            item.add_marker(pytest.mark.xdist_group(module.nodeid))
 
 
 # The programs' top loggers, which a command's main may set a level on (simulate
