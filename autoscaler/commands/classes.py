@@ -23,7 +23,7 @@ from __future__ import annotations
 import promql_parser as pp
 
 from accel_common.remedies import ACTION_CLASSES
-from autoscaler.promql.guard import parse
+from autoscaler.promql.guard import parse, vector_selectors
 from autoscaler.promql.matchers import Matcher
 from autoscaler.ruleset.model import Rule, RuleSet
 
@@ -36,27 +36,14 @@ NEEDS_NO_RULE = frozenset({"ignore"})
 def _selectors(expr: str) -> list[list[Matcher]]:
     """The matchers of every selector of the fault-event metric in ``expr``."""
     out: list[list[Matcher]] = []
-    stack: list[object] = [parse(expr)]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, pp.VectorSelector):
-            names = {e.name} | {
-                m.value
-                for m in e.matchers.matchers
-                if m.name == "__name__" and m.op == pp.MatchOp.Equal
-            }
-            if FAULT_METRIC in names:
-                out.append([Matcher.from_parser(m) for m in e.matchers.matchers])
-        elif isinstance(e, pp.MatrixSelector):
-            stack.append(e.vector_selector)
-        elif isinstance(e, pp.BinaryExpr):
-            stack += (e.lhs, e.rhs)
-        elif isinstance(e, pp.AggregateExpr):
-            stack += (e.expr,) if e.param is None else (e.expr, e.param)
-        elif isinstance(e, pp.Call):
-            stack += e.args
-        elif isinstance(e, (pp.ParenExpr, pp.UnaryExpr, pp.SubqueryExpr)):
-            stack.append(e.expr)
+    for e in vector_selectors(parse(expr)):
+        names = {e.name} | {
+            m.value
+            for m in e.matchers.matchers
+            if m.name == "__name__" and m.op == pp.MatchOp.Equal
+        }
+        if FAULT_METRIC in names:
+            out.append([Matcher.from_parser(m) for m in e.matchers.matchers])
     return out
 
 
