@@ -247,9 +247,7 @@ def _settle(rule: Rule, key: TargetKey, state: EngineState, what: str) -> None:
     """A final step (``FINAL``) said done: the ladder ends without a recover, so its
     taint and mark stay; the target is released (the breaker stops counting it)
     and left for an operator."""
-    state.ladders.pop(key, None)
-    state.active.pop(key, None)
-    state.recovering.pop(key, None)
+    _release(key, state)
     state.notes.append(
         Note(
             rule.name,
@@ -353,9 +351,7 @@ def forget_starts(ruleset: RuleSet, state: EngineState, now: float) -> None:
 
 
 def _exhaust(rule: Rule, key: TargetKey, state: EngineState, what: str, now: float) -> None:
-    state.ladders.pop(key, None)
-    state.active.pop(key, None)
-    state.recovering.pop(key, None)
+    _release(key, state)
     state.notes.append(
         Note(
             rule.name,
@@ -435,3 +431,11 @@ __all__ = [
     "stronger",
     "success_key",
 ]
+
+
+def _release(key: TargetKey, state: EngineState) -> None:
+    """The ladder ends and its target is let go: the breaker stops counting it and
+    no recovery is pending for it."""
+    state.ladders.pop(key, None)
+    state.active.pop(key, None)
+    state.recovering.pop(key, None)

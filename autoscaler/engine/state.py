@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from autoscaler.decision import Decision
 from autoscaler.types import Labels, labels_of
@@ -54,15 +54,7 @@ DECISION_LOG_SIZE = 1000
 TargetKey = tuple[str, Labels]
 
 NoteKind = Literal["unknown", "skipped", "held", "dropped", "breaker", "exhausted", "isolated"]
-NOTE_KINDS: tuple[str, ...] = (
-    "unknown",
-    "skipped",
-    "held",
-    "dropped",
-    "breaker",
-    "exhausted",
-    "isolated",
-)
+NOTE_KINDS: tuple[str, ...] = get_args(NoteKind)
 
 
 @dataclass(frozen=True)
