@@ -13,14 +13,17 @@ the class which repair fixes which fault.
 
 This module sits in ``accel_common`` because three programs read it: the exporter
 (the label), the controller and the simulator (which repair can work), and the node
-agent (which vendors it can reset). Declaring the vendor facts once keeps the
-agent's answer, the controller's expectation and the simulator's model from
-drifting apart.
+agent. Which vendors the agent can reset, and how, is declared once in
+``accel_common.agentsupport`` (re-exported here as ``RESETTABLE_VENDORS``,
+``can_reset`` and ``UNSUPPORTED_REASON``), so that the agent's answer, the
+controller's expectation and the simulator's model cannot drift apart.
 """
 
 from __future__ import annotations
 
 from typing import Final, Literal, get_args
+
+from accel_common.agentsupport import RESETTABLE_VENDORS, UNSUPPORTED_REASON, can_reset
 
 # The classes, gentlest first. ``ignore``: nothing to do (informational, or an event
 # the vendor tells operators to ignore). ``app``: the application faulted; restart
@@ -48,25 +51,22 @@ UNKNOWN_CLASS: Final[ActionClass] = "watch"
 # vendor and whenever it was lost (before the exporter started included).
 LOST_CODE: Final = "lost"
 
-# Vendors whose devices the node agent can reset from the running OS: NVML's
-# nvmlDeviceResetGpu path (nvidia-smi -r) and the amdgpu driver's
-# amdgpu_gpu_recover debugfs file. Habana's hl-smi, Huawei's npu-smi and the TPU
-# and Level Zero runtimes have reset paths the agent does not drive; there a reset
-# step is skipped (the node cannot perform it), not failed after its timeout.
-RESETTABLE_VENDORS: Final[frozenset[str]] = frozenset({"nvidia", "amd"})
-
-
-# The reason the agent's failed answer, and reset_devices' skipped outcome, carry
-# when the device's vendor is not resettable: a step the node cannot perform, which
-# an escalation ladder skips at once.
-UNSUPPORTED_REASON: Final = "unsupported"
-
-
-def can_reset(vendor: str) -> bool:
-    """Whether the node agent can reset a device of this vendor."""
-    return vendor in RESETTABLE_VENDORS
-
 
 def stronger(a: ActionClass, b: ActionClass) -> ActionClass:
     """The class that asks for more of the two."""
     return a if RANK[a] >= RANK[b] else b
+
+
+# What the node agent can do per vendor is declared in ``accel_common.agentsupport``;
+# these names stay here for the readers that import them with the classes.
+__all__ = [
+    "ACTION_CLASSES",
+    "LOST_CODE",
+    "RANK",
+    "RESETTABLE_VENDORS",
+    "UNKNOWN_CLASS",
+    "UNSUPPORTED_REASON",
+    "ActionClass",
+    "can_reset",
+    "stronger",
+]

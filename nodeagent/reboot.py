@@ -52,7 +52,8 @@ from nodeagent.channel import (
     read_status,
     unreadable_message,
 )
-from nodeagent.reset import FINAL, iso, tail
+from nodeagent.reset import FINAL, iso
+from nodeagent.resetters import tail
 from nodeagent.tasks import AgentContext, NodePatch, Work
 
 log = logging.getLogger("accel_node_agent.reboot")

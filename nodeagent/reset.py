@@ -35,34 +35,50 @@ Why it is built this way:
   "failed" are final for their id, whoever wrote them.
 * **An unreadable request or status** (``nodeagent.channel``) is answered "failed"
   with ``"reason": "unreadable"``, and nothing is reset; the next request is served.
-* **After the reset, look again.** A GPU that still does not answer NVML (or amdsmi)
-  makes the answer "failed" (a reboot is the next step), as nvidia-smi's manual
-  advises verifying every reset GPU.
-* NVIDIA has no public NVML reset: production runs ``nvidia-smi --gpu-reset``
-  (``NvidiaSmi``, bounded in time and output); AMD uses ``amdsmi_reset_gpu``. Other
-  vendors' devices (Intel's Level Zero ``zesDeviceReset``, Gaudi, Ascend, TPU) are
-  not supported (``accel_common.remedies.can_reset``, which the controller reads
-  too): a request naming one, or one for every device of a node that has none this
-  agent can reset, fails with ``"reason": "unsupported"``, and the controller's
-  ladder skips the step at once.
+* **After the reset, look again**, as nvidia-smi's manual advises verifying every
+  reset GPU, and answer "done" only for a device the vendor library shows fixed. A
+  GPU that still does not answer NVML (or amdsmi) fails the answer. An NVIDIA GPU
+  that answers fails it too while NVML still shows its fault: a row remap still
+  pending (the reset should have applied it) or failed (the GPU must be returned:
+  ``nvmlDeviceGetRemappedRows``), or a driver recovery action that still asks for
+  a reset or more (``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``, the exporter's own
+  reading of it: ``exporter.backends.nvidia.verdicts``). Such a failure carries
+  ``"reason": "unfixed"``: the ladder's next step (a reboot) starts at once, on
+  the agent's evidence. A library that cannot say (a GPU before Ampere has no row
+  remapper, a driver before the recovery-action field) is no evidence either way.
+  An AMD GPU is looked at only for answering amdsmi again.
+* Which vendors, and how, is ``accel_common.agentsupport`` (the controller and the
+  simulator read the same table): NVIDIA has no public NVML reset, so production
+  runs ``nvidia-smi --gpu-reset`` (``NvidiaSmi``, bounded in time and output); AMD
+  uses ``amdsmi_reset_gpu``; ``RESETTERS`` holds one routine per declared
+  mechanism. Other vendors' devices (Intel's Level Zero, Gaudi, Ascend, TPU) are not
+  supported: a request naming one, or one for every device of a node that has none
+  this agent can reset, fails with ``"reason": "unsupported"``, and the
+  controller's ladder skips the step at once.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import subprocess
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from accel_common.agentsupport import (
+    SUPPORT,
+    UNFIXED_REASON,
+    UNSUPPORTED_REASON,
+    ResetMechanism,
+    can_reset,
+    resets_summary,
+    support,
+)
 from accel_common.names import (
     RESET_REQUEST_ANNOTATION,
     RESET_SCOPE_ANNOTATION,
     RESET_STATUS_ANNOTATION,
 )
-from accel_common.remedies import UNSUPPORTED_REASON, can_reset
 from exporter.backends.nvidia.device import normalize_bus_id
 from exporter.model import PodAssignment
 from nodeagent.channel import (
@@ -76,103 +92,26 @@ from nodeagent.channel import (
     read_status,
     unreadable_message,
 )
+from nodeagent.resetters import (
+    LOOKS,
+    NVIDIA_SMI_EXIT,
+    RESETTERS,
+    Device,
+    NvidiaSmi,
+    ResetError,
+)
 from nodeagent.tasks import AgentContext, NodePatch, Work
 
 log = logging.getLogger("accel_node_agent.reset")
 
-# nvidia-smi's documented exit codes, for the message of a failed reset.
-NVIDIA_SMI_EXIT = {
-    2: "an argument or flag is invalid",
-    3: "the operation is not available on the target device",
-    4: "no permission",
-    6: "no such device",
-    9: "the NVIDIA driver is not loaded",
-    15: "the GPU has fallen off the bus or is otherwise inaccessible",
-    255: "other error or internal driver error",
-}
-# A reset takes seconds; one that takes minutes is stuck, and the reboot step is next.
-NVIDIA_SMI_TIMEOUT = 300.0
-# How much of nvidia-smi's output a message carries.
-OUTPUT_LIMIT = 1500
 UNSUPPORTED = (
-    "this agent resets NVIDIA GPUs (nvidia-smi --gpu-reset) and AMD GPUs "
-    "(amdsmi_reset_gpu); Intel devices (Level Zero zesDeviceReset, xe), Gaudi (hl-smi), "
-    "Ascend (npu-smi) and TPU devices are not supported"
+    f"this agent resets {resets_summary()}; not "
+    + ", ".join(s.name for s in SUPPORT.values() if not s.can_reset)
+    + " devices (accel_common.agentsupport says why)"
 )
 
 
-class ResetError(RuntimeError):
-    """A reset that could not be carried out; the message says why."""
-
-
-class NvidiaSmi:
-    """The production ``ctx.nvidia_reset``: ``nvidia-smi --gpu-reset [-i ids]``.
-
-    ``command`` is how nvidia-smi is reached: on PATH when the NVIDIA container
-    toolkit mounts it into the agent's container, or through the host (for example
-    ``("nsenter", "-t", "1", "-m", "--", "nvidia-smi")`` with hostPID). An empty
-    ``bus_ids`` resets every GPU (no ``-i``), which NVSwitch boards need."""
-
-    def __init__(
-        self, command: Sequence[str] = ("nvidia-smi",), timeout: float = NVIDIA_SMI_TIMEOUT
-    ) -> None:
-        self.command = tuple(command)
-        self.timeout = timeout
-
-    def __call__(self, bus_ids: list[str]) -> None:
-        args = [*self.command, "--gpu-reset"]
-        if bus_ids:
-            args += ["-i", ",".join(bus_ids)]
-        shown = " ".join(args)
-        try:
-            done = subprocess.run(
-                args,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=self.timeout,
-                check=False,
-            )
-        except FileNotFoundError as e:
-            raise ResetError(
-                f"{self.command[0]} not found ({e}): mount nvidia-smi into the agent's "
-                "container or reach the host's through nsenter"
-            ) from e
-        except subprocess.TimeoutExpired as e:
-            raise ResetError(
-                f"{shown} did not finish within {self.timeout:g}s and was killed"
-            ) from e
-        except OSError as e:
-            raise ResetError(f"{shown} could not run: {e}") from e
-        if done.returncode != 0:
-            output = (done.stdout + done.stderr).decode("utf-8", "replace").strip()
-            meaning = NVIDIA_SMI_EXIT.get(done.returncode, "unknown exit status")
-            raise ResetError(
-                f"{shown} exited {done.returncode} ({meaning}): {tail(output) or 'no output'}"
-            )
-
-
-def tail(text: str) -> str:
-    return text if len(text) <= OUTPUT_LIMIT else "..." + text[-OUTPUT_LIMIT:]
-
-
 # -- what the node has ----------------------------------------------------------------
-
-
-@dataclass
-class Device:
-    vendor: str  # "nvidia" or "amd"
-    index: int
-    uuid: str
-    bus_id: str  # as the kernel writes it: 0000:18:00.0
-    handle: Any
-    children: set[str] = field(default_factory=set)  # MIG device UUIDs
-    peer_buses: set[str] = field(default_factory=set)  # direct NVLink peers
-    switched: bool = False  # NVLink to an NVSwitch
-    hive: int = 0  # AMD XGMI hive id; 0: none
-    answering: bool = True  # False: it stopped answering since it was first seen
-
-    def names(self) -> set[str]:
-        return {self.uuid.lower(), self.bus_id, *(c.lower() for c in self.children)}
 
 
 class Inventory:
@@ -524,51 +463,57 @@ class ResetTask:
             return _status(req.id, "refused", uuids, f"not reset: {blocked}", ctx)
         errors = self._reset(group, req, ctx)
         self.inventory.scan(ctx)
-        for d in group:
-            now = self.inventory.find(d.uuid)
-            if now is None or not now.answering:
-                errors.append(f"{d.uuid} still does not answer after the reset (reboot the node)")
-        if errors:
-            answer = _status(req.id, "failed", uuids, "; ".join(errors), ctx)
+        unfixed = [] if errors else self._look(group, ctx)
+        if errors or unfixed:
+            answer = _status(req.id, "failed", uuids, "; ".join(errors or unfixed), ctx)
+            if unfixed:
+                # The reset ran and the device is not fixed: the ladder's next step
+                # (a reboot) starts at once, on this evidence.
+                answer["reason"] = UNFIXED_REASON
         else:
             answer = _status(req.id, "done", uuids, f"reset {', '.join(uuids)}{note}", ctx)
         log.info("reset %s: %s: %s", req.id, answer["state"], answer["message"])
         return self._finish(req.id, answer)
 
     def _reset(self, group: list[Device], req: Request, ctx: AgentContext) -> list[str]:
-        errors: list[str] = []
-        nvidia = [d for d in group if d.vendor == "nvidia"]
-        if nvidia:
-            every = [d for d in self.inventory.devices if d.vendor == "nvidia"]
-            # nvidia-smi without -i resets every GPU: what an NVSwitch board needs.
-            whole = any(d.switched for d in nvidia) and len(nvidia) == len(every)
-            bus_ids = [] if whole else [d.bus_id for d in nvidia]
-            if ctx.nvidia_reset is None:
-                errors.append("no NVIDIA reset is configured in this agent")
-            else:
-                try:
-                    ctx.nvidia_reset(bus_ids)
-                except Exception as e:
-                    errors.append(f"NVIDIA reset of {', '.join(d.uuid for d in nvidia)}: {e}")
+        """Each declared mechanism (``accel_common.agentsupport``) resets its share of
+        the group (``nodeagent.resetters``); what went wrong, in words."""
         wanted = {d.uuid for d in (self.inventory.find(x) for x in req.devices) if d is not None}
-        for d in group:
-            # In an XGMI hive only the GPUs asked for are reset; the rest only had to
-            # be free.
-            if d.vendor != "amd" or (req.devices and d.uuid not in wanted):
-                continue
-            if ctx.amdsmi is None:
-                errors.append(f"{d.uuid}: amdsmi is not available in this agent")
-                continue
-            try:
-                ctx.amdsmi.amdsmi_reset_gpu(d.handle)
-            except Exception as e:
-                errors.append(f"amdsmi_reset_gpu of {d.uuid}: {type(e).__name__}: {e}")
+        errors: list[str] = []
+        for mechanism, devices in _by_mechanism(group).items():
+            errors += RESETTERS[mechanism](devices, self.inventory.devices, wanted, ctx)
         return errors
+
+    def _look(self, group: list[Device], ctx: AgentContext) -> list[str]:
+        """After the reset: why each device of the group is not fixed (it does not
+        answer, or its vendor library still shows its fault); empty when all are."""
+        found: list[str] = []
+        for mechanism, devices in _by_mechanism(group).items():
+            for d in devices:
+                now = self.inventory.find(d.uuid)
+                if now is None or not now.answering:
+                    found.append(
+                        f"{d.uuid} still does not answer after the reset (reboot the node)"
+                    )
+                elif why := LOOKS[mechanism](ctx, now):
+                    found.append(f"{d.uuid} answers again but is not fixed: {why}")
+        return found
 
     def _finish(self, rid: str, answer: dict[str, Any]) -> dict[str, Any]:
         if answer.get("state") in FINAL:
             self._final[rid] = answer
         return answer
+
+
+def _by_mechanism(group: list[Device]) -> dict[ResetMechanism, list[Device]]:
+    """The group's devices by their vendor's reset mechanism (every device of a group
+    is one the agent can reset: ``_plan`` refuses the others)."""
+    out: dict[ResetMechanism, list[Device]] = {}
+    for d in group:
+        reset = support(d.vendor).reset
+        if reset is not None:
+            out.setdefault(reset.mechanism, []).append(d)
+    return out
 
 
 def _vendor(h: PodAssignment) -> str:

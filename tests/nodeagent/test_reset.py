@@ -270,7 +270,7 @@ def test_a_device_it_cannot_reset_fails_and_says_why(server: FakeApiServer, tmp_
     node = make_node(server, tmp_path, nvml=nvml("pcie_node"))
     node.ask("r1", ["GPU-not-here"])
     status = node.round()
-    assert status["state"] == "failed" and "Intel devices" in status["message"]
+    assert status["state"] == "failed" and "Intel Gaudi" in status["message"]
     # The controller's ladder skips the step at once on this reason
     # (accel_common.remedies.can_reset, the rule both sides answer by).
     assert status["reason"] == "unsupported"

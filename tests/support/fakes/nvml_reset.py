@@ -20,9 +20,14 @@ Why it is built this way:
 * A reset brings a GPU back: a lost GPU answers again (``recover``), a loss that was
   scheduled (``lose(after_calls=...)``) is cancelled, its per-function error answers
   are cleared, its volatile ECC counts start again from 0, and Xid events still queued
-  for it are dropped, as a driver that re-initialises the GPU would. A GPU listed in
-  ``unresettable`` stays lost: the reset "succeeds" and the GPU does not come back,
-  which is the case a reboot is for.
+  for it are dropped, as a driver that re-initialises the GPU would. A reset applies
+  a pending row remap (``nvmlDeviceGetRemappedRows``' pending flag clears; the
+  counts, and a failure, stay: a failed remap is for good) and the driver's
+  recovery action goes back to ``NONE``. A GPU listed in ``unresettable`` stays
+  lost: the reset "succeeds" and the GPU does not come back, which is the case a
+  reboot is for. A GPU listed in ``unfixed`` comes back but keeps its fault: its
+  pending remap stays pending and the driver's recovery action stands (a fault the
+  reset did not cure, which the node agent's look after the reset must catch).
 * Refusals raise ``GpuResetError`` with nvidia-smi's documented return codes (3: not
   available on the target, 6: no such device); ``resets`` records every reset that
   happened, as the tuple of bus ids it covered.
@@ -78,6 +83,12 @@ class ResetMixin:
     def unresettable(self) -> set[int]:
         """GPU indexes a reset does not bring back (they need a reboot)."""
         found: set[int] = self.__dict__.setdefault("_unresettable", set())
+        return found
+
+    @property
+    def unfixed(self) -> set[int]:
+        """GPU indexes a reset brings back with their fault still standing."""
+        found: set[int] = self.__dict__.setdefault("_unfixed", set())
         return found
 
     @property
@@ -163,6 +174,10 @@ class ResetMixin:
         g.errors.clear()
         for kind in list(g.ecc_volatile):
             g.ecc_volatile[kind] = 0
+        if index not in self.unfixed:
+            corrected, uncorrected, _, failed = g.remapped_rows
+            g.remapped_rows = (corrected, uncorrected, 0, failed)
+            g.recovery_action = 0  # NVML_GPU_RECOVERY_ACTION_NONE
         for es in self._event_sets.values():
             kept = [e for e in es.queue if e[0] != index]
             es.queue.clear()
