@@ -17,15 +17,27 @@ call that never returns. Faults are scripted in YAML (``--sim-script``)::
       - at: 90s
         device: nvidia5
         hang: forever        # the read blocks (a wedged driver call); or e.g. 20s
+      - at: 100s
+        device: nvidia6
+        hang: collective     # a hung NCCL ring: busy as before, links silent
       - at: 120s
         device: nvidia3
-        recover: true        # answers again
+        recover: true        # answers again (and leaves a hung collective)
       - at: 10s
         device: nvidia0
         set: {utilization: 0.99, temperature: 92}   # hold a value from now on
       - at: 40s
         device: gaudi2
         fault: critical_error   # Gaudi, Ascend and TPU codes as exporter/faults/ names them
+
+Link throughput (``accel_link_throughput_bytes_per_second``, per link and
+direction, on the vendors whose real backends publish it: NVIDIA and AMD) follows
+the load: half a link's rate at full load, as a busy multi-GPU job's collectives
+would. ``hang: collective`` is what a hung collective looks like (every rank's
+kernel spinning in an NCCL ring that will never complete): the device answers,
+its utilization, power and clocks go on as when it ran, and its links carry
+nothing until ``recover``. The fleet simulator's ``collective_hang`` fault has the
+same signature (``autoscaler/simulate/links.py``).
 
 Every problem in a script is reported at once, each as ``file:line:col: message``.
 A script is input: each field is read from its own node with its type and range
@@ -97,6 +109,7 @@ class SimEvent:
     lost: bool = False
     recover: bool = False
     hang: float | None = None  # seconds; math.inf for forever
+    collective: bool = False  # hang: collective (a hung NCCL ring)
     ecc: dict[str, float] = field(default_factory=dict)
     set: dict[str, float] = field(default_factory=dict)
 
@@ -219,13 +232,17 @@ def _scalar(r: Reader, node: Node, what: str) -> bool:
 
 
 def _hang(r: Reader, node: Node, ev: SimEvent) -> None:
-    """``hang: forever`` (or ``true``), or how long, as a duration."""
+    """``hang: forever`` (or ``true``), or how long, as a duration; or
+    ``collective``: the reads go on, the links go silent."""
+    if isinstance(node, ScalarNode) and node.value == "collective":
+        ev.collective = True
+        return
     if isinstance(node, ScalarNode) and node.value in ("forever", "true", "True", "TRUE"):
         ok, value = r.construct(node)
         if ok and (value is True or value == "forever"):
             ev.hang = math.inf
             return
-    seconds = r.duration(node, "hang (forever, or a duration such as 20s)")
+    seconds = r.duration(node, "hang (forever, collective, or a duration such as 20s)")
     if seconds is not None:
         ev.hang = seconds
 
@@ -275,6 +292,7 @@ class _DeviceState:
     phase: float
     lost: bool = False
     hang_until: float = 0.0
+    collective_hung: bool = False  # a hung collective: busy, links silent
     ecc: dict[str, float] = field(default_factory=lambda: {"corrected": 0.0, "uncorrected": 0.0})
     held: dict[str, float] = field(default_factory=dict)
     pending_faults: list[FaultEvent] = field(default_factory=list)
@@ -436,7 +454,9 @@ class SimBackend(Backend):
                 if ev.lost:
                     d.lost = True
                 if ev.recover:
-                    d.lost, d.hang_until = False, 0.0
+                    d.lost, d.hang_until, d.collective_hung = False, 0.0, False
+                if ev.collective:
+                    d.collective_hung = True
                 if ev.hang is not None:
                     d.hang_until = ev.at + ev.hang
 
@@ -499,7 +519,8 @@ class SimBackend(Backend):
         if d.last_t is not None:
             d.energy += power * max(0.0, now - d.last_t)
         d.last_t = now
-        link_rate = spec.link_bytes_per_second * util * 0.5
+        # Half a link's rate at full load; nothing while the ring hangs.
+        link_rate = 0.0 if d.collective_hung else spec.link_bytes_per_second * util * 0.5
         r = Reading(
             utilization=util,
             memory_used_bytes=float(int(spec.memory_bytes * mem_ratio)),

@@ -126,6 +126,9 @@ MODELS: dict[str, SimModel] = {
         8,
         pair_links=3,
         sensors=("on_chip", "board"),
+        # The Gaudi backend reads no per-port throughput (exporter/schema.py's
+        # sources): the links are in the topology only.
+        missing=frozenset({"link_bytes_per_second"}),
     ),
     # Ascend 910B3 (Atlas 800T A2; DCMI names it "Ascend" + "910B3"): 64 GB HBM, 8 NPUs
     # in an HCCS full mesh, seven HCCS ports each, one to each peer.
