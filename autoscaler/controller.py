@@ -29,8 +29,9 @@ the history the source keeps, where the cluster-state series go) comes built fro
 handed it and rewires nothing.
 
 Escalation ladders: the executor reports every action's outcome back
-(``Executor.on_outcome``, wired by ``wiring.ladder_outcomes``); a ladder step's
-goes into the engine state
+(``Executor.on_outcome``, wired by ``wiring.report_outcomes``: an act that did
+nothing gives back its place in the hourly count, as in the simulator); a ladder
+step's goes into the engine state
 (``EngineState.report``), where a ``failed`` step escalates at the next cycle, and
 from there into the state record, with the step and since when. After a restart
 the ladders come back from the record (``engine/restore.py``), the in-flight

@@ -18,7 +18,8 @@ Every outcome is counted (``accel_autoscaler_actions_total``), timed from the
 decision to the task's first API call and to its end, and kept (the last 500)
 for ``GET /api/v1/actions``, and handed to ``on_outcome`` (``autoscaler/wiring.py``
 puts a ladder step's outcome in the engine state there: a ``failed`` step escalates
-at once, ``engine/ladder.py``). Both hooks are given to the constructor: the
+at once, ``engine/ladder.py``; an act that did nothing gives back its place in the
+hourly count). Both hooks are given to the constructor: the
 executor is never rewired after it is built.
 
 Escalation ladders: a decision that is a step of a ladder (``extra["step"]``)
@@ -130,7 +131,11 @@ class Executor:
         self.ctx = ctx
         self._tails: dict[tuple[str, ...], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # (rule, action, status): accel_autoscaler_actions_total's labels.
         self.outcomes: Counter[tuple[str, str, str]] = Counter()
+        # (action, kind, status): acts apart from recovers, for the simulator's
+        # summary (``actions_by_outcome``).
+        self.by_kind: Counter[tuple[str, str, str]] = Counter()
         self.history: deque[Record] = deque(maxlen=HISTORY)
         self.first_call_seconds: deque[float] = deque(maxlen=HISTORY)
         self.duration_seconds: dict[str, deque[float]] = {}
@@ -195,6 +200,7 @@ class Executor:
                 outcome = Outcome("unknown", f"{type(e).__name__}: {e}")
         duration = time.perf_counter() - submitted
         self.outcomes[(d.rule, d.action, outcome.status)] += 1
+        self.by_kind[(d.action, d.kind, outcome.status)] += 1
         if first:
             self.first_call_seconds.append(first[0])
         self.duration_seconds.setdefault(d.action, deque(maxlen=HISTORY)).append(duration)

@@ -8,10 +8,13 @@ is wired here, once, so that the controller (``autoscaler/controller.py``) and t
 fleet simulator (``autoscaler/simulate/run.py``) cannot drift apart: a figure the
 simulator prints comes from the same wiring the controller runs.
 
-- The executor receives its hooks in its constructor: ``ladder_outcomes`` puts a
-  ladder step's outcome into the engine state (a ``failed`` step escalates at the
-  next cycle, ``engine/ladder.py``), and ``ladder_steps`` gives a resumed in-flight
-  entry its step back. Nothing is rewired after construction.
+- The executor receives its hooks in its constructor: ``report_outcomes`` puts
+  every act's outcome into the engine state (a ladder step's: a ``failed`` step
+  escalates at the next cycle, ``engine/ladder.py``; and an act that did nothing,
+  ``acted``, gives back its place in ``maxActionsPerHour`` and, outside a ladder,
+  its target's in the breaker's count), and ``ladder_steps`` gives a resumed
+  in-flight entry its step back. Nothing is rewired after construction. Since the
+  controller and the simulator are both wired here, they count the same acts.
 - What a source keeps history for is decided from ``Rule.expressions()`` (every
   expression a rule may be asked: its own, its recover's, its ladder steps'
   recovers) and ``NODES_QUERY`` (the breaker's nodes), in ``retained``; a source
@@ -34,12 +37,16 @@ from accel_common.remedies import UNSUPPORTED_REASON
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import NODES_QUERY
-from autoscaler.engine.state import EngineState
+from autoscaler.engine.state import NOTHING_DONE, EngineState
 from autoscaler.executor import Executor, LadderStep, OnOutcome
 from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.model import RuleSet
 from autoscaler.sources.base import Retaining, Source, StoreBacked
 from autoscaler.types import labels_of
+
+# The detail of a step action's outcome that names its request to the node agent
+# (reset_devices, reboot_node): such a request was written after the move.
+AGENT_REQUEST = "request"
 
 # The rule set in force when asked (the controller's reloads change it).
 Rules = Callable[[], RuleSet]
@@ -70,24 +77,51 @@ def wire(
     executor = None
     if ctx is not None:
         executor = Executor(
-            ctx, on_outcome=ladder_outcomes(state), ladder_step=ladder_steps(state, rules)
+            ctx, on_outcome=report_outcomes(state), ladder_step=ladder_steps(state, rules)
         )
     store = source.store if isinstance(source, StoreBacked) else None
     return Wiring(state, executor, store)
 
 
-def ladder_outcomes(state: EngineState) -> OnOutcome:
-    """The executor's outcome hook: a ladder step's outcome goes into the engine
+def report_outcomes(state: EngineState) -> OnOutcome:
+    """The executor's outcome hook. A ladder step's outcome goes into the engine
     state (a late one of an earlier step is ignored there), so that a ``failed``
     step escalates at the next cycle and a later step succeeds only once its
-    action said ``done``."""
+    action said ``done``. An act that did nothing (``acted``) is released from
+    the hourly count (``EngineState.report`` for a step, ``EngineState.void`` for
+    a rule's act). A resumed act (after a restart: ``Executor.resume``, the
+    controller's unreported ladder steps) releases nothing: its first run may have
+    acted before the restart, whatever the second finds left to do. Recover
+    decisions count towards no limit."""
 
     def report(d: Decision, outcome: Outcome) -> None:
+        if d.kind != "act":
+            return
+        did = acted(outcome) or bool(d.extra.get("resumed"))
         step = d.extra.get("step")
-        if d.kind == "act" and isinstance(step, int):
-            state.report(d.rule, d.target, step, ladder_outcome(outcome))
+        if isinstance(step, int):
+            state.report(d.rule, d.target, step, ladder_outcome(outcome), acted=did)
+        elif not did:
+            state.void(d.rule, d.target, d.at)
 
     return report
+
+
+def acted(outcome: Outcome) -> bool:
+    """Whether an act's outcome says it may have changed the cluster, and so counts
+    towards ``maxActionsPerHour`` (and, outside a ladder, keeps its target in the
+    breaker's count). ``done`` and ``partial`` did; ``failed`` did (the action ran
+    and the cluster's evidence says it did not work: an agent that tried the
+    reset, evictions a budget refused, a node that did not come back; and a failed
+    ladder step escalates at once, so a chain of failures must stay bounded by
+    the hourly limit); ``unknown`` may have (an API error after a cordon or an
+    eviction), and a limit errs towards counting. ``skipped`` did nothing (nothing
+    to do, or not allowed), except the one skip that comes after work: the node
+    agent's ``unsupported`` answer to a reset request, written after the taint and
+    the move (``reset_devices``; its details name the ``request``)."""
+    if ladder_outcome(outcome) not in NOTHING_DONE:
+        return True
+    return AGENT_REQUEST in outcome.details
 
 
 def ladder_outcome(outcome: Outcome) -> str:
@@ -130,4 +164,14 @@ def retain(source: Source, ruleset: RuleSet) -> None:
         source.retain(retained(ruleset))
 
 
-__all__ = ["Rules", "Wiring", "ladder_outcomes", "ladder_steps", "retain", "retained", "wire"]
+__all__ = [
+    "Rules",
+    "Wiring",
+    "acted",
+    "ladder_outcome",
+    "ladder_steps",
+    "report_outcomes",
+    "retain",
+    "retained",
+    "wire",
+]

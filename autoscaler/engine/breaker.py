@@ -17,7 +17,11 @@ whether or not the cluster listing names it: a stale listing must not let a stor
 through. Only remediation that treats a node as unwell counts (``UNHEALTHY_ACTIONS``:
 cordon, taint, drain, migrate_jobs, and the ladder's reset_devices, reboot_node and
 replace_machine); a rebalance of a busy node does not. A target on an escalation
-ladder counts through every step, also while its node is away being replaced.
+ladder counts through every step, also while its node is away being replaced. The
+breaker counts nodes under remediation, not acts: a rule's act whose outcome says
+it did nothing (``skipped``: the node was gone, which pods hold the device was
+unknown) releases its target (``EngineState.void``), and its node stops counting;
+a ladder's target stays counted while the ladder goes on to its next step.
 """
 
 from __future__ import annotations

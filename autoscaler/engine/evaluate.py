@@ -60,7 +60,9 @@ One cycle, in this order:
    the incident still lasts. When the breaker stops a target it opens, and every
    target after it in this cycle is held too; while it is open no rule acts (pod
    and pool targets included), but recoveries go on. Only "act" decisions count
-   towards ``maxActionsPerHour``.
+   towards ``maxActionsPerHour``, from the cycle that decides them; one whose
+   outcome says it did nothing gives its place back (``EngineState.void`` and
+   ``report``, called by the executor's hook in ``autoscaler/wiring.py``).
 
 Unknown results: a rule whose result is ``Unknown``, a Scalar (it names no target)
 or missing from ``results`` produces no decision; its incidents are kept as they

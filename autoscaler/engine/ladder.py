@@ -41,7 +41,8 @@ Semantics (docs/rules.md says the same for rule authors):
   already active and its node already counted: escalating adds no node), but they
   are held while the breaker is open (a storm is more often a bad rollout than
   hardware, and rebooting or replacing machines would make it worse) and by the
-  per-rule and global ``maxActionsPerHour`` (they count towards both). A held
+  per-rule and global ``maxActionsPerHour`` (they count towards both, unless
+  the step's outcome says it did nothing: ``EngineState.report``). A held
   step is tried again every cycle; its ``held`` note says why.
 - The last step may have a timeout too: when it passes without success the
   ladder is *exhausted*: the target is released (the breaker stops counting it,

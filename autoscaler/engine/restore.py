@@ -42,7 +42,8 @@ put back on the step whose action the entry names, from the entry's start.
 How the two are merged with what the process remembers (``restore``): active
 targets come from the cluster alone (memory may be stale: another replica led
 meanwhile, a person undid a remediation); cooldowns and the hourly actions are the
-later of the record and memory (a lost write must not shorten a cooldown); the
+later of the record and memory (a lost write must not shorten a cooldown; each
+hourly act as often as either holds it, so two acts of one cycle stay two); the
 breaker is the record's when there is one, else memory's; without a record, every
 node entry started in the last hour counts as an action of its rule, so that a
 deleted record does not reset ``maxActionsPerHour``; pending ``for:`` and
@@ -55,6 +56,7 @@ the nodes and the record, and writes the record back (``autoscaler/controller.py
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -139,7 +141,7 @@ def restore(
     # Without a record (deleted, or never written), each node entry started in the
     # last hour is an action: maxActionsPerHour must not reset with a lost record.
     recorded = saved.actions if record is not None else starts
-    actions = sorted({(at, rule) for at, rule in [*state.actions, *recorded] if now - at < HOUR})
+    actions = _hourly(state.actions, recorded, now)
 
     state.active = active
     state.ladders = ladders
@@ -211,6 +213,19 @@ def _from_nodes(
             counted = target.get("node", name) if entry.action in UNHEALTHY_ACTIONS else None
             found.active[key] = Active(since, entry.action, counted)
     return found
+
+
+def _hourly(
+    memory: Iterable[tuple[float, str]], recorded: Iterable[tuple[float, str]], now: float
+) -> list[tuple[float, str]]:
+    """The last hour's acts of memory and the record together: each (time, rule) as
+    often as the one that holds it more often. Two acts of one rule in one cycle
+    share their (time, rule), so a set would count them once after a restart; and
+    an act that memory released (it did nothing) and a record not yet rewritten
+    still holds is counted, the safe side."""
+    mine = Counter(a for a in memory if now - a[0] < HOUR)
+    theirs = Counter(a for a in recorded if now - a[0] < HOUR)
+    return sorted((mine | theirs).elements())
 
 
 def _starts(

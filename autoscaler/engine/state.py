@@ -35,6 +35,15 @@ Words used below:
   which is also the identity the step actions build their request ids from), and
   the outcome the executor reported for the step's action (None until it reports;
   ``report``). A ladder lives exactly as long as its target is active.
+
+Acts are what acted: an act takes its place in the hourly count (``actions``, for
+``maxActionsPerHour``) when it is decided, so that two decisions of one cycle
+cannot overshoot a limit; when its outcome comes back saying it did nothing
+(``NOTHING_DONE``: ``skipped``, ``unsupported``), the entry is released
+(``void`` for a rule's act, ``report`` for a ladder step), and a rule's act also
+releases the target it made active, so the breaker, ``maxConcurrent`` and
+``maxConcurrentDrains`` forget it. Its cooldown still runs and its incident stays
+handled. A ladder's target stays active: the ladder goes on to its next step.
 """
 
 from __future__ import annotations
@@ -52,6 +61,11 @@ DECISION_LOG_SIZE = 1000
 
 # (rule name, target labels): the key of every per-target entry.
 TargetKey = tuple[str, Labels]
+
+# The outcome words of an act that changed nothing on the cluster: its hourly entry
+# is released (``void``, ``report``). ``failed``, ``partial`` and ``unknown`` stay
+# counted: each may have acted (docs/rules.md, "Limits").
+NOTHING_DONE = frozenset({"skipped", "unsupported"})
 
 NoteKind = Literal["unknown", "skipped", "held", "dropped", "breaker", "exhausted", "isolated"]
 NOTE_KINDS: tuple[str, ...] = get_args(NoteKind)
@@ -208,16 +222,47 @@ class EngineState:
         self.ladders.pop(key, None)
         return self.active.pop(key, None) is not None
 
-    def report(self, rule: str, target: Mapping[str, str], step: int, status: str) -> bool:
+    def report(
+        self,
+        rule: str,
+        target: Mapping[str, str],
+        step: int,
+        status: str,
+        *,
+        acted: bool | None = None,
+    ) -> bool:
         """The executor's word on a ladder step's action: its outcome ``status``.
         Kept only while the target is still at that step (a late report of an
-        earlier step changes nothing). True if it was kept."""
+        earlier step changes nothing). The step's first report that it did nothing
+        (``acted`` False; by default, a status in ``NOTHING_DONE``) releases its
+        hourly entry, the one decided when the step started (``Ladder.since``); the
+        target stays active, as the ladder goes on. True if it was kept."""
         key = (rule, labels_of(target))
         ladder = self.ladders.get(key)
         if ladder is None or ladder.step != step:
             return False
+        if acted is None:
+            acted = status not in NOTHING_DONE
+        if ladder.outcome is None and not acted:
+            _drop_one(self.actions, (ladder.since, rule))
         self.ladders[key] = replace(ladder, outcome=status)
         return True
+
+    def void(self, rule: str, target: Mapping[str, str], at: float) -> bool:
+        """The executor's word that the act of ``rule`` on ``target`` decided at
+        ``at`` (not a ladder step: ``report``) did nothing: its hourly entry is
+        released, and the target too if it is active from that very act (the
+        breaker, ``maxConcurrent`` and ``maxConcurrentDrains`` stop counting it; a
+        recover would undo nothing). Its cooldown still runs and its incident stays
+        handled. Once per decision (the executor's outcome hook): entries are
+        (time, rule), so a second call would release a sibling act of the same
+        cycle. True if anything was released."""
+        key = (rule, labels_of(target))
+        released = _drop_one(self.actions, (at, rule))
+        active = self.active.get(key)
+        if active is not None and active.since == at and key not in self.ladders:
+            released = self.release(rule, target) or released
+        return released
 
     def to_json(self) -> dict[str, Any]:
         """Everything, as JSON-ready dicts and lists; ``from_json`` reads it back."""
@@ -302,6 +347,16 @@ def reset_breaker(state: EngineState, now: float) -> bool:
     if was_open:
         state.notes.append(Note("", "breaker", f"closed by a person at {now:g}"))
     return was_open
+
+
+def _drop_one(actions: list[tuple[float, str]], entry: tuple[float, str]) -> bool:
+    """Remove one ``entry`` from the hourly actions; False when there is none (it
+    left the hour, or a restored record lacks it)."""
+    try:
+        actions.remove(entry)
+    except ValueError:
+        return False
+    return True
 
 
 def _count(rules: Iterable[str]) -> dict[str, int]:

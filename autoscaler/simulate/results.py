@@ -36,6 +36,7 @@ SUMMARY_KEYS = (
     "spare_node_hours",
     "queue_wait_seconds",
     "actions",
+    "actions_by_outcome",
     "breaker_trips",
     "wall_seconds",
 )
@@ -58,6 +59,9 @@ class RunResult:
     outcomes: dict[str, int] = field(default_factory=dict)
     # Calls the actions (and the cluster-state reads) made, by Kube method.
     kube_calls: dict[str, int] = field(default_factory=dict)
+    # Finished decisions by ``<type>[:recover]:<status>`` (summary.json's
+    # ``actions_by_outcome``).
+    by_outcome: dict[str, int] = field(default_factory=dict)
 
 
 Progress = Callable[[str, float], None]
@@ -116,6 +120,7 @@ def summary_section(result: RunResult) -> dict[str, Any]:
             "p95": _percentile(s.queue_wait, 95),
         },
         "actions": dict(sorted(s.actions.items())),
+        "actions_by_outcome": dict(sorted(result.by_outcome.items())),
         "breaker_trips": s.breaker_trips,
         "wall_seconds": round(result.wall_seconds, 3),
     }
@@ -185,7 +190,7 @@ def table(doc: dict[str, Any]) -> str:
             # Both runs' keys: a kind of fault, a job size or a restart count that
             # only one run has shows 0 in the other.
             subkeys = list(a) + [k for k in b if k not in a]
-            if key == "actions":
+            if key in ("actions", "actions_by_outcome"):
                 subkeys.sort()
             elif key in ("restarts_per_job", "goodput_by_job_size"):
                 subkeys.sort(key=lambda k: (len(k), k))  # numbers, in order
@@ -194,7 +199,8 @@ def table(doc: dict[str, Any]) -> str:
             # A count that one run lacks is 0 there; a figure it lacks ("-") is
             # one it has nothing to measure for (no such fault hit a job).
             top = key.split(".", 1)[0]
-            missing = 0 if top in ("actions", "restarts_per_job", "faults_closed_by") else None
+            counts = ("actions", "actions_by_outcome", "restarts_per_job", "faults_closed_by")
+            missing = 0 if top in counts else None
             for sub in subkeys:
                 add(f"{key}.{sub}", a.get(sub, missing), b.get(sub, missing))
         else:

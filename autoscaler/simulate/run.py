@@ -251,6 +251,11 @@ async def _run_rules(
     for (_, action, status), n in sorted(executor.outcomes.items()):
         key = f"{action}:{status}"
         outcomes[key] = outcomes.get(key, 0) + n
+    # Keyed as ``actions`` is (``<type>``, ``<type>:recover``), then the status.
+    by_outcome = {
+        f"{action}{'' if kind == 'act' else ':recover'}:{status}": n
+        for (action, kind, status), n in sorted(executor.by_kind.items())
+    }
     return RunResult(
         "rules",
         fleet.stats,
@@ -259,6 +264,7 @@ async def _run_rules(
         cycles,
         outcomes,
         dict(fleet.kube.calls),
+        by_outcome=by_outcome,
     )
 
 
