@@ -36,6 +36,7 @@ from pathlib import Path
 
 from yaml.nodes import Node, ScalarNode
 
+from accel_common.agentsupport import PartitionKind, partition_vendor
 from accel_common.yamlread import ProblemsError, Reader
 from nodeagent import budgets
 
@@ -61,7 +62,9 @@ class LayoutsError(ProblemsError):
 
 @dataclass(frozen=True)
 class Layout:
-    """One named layout. ``vendor`` is "nvidia" or "amd"."""
+    """One named layout. ``vendor`` is the vendor whose devices take its partition
+    kinds (``accel_common.agentsupport``: ``mig`` NVIDIA's, ``compute`` and
+    ``memory`` AMD's)."""
 
     name: str
     model: str
@@ -73,6 +76,13 @@ class Layout:
     compute: str = ""
     memory: str = ""
 
+    @property
+    def kinds(self) -> tuple[PartitionKind, ...]:
+        """The partition kinds it sets (a MIG layout sets ``mig``, MIG off too)."""
+        if self.compute:
+            return ("compute", "memory") if self.memory else ("compute",)
+        return ("mig",)
+
     def matches(self, model: str) -> bool:
         """Whether a device whose model name is ``model`` takes this layout."""
         return (
@@ -81,7 +91,7 @@ class Layout:
         )
 
     def describe(self) -> str:
-        if self.vendor == "amd":
+        if self.compute:
             return f"{self.compute}/{self.memory}" if self.memory else self.compute
         if self.mig is None:
             return "MIG off"
@@ -155,10 +165,10 @@ def _layout(r: Reader, name: str, node: Node) -> Layout | None:
         if refused:
             r.problem(m["memory"][1] if memory else m["compute"][1], f"{what}: {refused}")
             return None
-        return Layout(name, model, "amd", compute=compute, memory=memory)
+        return Layout(name, model, partition_vendor("compute"), compute=compute, memory=memory)
     mig_node = m["mig"][1]
     if isinstance(mig_node, ScalarNode) and r.text(mig_node).lower() in ("off", "false"):
-        return Layout(name, model, "nvidia", mig=None)
+        return Layout(name, model, partition_vendor("mig"), mig=None)
     items = r.sequence(
         mig_node, f"{what}: mig", "a list of MIG profiles (e.g. [1g.10gb x7]) or off"
     )
@@ -188,7 +198,7 @@ def _layout(r: Reader, name: str, node: Node) -> Layout | None:
         shown = ", ".join(f"{n}x {p}" for p, n in count_profiles(tuple(profiles)))
         r.problem(mig_node, f"{what}: {shown} {refused}")
         return None
-    return Layout(name, model, "nvidia", mig=tuple(profiles))
+    return Layout(name, model, partition_vendor("mig"), mig=tuple(profiles))
 
 
 def mig_item(text: str) -> tuple[str, int] | str:

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from accel_common import clusterjson
+from accel_common.agentsupport import can_partition, partition_unsupported
 from accel_common.names import (
     PARTITION_APPLIED_LABEL,
     PARTITION_LAYOUT_LABEL,
@@ -139,7 +140,12 @@ class PartitionTask:
     # -- the parts ------------------------------------------------------------------
 
     def _apply(self, layout: Layout, ctx: AgentContext, dry: bool) -> tuple[bool, dict[str, str]]:
-        if layout.vendor == "amd":
+        # What the agent can partition is the vendor table's (accel_common.agentsupport),
+        # which the controller's repartition reads too.
+        refused = [k for k in layout.kinds if not can_partition(layout.vendor, k)]
+        if refused:
+            raise ApplyError(f"layout {layout.name}: {partition_unsupported(layout.vendor)}")
+        if "compute" in layout.kinds:
             if dry:
                 return amdpart.differs(ctx.sysfs_root, layout), {}
             return amdpart.apply(ctx.sysfs_root, layout, self.writer)

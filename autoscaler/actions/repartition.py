@@ -24,7 +24,14 @@ Parameters:
 Execution, each step recorded in the node's ``accel-fleet.io/remediation`` entry:
 
 1. A node whose agent already reports the layout applied is left alone (``done``,
-   no cordon, no eviction).
+   no cordon, no eviction). A node whose devices' vendor is known (the target's
+   ``vendor`` label, else the node's ``accel-fleet.io/vendor``) and takes no
+   partition layout (``accel_common.agentsupport``, the table the node agent applies
+   layouts by: NVIDIA MIG and AMD compute/memory partitions only) is not touched
+   either: ``skipped`` with ``details.reason: unsupported`` and a
+   ``RepartitionUnsupported`` Event that says why, rather than a drained node and a
+   wait for an answer that can only be ``failed``. An unknown vendor is no
+   evidence: the agent is asked.
 2. The node is cordoned (phase ``draining``) and the pods that request devices are
    evicted, as ``drain`` does (gangs restart as one); other pods stay.
 3. In one write, the label is set and the phase becomes ``repartitioning``.
@@ -42,7 +49,8 @@ After a restart (``kill -9``) the controller resumes from the recorded phase: a
 ``draining`` entry finishes its drain (pods already evicted are not evicted again,
 and the deadline is the recorded one); a ``repartitioning`` entry only waits, with
 no second drain. Events: ``RepartitionStarted``, ``Repartitioned`` or
-``RepartitionFailed`` on the node, ``Evicted`` on each pod.
+``RepartitionFailed`` (or ``RepartitionUnsupported``) on the node, ``Evicted`` on
+each pod.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.agentsupport import UNSUPPORTED_REASON, can_partition, partition_unsupported
 from accel_common.clusterjson import ClusterValueError
 from accel_common.clusterjson import text as bounded_text
 from accel_common.gangs import gang_of
@@ -59,6 +68,7 @@ from accel_common.names import (
     PARTITION_APPLIED_LABEL,
     PARTITION_LAYOUT_LABEL,
     PARTITION_STATE_ANNOTATION,
+    VENDOR_LABEL,
 )
 from autoscaler.actions.base import (
     ActionSpec,
@@ -187,6 +197,8 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         resuming = entry is not None and ours(entry, ctx) and entry.action == NAME
         if not resuming and applied(node, params.layout):
             return Outcome("done", f"node {name} already has layout {params.layout}", {})
+        if not resuming and (skipped := await _unsupported(ctx, decision, node, params)):
+            return skipped
         if resuming and entry is not None and entry.phase == FAILED:
             return Outcome(
                 "skipped",
@@ -205,6 +217,38 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         return Outcome("skipped", f"node {name} no longer exists")
     except KubeError as e:
         return Outcome("unknown", f"node {name}: {e}")
+
+
+def _vendor(decision: Decision, node: Obj) -> str | None:
+    """The vendor of the devices to reshape: the target's or its sample's ``vendor``
+    label, else the node's ``VENDOR_LABEL``; None when nothing says."""
+    for source in (decision.target, dict(decision.sample_labels)):
+        if source.get("vendor"):
+            return str(source["vendor"])
+    value = ((node.get("metadata") or {}).get("labels") or {}).get(VENDOR_LABEL)
+    return value if isinstance(value, str) and value else None
+
+
+async def _unsupported(
+    ctx: ActionContext, decision: Decision, node: Obj, params: RepartitionParams
+) -> Outcome | None:
+    """``skipped`` (reason ``unsupported``) when the devices' vendor is known and the
+    node agent applies no partition layout to it (step 1)."""
+    vendor = _vendor(decision, node)
+    if vendor is None or can_partition(vendor):
+        return None
+    name = node_of(decision)
+    message = (
+        f"node {name}: layout {params.layout} not applied: {partition_unsupported(vendor)}; skipped"
+    )
+    await event(
+        ctx,
+        node_ref(name),
+        "RepartitionUnsupported",
+        f"{message} (rule {decision.rule})",
+        action=NAME,
+    )
+    return Outcome("skipped", message, {"reason": UNSUPPORTED_REASON, "vendor": vendor})
 
 
 async def _drain(

@@ -39,12 +39,16 @@ Execution, recorded in the node's ``accel-fleet.io/remediation`` entry:
 
 A step the node cannot perform is *skipped*, not failed after the wait: when the
 target device's ``vendor`` (its labels, else ``accel_device_info``) is one the agent
-cannot reset (``accel_common.remedies.can_reset``: NVIDIA and AMD only), the
-action ends ``skipped`` with ``details.reason: unsupported`` before it claims the
-node, moves anything or asks (a ``ResetUnsupported`` Event says so); an agent's
-``failed`` answer with ``"reason": "unsupported"`` (the same rule, on the node) ends
-the same way. An escalation ladder takes the next step at once. An unknown vendor
-is no evidence: the agent is asked.
+cannot reset (``accel_common.agentsupport``, the table the agent answers by:
+NVIDIA and AMD only), the action ends ``skipped`` with ``details.reason:
+unsupported`` before it claims the node, moves anything or asks (a
+``ResetUnsupported`` Event says so, with the table's reason); an agent's ``failed``
+answer with ``"reason": "unsupported"`` (the same table, on the node) ends the same
+way. An escalation ladder takes the next step at once. An unknown vendor is no
+evidence: the agent is asked. An agent's ``failed`` answer after a reset that ran
+but did not fix the device (``"reason": "unfixed"``: it does not answer, or its
+vendor library still shows the fault) ends ``failed`` with that reason in the
+details.
 
 With ``moveJobs: false`` (the ``reset_when_idle`` class: a pending row remap that
 a reset applies) no pod is moved: the taint keeps new work off, the agent refuses
@@ -77,13 +81,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accel_common.agentsupport import (
+    UNFIXED_REASON,
+    UNSUPPORTED_REASON,
+    can_reset,
+    resets_summary,
+    support,
+)
 from accel_common.names import (
     DEFAULT_TAINT,
     RESET_REQUEST_ANNOTATION,
     RESET_SCOPE_ANNOTATION,
     RESET_STATUS_ANNOTATION,
 )
-from accel_common.remedies import RESETTABLE_VENDORS, UNSUPPORTED_REASON, can_reset
 from autoscaler.actions.base import (
     ActionSpec,
     ParamProblem,
@@ -175,8 +185,8 @@ async def _device_fact(ctx: ActionContext, decision: Decision, node: str, label:
 
 async def _unsupported(ctx: ActionContext, decision: Decision, name: str) -> Outcome | None:
     """``skipped`` (reason ``unsupported``) when the target device's vendor is known
-    and the node agent cannot reset it (``accel_common.remedies.can_reset``, the rule
-    the agent answers by too): a ladder then goes on at once instead of failing after
+    and the node agent cannot reset it (``accel_common.agentsupport``, the table the
+    agent answers by too): a ladder then goes on at once instead of failing after
     its timeout. An unknown vendor is no such evidence: the agent is asked."""
     if "device" not in decision.target:
         return None
@@ -185,7 +195,8 @@ async def _unsupported(ctx: ActionContext, decision: Decision, name: str) -> Out
         return None
     message = (
         f"node {name}: {decision.target.get('device')} is a {vendor} device, which the node "
-        f"agent cannot reset (it resets {', '.join(sorted(RESETTABLE_VENDORS))}); skipped"
+        f"agent cannot reset ({support(vendor).no_reset}; it resets {resets_summary()}); "
+        "skipped"
     )
     await event(
         ctx,
@@ -362,9 +373,11 @@ async def _end(
         warning=not done,
         action=NAME,
     )
-    details = {"request": rid, "devices": list(status.get("devices") or [])}
+    details: dict[str, Any] = {"request": rid, "devices": list(status.get("devices") or [])}
+    if not done and status.get("reason") == UNFIXED_REASON:
+        details["reason"] = UNFIXED_REASON  # the agent's evidence that it did not work
     if not done and status.get("reason") == UNSUPPORTED:
-        # The agent cannot reset these devices (its vendor rule, can_reset): the
+        # The agent cannot reset these devices (the vendor table, can_reset): the
         # step cannot be performed here, which a ladder skips at once.
         return Outcome("skipped", message, {**details, "reason": UNSUPPORTED})
     if not done and status.get("reason") == "unreadable":
