@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ class Recording:
     """``run_cycle`` as it is, recording each call's time and decisions, and the
     source of the first call (the simulator's store)."""
 
-    def __init__(self, real: Any) -> None:
+    def __init__(self, real: Callable[..., Awaitable[CycleResult]]) -> None:
         self.calls: list[tuple[float, list[Decision]]] = []
         self.source: Any = None
         self.real = real
