@@ -430,10 +430,12 @@ class JobController:
 
     def waiting_devices(self, registered: Mapping[str, int] | None = None) -> dict[str, int]:
         """Devices asked for by pending pods, by pool, as ``clusterstate.pool_rows``
-        counts them from the API: a pod that several pools can satisfy (nodes
-        registered, big enough) counts towards the one with the most room to grow,
-        then the first by name; a pod that none can satisfy counts nowhere.
-        ``registered``: nodes per pool, when the caller has counted them."""
+        counts them from the API: a pod that several pools can satisfy (big enough,
+        and offering a node: ``registered`` above 0) counts towards the one with the
+        most room to grow, then the first by name; a pod that none can satisfy
+        counts nowhere. ``registered``: per pool, above 0 when it offers a node (the
+        telemetry counts a node whose devices are allocatable, or the shape its
+        capacity annotations declare: scale from zero); by default its nodes."""
         if registered is None:
             registered = {p: self.machines.pool_nodes(p) for p in self.pools}
         pool_machines = self.machines.pool_machines

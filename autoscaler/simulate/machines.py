@@ -13,6 +13,15 @@ break them, telemetry scrapes them). It owns:
   new Machine is a Node after the pool's ``provisionTime``; on scale-down the
   Machines annotated ``cluster.x-k8s.io/delete-machine`` go first, then those
   still provisioning, then the newest.
+- **Scale from zero**: each MachineDeployment carries the capacity annotations
+  the controller reads for a pool at 0 nodes (``poolshape.capacity_annotations``),
+  unless the pool says ``capacityAnnotations: false``.
+- **Devices after Ready**: a node that joins after the start (a scale-up, a
+  replacement) is Ready at once, but its devices are allocatable (its Node's
+  ``status.allocatable`` and ``capacity`` name its vendor's resource, and the
+  scheduler sees them free) only ``deviceReadyDelay`` later, when its device
+  plugin has registered; its exporter reports the devices meanwhile, as the real
+  one reads the driver directly. The initial nodes start with their devices.
 - **Schedulability**: per pool, the sorted names of the nodes that can take a pod
   now (Ready, not cordoned, no ``NoSchedule`` or ``NoExecute`` taint, a free
   device); a device that is lost, resetting after a fatal fault, or faulty
@@ -41,7 +50,6 @@ from accel_common.names import (
     CAPI_MACHINE_ANNOTATION,
     HOSTNAME_LABEL,
     RESET_SCOPE_ANNOTATION,
-    VENDOR_LABEL,
     VENDOR_RESOURCE,
 )
 from accel_common.remedies import ActionClass
@@ -55,9 +63,9 @@ from autoscaler.simulate.kube import (
     DEPLOYMENT_LABEL,
     MAX_ANNOTATION,
     MIN_ANNOTATION,
-    POOL_LABEL,
     SimKube,
 )
+from autoscaler.simulate.poolshape import PoolNodes, capacity_annotations, node_labels, sort_nodes
 from autoscaler.simulate.scenario import PoolSpec, Scenario, node_name
 from autoscaler.simulate.scheduler import NodeView
 
@@ -82,6 +90,8 @@ class Slot:
     avoid: bool = False  # a PreferNoSchedule taint
     free: list[int] = field(default_factory=list)
     created: float = 0.0
+    # Registered, its devices not yet allocatable (``deviceReadyDelay``).
+    warming: bool = False
 
 
 @dataclass
@@ -218,6 +228,7 @@ class MachineSet:
                         "annotations": {
                             MIN_ANNOTATION: str(pool.min),
                             MAX_ANNOTATION: str(pool.max),
+                            **capacity_annotations(pool),
                         },
                     },
                     "spec": {
@@ -289,10 +300,13 @@ class MachineSet:
             self._machine_ready(name)
         else:
             wait = pool.provision_time if after is None else after
-            self.time.at(self.time.now + wait, lambda: self._machine_ready(name))
+            delay = pool.device_ready_delay
+            self.time.at(self.time.now + wait, lambda: self._machine_ready(name, delay))
         return m
 
-    def _machine_ready(self, name: str) -> None:
+    def _machine_ready(self, name: str, delay: float = 0.0) -> None:
+        """Machine ``name``'s node registers, Ready; its devices are allocatable at
+        once, or ``delay`` later (``_devices_ready``)."""
         m = self.by_name.get(name)
         if m is None or m.deleted:
             return
@@ -308,7 +322,8 @@ class MachineSet:
         slot.node, slot.ready, slot.blocked, slot.avoid = name, True, False, False
         slot.created = self.time.now
         d = pool.devices_per_node
-        slot.free = list(range(d))
+        slot.warming = delay > 0
+        slot.free = [] if slot.warming else list(range(d))
         g = slice(slot.base, slot.base + d)
         self.dev_job[g] = -1
         self.dev_state[g] = OK
@@ -318,19 +333,15 @@ class MachineSet:
         self.dev_class[g] = -1
         self.dev_remap_failed[g] = False
         self.node_slot[name] = slot.index
-        resource = VENDOR_RESOURCE[pool.vendor]
+        # Until its device plugin registers, the node has no vendor resource at all.
+        devices = {} if slot.warming else {VENDOR_RESOURCE[pool.vendor]: str(d)}
         self.kube.add_node(
             {
                 "apiVersion": "v1",
                 "kind": "Node",
                 "metadata": {
                     "name": name,
-                    "labels": {
-                        POOL_LABEL: pool.name,
-                        DEPLOYMENT_LABEL: pool.name,
-                        HOSTNAME_LABEL: name,
-                        VENDOR_LABEL: pool.vendor,
-                    },
+                    "labels": {**node_labels(pool), HOSTNAME_LABEL: name},
                     "annotations": {
                         CAPI_MACHINE_ANNOTATION: name,
                         # What the node agent says at start: NVSwitch boards reset
@@ -341,8 +352,8 @@ class MachineSet:
                 "spec": {"providerID": f"sim:///{name}"},
                 "status": {
                     "nodeInfo": {"bootID": self.new_boot_id()},
-                    "capacity": {resource: str(d)},
-                    "allocatable": {resource: str(d)},
+                    "capacity": dict(devices),
+                    "allocatable": dict(devices),
                     "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
                 },
             }
@@ -354,6 +365,25 @@ class MachineSet:
         self.update_schedulable(slot)
         self.emit("node_added", slot)
         self.changed_pools.add(pool.name)
+        if slot.warming:
+            self.time.at(self.time.now + delay, partial(self._devices_ready, slot, name))
+
+    def _devices_ready(self, slot: Slot, name: str) -> None:
+        """The device plugin on node ``name`` registered: its devices are allocatable
+        (the healthy, free ones offered to the scheduler)."""
+        if slot.node != name or not slot.warming:
+            return  # the node went before its devices came
+        slot.warming = False
+        d = slot.pool.devices_per_node
+        r = range(slot.base, slot.base + d)
+        slot.free = [g - slot.base for g in r if self.dev_state[g] == OK and self.dev_job[g] < 0]
+        node = self.kube.nodes[name]
+        resource = VENDOR_RESOURCE[slot.pool.vendor]
+        node["status"]["capacity"] = {resource: str(d)}
+        node["status"]["allocatable"] = {resource: str(d)}
+        self.kube.touch(node)
+        self.update_schedulable(slot)
+        self.changed_pools.add(slot.pool.name)
 
     def new_boot_id(self) -> str:
         self.boots += 1
@@ -394,7 +424,7 @@ class MachineSet:
             self.emit("node_removed", slot)
             self.kube.remove_node(name)
             del self.node_slot[name]
-            slot.node, slot.ready, slot.free = None, False, []
+            slot.node, slot.ready, slot.free, slot.warming = None, False, [], False
             heapq.heappush(self._vacant[m.pool], slot.index)
             self._registered[m.pool] -= 1
         del self.by_name[name]
@@ -480,7 +510,9 @@ class MachineSet:
         self.dev_state[g] = OK
         self.health_dirty.add(slot.index)
         d = g - slot.base
-        if slot.node is not None and self.dev_job[g] < 0 and d not in slot.free:
+        # A node still waiting for its device plugin offers none of its devices.
+        offered = slot.node is not None and not slot.warming
+        if offered and self.dev_job[g] < 0 and d not in slot.free:
             bisect.insort(slot.free, d)
             self.update_schedulable(slot)
             self.changed_pools.add(slot.pool.name)
@@ -555,6 +587,12 @@ class MachineSet:
 
     def pool_nodes(self, pool: str) -> int:
         return self._registered[pool]
+
+    def readiness(self, pool: str, now: float) -> PoolNodes:
+        """``pool``'s registered nodes as the controller's pool series sort them
+        (``poolshape.sort_nodes``)."""
+        slots = [s for s in (self.slots[i] for i in self.pool_slots[pool]) if s.node is not None]
+        return sort_nodes(self.pools[pool], slots, now)
 
 
 def fault_kinds(scenario: Scenario) -> set[str]:

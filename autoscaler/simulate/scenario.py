@@ -74,6 +74,7 @@ from autoscaler.placement.catalogue import (
     default_catalogue,
 )
 from autoscaler.simulate.classes import ClassMix, default_mixes, read_action, read_classes
+from autoscaler.simulate.feasible import check_feasible
 from autoscaler.simulate.limits import (
     MAX_DEVICES_PER_NODE,
     MAX_ECC_BURST,
@@ -114,6 +115,14 @@ DEFAULT_MODEL = {
     "tpu": "TPU v5e",
 }
 
+# ``deviceReadyDelay`` unless a pool says otherwise: the 60-90 s a GPU node was seen
+# to take from Ready to allocatable GPUs under an autoscaler (NVIDIA/k8s-device-plugin
+# issue 291: "approximately 90 seconds"; about a minute on GKE, Karpenter's GCP
+# provider PR 148), with the driver on the node image. A driver the GPU Operator
+# builds at boot takes minutes more: say so per pool. At most a day.
+DEVICE_READY_DELAY = 90.0
+MAX_DEVICE_READY_DELAY = 86400.0
+
 FAULT_KINDS = (
     "fatal",
     "ecc_uncorrected",
@@ -143,6 +152,11 @@ class PoolSpec:
     max: int
     provision_time: float
     topology: str
+    # How long a new node is Ready before its devices are allocatable (its device
+    # plugin registering); whether its MachineDeployment carries the capacity
+    # annotations that let the controller scale it from zero (poolshape.py).
+    device_ready_delay: float = DEVICE_READY_DELAY
+    capacity_annotations: bool = True
 
 
 @dataclass(frozen=True)
@@ -246,6 +260,8 @@ _POOL = (
     "max",
     "provisionTime",
     "topology",
+    "deviceReadyDelay",
+    "capacityAnnotations",
 )
 _FAULTS = (
     "ratesPerDeviceHour",
@@ -343,6 +359,7 @@ def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...])
                     f"job size {too_big[0]} does not fit pool {p.name!r} "
                     f"({per} devices per node); {how}",
                 )
+        check_feasible(r, m, pools, workload)
     return Scenario(
         name=name,
         duration=duration,
@@ -381,11 +398,18 @@ def _pools(r: ScenarioReader, node: Node) -> tuple[PoolSpec, ...]:
         )
         initial = r.get(m, "initial", r.integer, 0)
         low = r.get(m, "min", r.integer, 0)
-        high = r.get(m, "max", lambda n, w: r.integer(n, w, 1), max(initial, 1))
+        high = r.get(m, "max", lambda n, w: r.integer(n, w, 0), max(initial, 1))
         provision = r.get(m, "provisionTime", r.duration, 600.0)
         topology = r.get(
             m, "topology", lambda n, w: r.choice(n, w, TOPOLOGIES), DEFAULT_TOPOLOGY[vendor]
         )
+        device_delay = r.get(
+            m,
+            "deviceReadyDelay",
+            lambda n, w: r.duration(n, w, maximum=MAX_DEVICE_READY_DELAY),
+            DEVICE_READY_DELAY,
+        )
+        annotated = r.get(m, "capacityAnnotations", r.boolean, True)
         if not low <= initial <= high:
             r.problem(
                 item, f"pool {name!r}: need min <= initial <= max, got {low}, {initial}, {high}"
@@ -401,7 +425,21 @@ def _pools(r: ScenarioReader, node: Node) -> tuple[PoolSpec, ...]:
         at = m.get("initial" if initial > high else "max") or m.get("initial") or item
         what = f"pool {name!r} ({nodes:,} nodes x {per_node} devices)"
         r.over(at, what, nodes * per_node, "devices", "lower its initial and max")
-        out.append(PoolSpec(name, vendor, model, per_node, initial, low, high, provision, topology))
+        out.append(
+            PoolSpec(
+                name,
+                vendor,
+                model,
+                per_node,
+                initial,
+                low,
+                high,
+                provision,
+                topology,
+                device_delay,
+                annotated,
+            )
+        )
     return tuple(out)
 
 

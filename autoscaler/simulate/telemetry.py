@@ -364,7 +364,10 @@ class Telemetry:
     ) -> list[tuple[cs.ClusterMetric, dict[str, str], float]]:
         """The ``accel_pool_*`` rows (and ``accel_node_pool_info`` with ``node_info``),
         as ``clusterstate.pool_rows`` computes them from the API: same labels, same
-        values."""
+        values. A pool offers a pending pod a node when one of its nodes has its
+        devices allocatable or its MachineDeployment declares the shape of one
+        (scale from zero); a node still waiting for its devices is capacity on its
+        way (``provisioning``), not capacity (``machines.MachineSet.readiness``)."""
         fleet = self.fleet
         rows: list[tuple[cs.ClusterMetric, dict[str, str], float]] = []
         nodes = {
@@ -372,29 +375,33 @@ class Telemetry:
             for pool in fleet.scenario.pools
             for ids in (fleet.pool_slots[pool.name],)
         }
-        pending = fleet.waiting_devices({p: len(slots) for p, slots in nodes.items()})
+        sorted_nodes = {
+            p.name: fleet.machines.readiness(p.name, fleet.now) for p in fleet.scenario.pools
+        }
+        pending = fleet.waiting_devices({p: int(n.offers) for p, n in sorted_nodes.items()})
         for pool in fleet.scenario.pools:
             registered = nodes[pool.name]
-            ready = sum(1 for s in registered if s.ready)
-            provisioning = fleet.pool_machines[pool.name] - len(registered)
+            state_of = sorted_nodes[pool.name]
+            provisioning = fleet.pool_machines[pool.name] - len(registered) + state_of.warming
             for state, count in (
-                ("ready", ready),
-                ("notready", len(registered) - ready),
+                ("ready", state_of.ready),
+                ("notready", state_of.notready),
                 ("provisioning", provisioning),
             ):
                 rows.append((cs.POOL_NODES, {"pool": pool.name, "state": state}, float(count)))
             rows.append((cs.POOL_NODES_MIN, {"pool": pool.name}, float(pool.min)))
             rows.append((cs.POOL_NODES_MAX, {"pool": pool.name}, float(pool.max)))
             resource = VENDOR_RESOURCE[pool.vendor]
-            if registered:
+            if state_of.offers:
                 waiting = float(pending[pool.name])
                 rows.append((cs.POOL_PENDING, {"pool": pool.name, "resource": resource}, waiting))
+            if state_of.with_devices:
                 allocated = fleet.pool_alloc[pool.name]
                 rows.append(
                     (
                         cs.POOL_DEVICES_ALLOCATED,
                         {"pool": pool.name},
-                        allocated / (len(registered) * pool.devices_per_node),
+                        allocated / (state_of.with_devices * pool.devices_per_node),
                     )
                 )
             for s in registered if node_info else ():
