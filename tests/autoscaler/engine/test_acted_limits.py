@@ -17,7 +17,7 @@ import pytest
 from accel_common.remedies import UNSUPPORTED_REASON
 from autoscaler.actions.context import Outcome
 from autoscaler.decision import Decision
-from autoscaler.engine import EngineState, evaluate
+from autoscaler.engine import EngineState, evaluate, ruletest
 from autoscaler.engine.record import parse_record, record_text
 from autoscaler.engine.restore import restore
 from autoscaler.engine.state import ClusterInfo
@@ -304,3 +304,34 @@ def test_a_released_act_is_left_out_of_the_next_record(tmp_path: Path) -> None:
     stale = EngineState()
     restore(stale, [], before, "accel-autoscaler", ruleset, T0 + 60)
     assert len(stale.actions) == 2
+
+
+RULE_TEST = """\
+ruleFiles: [rules.yaml]
+tests:
+  - name: a reset the node cannot perform gives its place back to the reboot
+    interval: 1m
+    inputSeries:
+      - {series: 'accel_up{node="n1",device="nvidia0"}', values: '0x10'}
+    outcomes:
+      - {at: 2m, rule: fatal, target: {node: n1, device: nvidia0}, step: 2, status: unsupported}
+    expect:
+      - at: 0m
+        decisions: [{rule: fatal, action: migrate_jobs, target: {node: n1, device: nvidia0}}]
+      - at: 1m
+        decisions:
+          - {rule: fatal, action: reset_devices, step: 2, target: {node: n1, device: nvidia0}}
+      - at: 2m
+        decisions:
+          - {rule: fatal, action: reboot_node, step: 3, target: {node: n1, device: nvidia0}}
+"""
+
+
+def test_a_rule_unit_test_counts_the_same_acts(tmp_path: Path) -> None:
+    """The rule unit tests report a step's outcome into the same engine state
+    (``EngineState.report``): the reboot is not held by maxActionsPerHour: 2."""
+    (tmp_path / "rules.yaml").write_text(LADDER)
+    (tmp_path / "acts_test.yaml").write_text(RULE_TEST)
+    result = ruletest.run_file(tmp_path / "acts_test.yaml")
+    assert result.problems == () and result.failures == (), result
+    assert result.passed == 1
