@@ -71,6 +71,8 @@ class Stats:
     spare_node_seconds: float = 0.0
     restarts: dict[int, int] = field(default_factory=dict)  # restarts -> jobs
     closed_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLOSED_BY, 0))
+    # vendor -> the same, for the faults on that vendor's nodes
+    closed_by_vendor: dict[str, dict[str, int]] = field(default_factory=dict)
     time_to_healthy: list[float] = field(default_factory=list)
     unhealthy_node_seconds: float = 0.0
     unhealthy_device_seconds: float = 0.0
@@ -170,13 +172,23 @@ class Accounting:
         self.stats.remediation_by_kind.setdefault(kind, []).append(seconds)
 
     def incident_closed(
-        self, by: str, faults: list[float], opened: float, now: float, device_seconds: float
+        self,
+        by: str,
+        faults: list[float],
+        opened: float,
+        now: float,
+        device_seconds: float,
+        *,
+        vendor: str = "",
     ) -> None:
         """A node's incident ended at ``now`` (``by``: one of ``CLOSED_BY``); ``faults``:
-        when each of its faults happened; ``device_seconds``: what it kept from work.
-        A node scaled away unhealthy never came back, so it has no time to healthy
-        capacity."""
+        when each of its faults happened; ``device_seconds``: what it kept from work;
+        ``vendor``: its node's. A node scaled away unhealthy never came back, so it
+        has no time to healthy capacity."""
         self.stats.closed_by[by] += len(faults)
+        if vendor:
+            per = self.stats.closed_by_vendor.setdefault(vendor, dict.fromkeys(CLOSED_BY, 0))
+            per[by] += len(faults)
         self.stats.unhealthy_node_seconds += now - opened
         self.stats.unhealthy_device_seconds += device_seconds
         if by != "removed":

@@ -30,11 +30,17 @@ in-memory API; this module is the other side of their channel
   holds a device of its group (every device of the node when the node's
   ``RESET_SCOPE_ANNOTATION`` is ``node``, as on NVSwitch boards), then says
   ``resetting``, takes the group's devices for ``reset.duration``, and looks
-  again as the real agent does: ``failed`` while a device does not answer (a
-  ``reboot``-class fault, a lost device), else ``done``, and a fault it did not
-  fix is reported again at once. On a vendor the agent cannot reset
-  (``accel_common.remedies.can_reset``) it answers ``failed`` with ``"reason":
-  "unsupported"`` at once and resets nothing. A reboot says
+  again as the real agent does (``nodeagent/resetters.py``): ``done`` only when
+  every device of the group is fixed, else ``failed`` with ``"reason":
+  "unfixed"``, saying why: a device that does not answer (a ``reboot``-class
+  fault, a lost device), or one that answers with its fault standing (an
+  ``isolate`` one, a ``reset`` one drawn not to be fixed), which is also reported
+  again at once. The real agent sees that last case only through what its vendor
+  library keeps across a reset (NVML's row remapper and recovery action); the
+  simulator assumes every unfixed fault is seen (``docs/simulator.md`` says so).
+  On a vendor the agent cannot reset (``accel_common.agentsupport``, the table the
+  real agent answers by) it answers ``failed`` with ``"reason": "unsupported"`` at
+  once and resets nothing. A reboot says
   ``rebooting`` with the current ``status.nodeInfo.bootID``, takes the node
   NotReady for ``reboot.duration`` (the pods still on it fail; the exporter's
   counters start again from 0), then brings it back with a new boot id and says
@@ -62,6 +68,12 @@ from typing import Any
 import numpy as np
 
 from accel_common import clusterjson
+from accel_common.agentsupport import (
+    UNFIXED_REASON,
+    UNSUPPORTED_REASON,
+    can_reset,
+    reset_unsupported,
+)
 from accel_common.names import (
     CAPI_REMEDIATE_MACHINE_ANNOTATION,
     REBOOT_REQUEST_ANNOTATION,
@@ -70,13 +82,7 @@ from accel_common.names import (
     RESET_SCOPE_ANNOTATION,
     RESET_STATUS_ANNOTATION,
 )
-from accel_common.remedies import (
-    ACTION_CLASSES,
-    RANK,
-    UNSUPPORTED_REASON,
-    ActionClass,
-    can_reset,
-)
+from accel_common.remedies import ACTION_CLASSES, RANK, ActionClass
 from autoscaler.kube.protocol import MACHINES, Obj
 from autoscaler.simulate.accounting import Accounting
 from autoscaler.simulate.classes import SEVERITY, fixes
@@ -106,11 +112,8 @@ NEEDS_REPAIR = frozenset({"fatal", "device_lost", "remap_pending", "remap_failur
 # Of those, the kinds that need a repair with or without ``repairs``: nothing but a
 # reset applies a pending remap, nothing but a new part cures a failed one.
 ALWAYS_REPAIR = frozenset({"remap_pending", "remap_failure"})
-# Why the agent cannot reset a vendor's devices (nodeagent/reset.py's UNSUPPORTED).
-UNSUPPORTED = (
-    "this agent resets NVIDIA GPUs (nvidia-smi --gpu-reset) and AMD GPUs "
-    "(amdsmi_reset_gpu); {vendor} devices are not supported; nothing was reset"
-)
+# Why the agent cannot reset a vendor's devices: the vendor table's reason.
+UNSUPPORTED = "{why}; nothing was reset"
 
 
 @dataclass
@@ -140,6 +143,7 @@ class Incident:
     opened: float
     faults: list[float] = field(default_factory=list)
     by: str = "self"  # the last step that fixed a fault of it
+    vendor: str = ""  # the node's pool's, for faults_closed_by_vendor
     held: int = 0  # devices it keeps from work now
     since: float = 0.0  # when ``held`` was last counted
     lost: float = 0.0  # device-seconds kept from work so far
@@ -190,7 +194,9 @@ class Repairs:
         now = self.time.now
         incident = self.open.get(slot.node)
         if incident is None:
-            incident = self.open[slot.node] = Incident(slot.node, now, since=now)
+            incident = self.open[slot.node] = Incident(
+                slot.node, now, since=now, vendor=slot.pool.vendor
+            )
         incident.faults.append(now)
         self.machines.health_dirty.add(slot.index)  # counted after the fault is applied
         if kind not in NEEDS_REPAIR or (kind not in ALWAYS_REPAIR and not self.spec.needed):
@@ -298,7 +304,9 @@ class Repairs:
             incident.held = int(((m.dev_state[r] != OK) | m.dev_repair[r]).sum())
 
     def _close(self, incident: Incident, by: str, now: float) -> None:
-        self.accounting.incident_closed(by, incident.faults, incident.opened, now, incident.lost)
+        self.accounting.incident_closed(
+            by, incident.faults, incident.opened, now, incident.lost, vendor=incident.vendor
+        )
 
     def node_removed(self, slot: Slot) -> None:
         """A node left: its incident follows a replacement, or ends as removed."""
@@ -354,8 +362,8 @@ class Repairs:
             # Replaced without a fault (a ladder that went on after the fault
             # cleared): the wait is unhealthy capacity all the same.
             now = self.time.now
-            d = m.pools[m.by_name[new].pool].devices_per_node
-            incident = Incident(new, now, held=d, since=now)
+            pool = m.pools[m.by_name[new].pool]
+            incident = Incident(new, now, held=pool.devices_per_node, since=now, vendor=pool.vendor)
         incident.node, incident.by = new, "replace"
         self.open[new] = incident
 
@@ -465,7 +473,7 @@ class Repairs:
                 body.update(
                     reason=UNSUPPORTED_REASON,
                     devices=list(request.get("devices") or []),
-                    message=UNSUPPORTED.format(vendor=slot.pool.vendor),
+                    message=UNSUPPORTED.format(why=reset_unsupported(slot.pool.vendor)),
                 )
             self._status(node, RESET_STATUS_ANNOTATION, body)
             self._done(name, key, rid)
@@ -496,7 +504,7 @@ class Repairs:
         def end() -> None:
             if slot.node != name:
                 return
-            silent: list[str] = []
+            unfixed: list[str] = []
             for g in group:
                 if m.dev_state[g] != RESETTING:
                     continue  # a pod came back on it meanwhile: not this reset's
@@ -505,9 +513,9 @@ class Repairs:
                     continue
                 fate = self.fates.get(g)
                 m.dev_state[g] = LOST if fate is not None and fate.kind == "device_lost" else FAULTY
-                if fate is not None and fate.action == "reboot":
-                    silent.append(f"SIM-{name}-{device_name(slot.pool.vendor, g - slot.base)}")
-            self._status(node, RESET_STATUS_ANNOTATION, self._answer(body, silent))
+                uuid = f"SIM-{name}-{device_name(slot.pool.vendor, g - slot.base)}"
+                unfixed.append(f"{uuid} {_why_unfixed(fate)}")
+            self._status(node, RESET_STATUS_ANNOTATION, self._answer(body, unfixed))
             self._done(name, key, rid)
             m.update_schedulable(slot)
             m.changed_pools.add(slot.pool.name)
@@ -515,18 +523,13 @@ class Repairs:
         self.time.at(self.time.now + self.spec.reset.duration, end)
 
     @staticmethod
-    def _answer(body: dict[str, Any], silent: list[str]) -> dict[str, Any]:
-        """The agent looks again after a reset (nodeagent/reset.py): a device that
-        still does not answer (fallen off the bus, lost: a ``reboot``-class fault)
-        makes the answer failed. One that answers but faults again (a reset-class
-        fault the reset did not cure, an ``isolate`` one) passes that look: done,
-        and the fault shows again at once."""
-        if not silent:
+    def _answer(body: dict[str, Any], unfixed: list[str]) -> dict[str, Any]:
+        """The agent looks again after a reset (nodeagent/resetters.py): ``done`` only
+        when every device of the group is fixed; else ``failed``, reason
+        ``unfixed``, with why for each device that is not (``_why_unfixed``)."""
+        if not unfixed:
             return {**body, "state": "done"}
-        why = "; ".join(
-            f"{u} still does not answer after the reset (reboot the node)" for u in silent
-        )
-        return {**body, "state": "failed", "message": why}
+        return {**body, "state": "failed", "reason": UNFIXED_REASON, "message": "; ".join(unfixed)}
 
     # -- reboot ------------------------------------------------------------------------
 
@@ -593,6 +596,24 @@ class Repairs:
         fate = self.fates.get(g)
         if self.machines.dev_repair[g] and fate is not None:
             self.machines.count_event(g, SEVERITY[fate.kind], fate.action)
+
+
+def _why_unfixed(fate: Fate | None) -> str:
+    """Why the agent's look after a reset finds a device not fixed, in the real
+    agent's words where it has them (nodeagent/resetters.py): a device off the bus
+    (a ``reboot``-class fault, a lost device) does not answer; a failed row remap
+    is NVML's remapper; any other fault standing is the simulator's assumption that
+    the look sees it (the real agent reads NVML's recovery action for that)."""
+    if fate is None:
+        return "answers again but is not fixed"
+    if fate.action == "reboot" or fate.kind == "device_lost":
+        return "still does not answer after the reset (reboot the node)"
+    if fate.kind == "remap_failure":
+        return (
+            "answers again but is not fixed: its row remapping failed "
+            "(nvmlDeviceGetRemappedRows): return the GPU"
+        )
+    return f"answers again but is not fixed: its {fate.action}-class fault still stands"
 
 
 __all__ = [

@@ -27,6 +27,7 @@ SUMMARY_KEYS = (
     "time_to_remediate_seconds",
     "time_to_remediate_seconds_by_kind",
     "faults_closed_by",
+    "faults_closed_by_vendor",
     "time_to_healthy_capacity_seconds",
     "unhealthy_node_hours",
     "unhealthy_device_hours",
@@ -105,6 +106,10 @@ def summary_section(result: RunResult) -> dict[str, Any]:
             kind: _spread(values) for kind, values in sorted(s.remediation_by_kind.items())
         },
         "faults_closed_by": dict(s.closed_by),
+        "faults_closed_by_vendor": {
+            vendor: {by: n for by, n in counts.items() if n}
+            for vendor, counts in sorted(s.closed_by_vendor.items())
+        },
         "time_to_healthy_capacity_seconds": _spread(s.time_to_healthy),
         "unhealthy_node_hours": round(s.unhealthy_node_seconds / 3600.0, 3),
         "unhealthy_device_hours": round(s.unhealthy_device_seconds / 3600.0, 3),
@@ -199,7 +204,13 @@ def table(doc: dict[str, Any]) -> str:
             # A count that one run lacks is 0 there; a figure it lacks ("-") is
             # one it has nothing to measure for (no such fault hit a job).
             top = key.split(".", 1)[0]
-            counts = ("actions", "actions_by_outcome", "restarts_per_job", "faults_closed_by")
+            counts = (
+                "actions",
+                "actions_by_outcome",
+                "restarts_per_job",
+                "faults_closed_by",
+                "faults_closed_by_vendor",
+            )
             missing = 0 if top in counts else None
             for sub in subkeys:
                 add(f"{key}.{sub}", a.get(sub, missing), b.get(sub, missing))

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from accel_common.agentsupport import reset_unsupported
 from accel_common.names import (
     CAPI_REMEDIATE_MACHINE_ANNOTATION,
     REBOOT_REQUEST_ANNOTATION,
@@ -152,8 +153,8 @@ def test_a_reset_never_fixes_a_reboot_class_fault(tmp_path: Path, action: str) -
 
 def test_an_isolate_class_fault_stays_until_the_machine_is_replaced(tmp_path: Path) -> None:
     """A part to be returned (a row-remap failure): the reset and the reboot both run
-    and say done (the device answers), but the fault is still there after each;
-    only a new machine ends it."""
+    (the reset answers failed, unfixed: the fault is still there), and the fault
+    is still there after each; only a new machine ends it."""
     fleet = Fleet(_scenario(tmp_path, action="isolate"), FirstFit(), static_pools=False)
     seen: dict[str, Any] = {}
 
@@ -205,7 +206,7 @@ def test_a_reset_answers_as_the_agent_would_for_each_vendor(tmp_path: Path, vend
         return
     assert seen["status"]["state"] == "failed"
     assert seen["status"]["reason"] == "unsupported"
-    assert f"{vendor} devices are not supported; nothing was reset" in seen["status"]["message"]
+    assert f"{reset_unsupported(vendor)}; nothing was reset" == seen["status"]["message"]
     assert seen["state"] == FAULTY and fleet.dev_state[G] == FAULTY
     assert _summary(fleet)["faults_closed_by"]["open"] == 1
 
@@ -554,7 +555,10 @@ def test_a_remap_failure_stands_until_replacement_and_is_marked_for_return(
             2400: look,
         },
     )
-    assert _status(fleet, "p-0000", RESET_STATUS_ANNOTATION)["state"] == "done"
+    # The reset's look sees the failed remap, as the real agent's NVML look does.
+    reset = _status(fleet, "p-0000", RESET_STATUS_ANNOTATION)
+    assert (reset["state"], reset["reason"]) == ("failed", "unfixed")
+    assert "row remapping failed" in reset["message"]
     assert _status(fleet, "p-0000", REBOOT_STATUS_ANNOTATION)["state"] == "done"
     assert seen["failure"] == {"pending": 0.0, "failure": 1.0}
     # One event, and one more from the exporter that the reboot started afresh.
