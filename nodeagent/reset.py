@@ -44,13 +44,15 @@ Why it is built this way:
   a reset or more (``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``, the exporter's own
   reading of it: ``exporter.backends.nvidia.verdicts``). Such a failure carries
   ``"reason": "unfixed"``: the ladder's next step (a reboot) starts at once, on
-  the agent's evidence. A library that cannot say (a GPU before Ampere has no row
+  the agent's evidence. A reset whose own call failed answers ``failed`` with that
+  error (and what the look found) but without the reason: nothing says the reset
+  ran. A library that cannot say (a GPU before Ampere has no row
   remapper, a driver before the recovery-action field) is no evidence either way.
   An AMD GPU is looked at only for answering amdsmi again.
 * Which vendors, and how, is ``accel_common.agentsupport`` (the controller and the
   simulator read the same table): NVIDIA has no public NVML reset, so production
   runs ``nvidia-smi --gpu-reset`` (``NvidiaSmi``, bounded in time and output); AMD
-  uses ``amdsmi_reset_gpu``; ``RESETTERS`` holds one routine per declared
+  uses ``amdsmi_reset_gpu``; ``nodeagent.resetters.RESETTERS`` holds one routine per declared
   mechanism. Other vendors' devices (Intel's Level Zero, Gaudi, Ascend, TPU) are not
   supported: a request naming one, or one for every device of a node that has none
   this agent can reset, fails with ``"reason": "unsupported"``, and the
@@ -463,10 +465,10 @@ class ResetTask:
             return _status(req.id, "refused", uuids, f"not reset: {blocked}", ctx)
         errors = self._reset(group, req, ctx)
         self.inventory.scan(ctx)
-        unfixed = [] if errors else self._look(group, ctx)
+        unfixed = self._look(group, ctx)
         if errors or unfixed:
-            answer = _status(req.id, "failed", uuids, "; ".join(errors or unfixed), ctx)
-            if unfixed:
+            answer = _status(req.id, "failed", uuids, "; ".join(errors + unfixed), ctx)
+            if not errors:
                 # The reset ran and the device is not fixed: the ladder's next step
                 # (a reboot) starts at once, on this evidence.
                 answer["reason"] = UNFIXED_REASON
