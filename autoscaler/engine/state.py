@@ -64,7 +64,7 @@ TargetKey = tuple[str, Labels]
 
 # The outcome words of an act that changed nothing on the cluster: its hourly entry
 # is released (``void``, ``report``). ``failed``, ``partial`` and ``unknown`` stay
-# counted: each may have acted (docs/rules.md, "Limits").
+# counted: each may have acted (docs/rules.md, "Acts are what acted").
 NOTHING_DONE = frozenset({"skipped", "unsupported"})
 
 NoteKind = Literal["unknown", "skipped", "held", "dropped", "breaker", "exhausted", "isolated"]
