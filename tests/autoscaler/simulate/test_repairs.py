@@ -417,7 +417,8 @@ def test_the_ladder_escalates_to_reboot_then_replace(tmp_path: Path, rules: str)
         "replace_machine": 1,
     }
     assert s["faults_closed_by"]["replace"] == 1
-    # The move (done within minutes), the reset's 20m and the reboot's 30m, then
-    # the new machine's 30m.
-    assert 80 * 60 <= s["time_to_healthy_capacity_seconds"]["max"] < 2 * H
+    # The move (done within minutes), the reset's 3m (the agent answers failed,
+    # unfixed, and the reboot follows at once rather than after the reset step's
+    # 20m), the reboot's 30m, then the new machine's 30m.
+    assert 63 * 60 <= s["time_to_healthy_capacity_seconds"]["max"] < 75 * 60
     assert s["jobs_lost"] == 0
