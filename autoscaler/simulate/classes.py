@@ -24,7 +24,8 @@ A kind's class comes from the scenario (``faults.classes``: one class, or weight
 over the classes the kind allows; an event's own ``action``), else the kind's
 default (``DEFAULT``, documented in docs/simulator.md). Only the kinds that publish
 a fault event use their class; the others keep it for the record (``stall`` is an
-``app`` fault, but the simulated exporter sees nothing of it).
+``app`` fault, but the simulated exporter sees nothing of it; nor of a
+``collective_hang``, whose signature is in the utilization and link series).
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ ALLOWED: Final[dict[str, tuple[ActionClass, ...]]] = {
     "remap_pending": ("reset_when_idle",),
     "remap_failure": ("isolate",),
     "app": ("app",),
+    # A hung collective (an NCCL ring whose kernels spin): the job's own fault,
+    # restarted as a whole; the devices are fine.
+    "collective_hang": ("app",),
 }
 DEFAULT: Final[dict[str, ActionClass]] = {kind: allowed[0] for kind, allowed in ALLOWED.items()}
 # The kinds that publish a fault event, with its severity.

@@ -8,9 +8,13 @@ thinned where no node stands) or at set times. A fault on a device kills the job
 on it (a lost device, a node that goes down) or stalls it (a fatal fault, an
 uncorrected ECC burst, a hang, a stall): a stalled job holds its devices and makes
 no progress until something removes its pod; a pending remap leaves the job
-running. A node that goes down turns NotReady; its pods are deleted five minutes
-later (the default ``tolerationSeconds`` for unreachable nodes). Every fault has
-an action class (``classes.py``: the event's own, else drawn from the kind's
+running. A ``collective_hang`` (a hung NCCL ring) stalls the whole job on the
+device (every member of a gang) while its devices stay busy at the job's load and
+their device links fall silent, which is what a kernel spinning in a collective
+looks like; on a device no job holds it does nothing (there is no collective).
+A node that goes down turns NotReady; its pods are deleted five minutes later
+(the default ``tolerationSeconds`` for unreachable nodes). Every fault has an
+action class (``classes.py``: the event's own, else drawn from the kind's
 classes on a stream of its own, so that the faults fall where they would without
 classes), which the simulated exporter publishes as the fault event's ``action``
 label. What a fault needs to go away (time alone, or a repair of its class) and

@@ -12,13 +12,16 @@ would on a cluster. It models:
   last), all at once or not at all. Gangs wait in one FIFO queue per pool; a gang
   that does not fit lets smaller ones behind it try (backfill).
 - **Progress and checkpoints**: a gang progresses only while every member runs.
-  Every ``checkpointInterval`` of work it saves a checkpoint; the last
-  ``checkpointPause`` of each interval is the write, with every member's devices
-  idle together (``PAUSE_UTILIZATION``), and the checkpoint counts from its end
-  (when ``accel-fleet.io/last-checkpoint`` is written on the pods).
+  Every ``checkpointInterval`` of work it saves a checkpoint; the last pause of
+  each interval (``checkpoints.py``: ``checkpointPause``, fixed or drawn per
+  checkpoint) is the write, with every member's devices idle together
+  (``PAUSE_UTILIZATION``), and the checkpoint counts from its end (when a
+  declaring gang's pods get ``accel-fleet.io/last-checkpoint``).
 - **Stalls**: a fault on any member's device, a member's node going down, or a
-  drawn deadlock puts every member at 0 utilization; the gang holds its nodes and
-  makes no progress until its pods go.
+  drawn deadlock puts every member at 0 utilization; a ``collective_hang`` (a
+  hung NCCL ring) keeps every member busy at its load with its device links
+  silent. Either way the gang holds its nodes and makes no progress until its
+  pods go.
 - **JobSet** (``jobset.x-k8s.io/v1alpha2``): one child Job per member
   (``backoffLimit: 0``), labelled with the restart attempt. A member pod that is
   deleted, evicted or fails fails its child Job; the JobSet controller then
@@ -51,8 +54,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from accel_common.names import (
-    CHECKPOINT_INTERVAL_ANNOTATION,
-    CHECKPOINT_PAUSE_ANNOTATION,
     JOB_NAME_LABEL,
     JOBSET_GROUP,
     JOBSET_NAME_LABEL,
@@ -67,6 +68,7 @@ from accel_common.names import (
 from accel_common.names import LEGACY_JOB_NAME_LABEL as JOB_LABEL
 from autoscaler.kube.protocol import Obj
 from autoscaler.simulate.accounting import Accounting
+from autoscaler.simulate.checkpoints import Checkpoints
 from autoscaler.simulate.clock import SimClock
 from autoscaler.simulate.jobstate import (
     PAUSE_UTILIZATION,
@@ -76,15 +78,19 @@ from autoscaler.simulate.jobstate import (
     Member,
 )
 from autoscaler.simulate.kube import SimKube, timestamp
+from autoscaler.simulate.links import DeviceLinks
 from autoscaler.simulate.machines import BROKEN, FAULTY, LOST, OK, MachineSet, Slot
 from autoscaler.simulate.scenario import Scenario
 
 
 class JobHooks(Protocol):
     """What gangs share with the Job controller (``jobs.JobController``): the pod
-    template, the running set, checkpoints and the deadline clock."""
+    template, the running set, checkpoints, the devices' link load (``jobs.py``)
+    and the deadline clock."""
 
     running: set[str]
+    checkpoints: Checkpoints
+    links: DeviceLinks
 
     def labels(self, job: Job) -> dict[str, str]: ...
     def annotations(self, job: Job) -> dict[str, str]: ...
@@ -102,10 +108,8 @@ REPLICATED_JOB = "workers"
 # The JobSet controller reconciles a failed child Job a moment later: the other
 # deletions of the same pass arrive first, as they do on a cluster.
 RECONCILE_DELAY = 1.0
-
-
-def _duration(seconds: float) -> str:
-    return f"{int(seconds)}s"
+# How near (seconds of work) progress counts as at a milestone.
+WORK_EPSILON = 1e-3
 
 
 class GangController:
@@ -145,11 +149,10 @@ class GangController:
         g.kind = self.kind
         self.gangs[g.name] = g
         kind = KIND_LABEL[self.kind]
+        declared = self.jobs.checkpoints.declared_pause(g)
         for i in range(g.nodes):
             child = self._child_name(g, i) if self.kind == "jobset" else ""
-            g.members.append(
-                Member(i, g.namespace, g.name, kind, child, g.timeout, w.checkpoint_pause)
-            )
+            g.members.append(Member(i, g.namespace, g.name, kind, child, g.timeout, declared))
         template = {
             "metadata": {"annotations": self._annotations(g, None)},
             "spec": self.jobs.pod_spec(g, self.per_node(g)),
@@ -209,15 +212,8 @@ class GangController:
         return f"{g.name}-{REPLICATED_JOB}-{i}"
 
     def _annotations(self, g: Gang, saved: float | None) -> dict[str, str]:
-        w = self.scenario.workload
-        out = dict(self.jobs.annotations(g))
-        if w.checkpoint_interval > 0:
-            out[CHECKPOINT_INTERVAL_ANNOTATION] = _duration(w.checkpoint_interval)
-        if w.checkpoint_pause > 0:
-            out[CHECKPOINT_PAUSE_ANNOTATION] = _duration(w.checkpoint_pause)
-        if saved is not None:
-            out[LAST_CHECKPOINT_ANNOTATION] = timestamp(saved)
-        return out
+        stamp = None if saved is None else timestamp(saved)
+        return self.jobs.annotations(g) | self.jobs.checkpoints.annotations(g, stamp)
 
     def _create_all(self, g: Gang) -> None:
         """Every member's pod (and, for a JobSet, child Job) of the current attempt."""
@@ -374,6 +370,7 @@ class GangController:
         idx = np.array(m.devices)
         ms.dev_job[idx] = -1
         ms.dev_util[idx] = 0.0
+        self.jobs.links.quiet(idx)
         for gd in m.devices:
             state = ms.dev_state[gd]
             if state == BROKEN:
@@ -406,7 +403,7 @@ class GangController:
             self.scenario.workload.restart_overhead if g.attempts > 0 else 0.0
         )
         g.attempts += 1
-        g.stalled = False
+        g.stalled = g.hung = False
         g.version += 1
         self.jobs.running.add(g.name)
         if g.started is None:
@@ -421,6 +418,7 @@ class GangController:
             return
         busy = g.overhead_until > now
         self.machines.dev_util[idx] = RESTORE_UTILIZATION if busy else g.utilization
+        self.jobs.links.busy(idx)
         self._plan(g)
 
     def progress(self, g: Gang) -> float:
@@ -442,12 +440,14 @@ class GangController:
         target, what = g.total, "complete"
         if g.stall_at is not None and w < g.stall_at < target:
             target, what = g.stall_at, "stall"
-        w_spec = self.scenario.workload
-        ci, pause = w_spec.checkpoint_interval, w_spec.checkpoint_pause
+        ci = self.scenario.workload.checkpoint_interval
         if ci > 0:
-            boundary = (int(w / ci + 1e-9) + 1) * ci
+            # Work is reckoned from clock times near 1.7e9 s (a few 1e-7 s apart):
+            # a milestone's own point must not be planned again.
+            boundary = (int((w + WORK_EPSILON) / ci) + 1) * ci
+            pause = self.jobs.checkpoints.pause(g, boundary)
             start = boundary - pause
-            if pause > 0 and w < start - 1e-9 and start < target:
+            if pause > 0 and w < start - WORK_EPSILON and start < target:
                 target, what = start, "pause"
             elif boundary < target:
                 target, what = boundary, "saved"
@@ -470,7 +470,7 @@ class GangController:
             self.machines.dev_util[idx] = g.utilization
             g.saved_at = self.time.now
             stamp = timestamp(self.time.now)
-            for m in g.members:
+            for m in g.members if g.declares else ():
                 pod = self.kube.pods.get((g.namespace, m.pod or ""))
                 if pod is not None:
                     pod["metadata"]["annotations"][LAST_CHECKPOINT_ANNOTATION] = stamp
@@ -483,7 +483,8 @@ class GangController:
         self._plan(g)
 
     def stall(self, g: Gang, version: int, why: str) -> None:
-        """Every member stops (a member's fault, its node down, or a deadlock)."""
+        """Every member stops (a member's fault, its node down, or a deadlock); in
+        a hung collective every member's kernels spin: busy, links silent."""
         if g.version != version or g.state != "running" or g.stalled:
             return
         if why == "stall":
@@ -493,7 +494,10 @@ class GangController:
         g.stalled = True
         g.stalled_since = self.time.now
         g.version += 1
-        self.machines.dev_util[np.array(g.devices)] = 0.0
+        g.hung = why == "collective_hang"
+        idx = np.array(g.devices)
+        self.machines.dev_util[idx] = g.utilization if g.hung else 0.0
+        self.jobs.links.quiet(idx)
 
     def _stop(self, g: Gang) -> None:
         """The run ends (a member went): progress back to the checkpoint, and what
@@ -518,6 +522,7 @@ class GangController:
         g.restarts += 1
         g.state = "waiting"
         g.waiting_since = now
+        self.jobs.links.quiet(np.array(g.devices, dtype=np.int64))
         g.devices = ()
         self.jobs.running.discard(g.name)
         a.end_stuck(g.name, now)

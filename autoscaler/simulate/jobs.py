@@ -13,7 +13,9 @@ requeue and migrate pods). It models:
   every ``checkpointInterval`` of work; a job that stops (a fault kills it, it is
   evicted or requeued) resumes from its last checkpoint after
   ``restartOverhead``. A stalled job holds its devices and makes no progress
-  until something removes its pod.
+  until something removes its pod; a job hung in a collective
+  (``collective_hang``) holds them busy, its device links silent
+  (``links.py``).
 - **Job controller**: a Job whose pod was deleted, evicted or failed gets a new
   pod at once (failures count towards ``backoffLimit``; deletions and evictions
   do not, as with a ``podFailurePolicy`` that ignores disruptions). A suspended
@@ -48,10 +50,12 @@ from accel_common.names import LEGACY_JOB_NAME_LABEL as JOB_LABEL
 from autoscaler.kube.protocol import Obj
 from autoscaler.placement.catalogue import default_catalogue
 from autoscaler.simulate.accounting import Accounting
+from autoscaler.simulate.checkpoints import Checkpoints
 from autoscaler.simulate.clock import EPOCH, SimClock
 from autoscaler.simulate.gangs import GangController
 from autoscaler.simulate.jobstate import RESTORE_UTILIZATION, Gang, Job
 from autoscaler.simulate.kube import POOL_LABEL, SimKube
+from autoscaler.simulate.links import DeviceLinks
 from autoscaler.simulate.machines import BROKEN, OK, MachineSet
 from autoscaler.simulate.scenario import Scenario
 from autoscaler.simulate.scenario_workload import WorkloadSpec
@@ -108,6 +112,11 @@ class JobController:
         self._queues_dirty: set[tuple[str, ...]] = set()
         self._disrupted: dict[str, int] = {}  # namespace -> evicted, not yet running
         self._job_seq = 0
+        self.links = DeviceLinks(machines)  # what the link throughput series read
+        w = scenario.workload
+        seed = rng_job.bit_generator.seed_seq
+        assert isinstance(seed, np.random.SeedSequence)
+        self.checkpoints = Checkpoints(w.checkpoint_interval, w.checkpoint_pause, w.declares, seed)
         self.gangs = GangController(scenario, kube, time, machines, accounting, self, emit)
 
     def start(self) -> None:
@@ -188,7 +197,7 @@ class JobController:
         job.overhead_until = now + (
             self.scenario.workload.restart_overhead if job.attempts > 1 else 0.0
         )
-        job.stalled = False
+        job.stalled = job.hung = False
         job.version += 1
         self.stats.queue_wait.append(now - job.pod_created)
         if job.attempts > 1:
@@ -202,6 +211,7 @@ class JobController:
         idx = np.array(g)
         m.dev_job[idx] = job.index
         m.dev_util[idx] = RESTORE_UTILIZATION if job.overhead_until > now else job.utilization
+        self.links.busy(idx)
         self.accounting.hold(pool.name, job.size)
         self.running.add(job.name)
         if job.overhead_until > now:
@@ -296,6 +306,7 @@ class JobController:
             or w.eligible == "pool"
             or (w.eligible == "list" and pool not in w.eligible_pools),
         )
+        self.checkpoints.draw_declares(job)
         self.jobs[job.name] = job
         self.job_by_index.append(job)
         self.stats.submitted += 1
@@ -472,7 +483,8 @@ class JobController:
 
     def stall(self, job: Job, version: int, why: str) -> None:
         """The job stops making progress but holds its devices (a deadlock, or a
-        fault of kind ``why``), if ``version`` is still its current run."""
+        fault of kind ``why``: in a hung collective its kernels spin, busy with
+        silent links), if ``version`` is still its current run."""
         if isinstance(job, Gang):
             self.gangs.stall(job, version, why)
             return
@@ -484,7 +496,10 @@ class JobController:
         job.mark = self.time.now
         job.stalled = True
         job.version += 1
-        self.machines.dev_util[np.array(job.devices)] = 0.0
+        job.hung = why == "collective_hang"
+        idx = np.array(job.devices)
+        self.machines.dev_util[idx] = job.utilization if job.hung else 0.0
+        self.links.quiet(idx)
 
     def _complete(self, job: Job, version: int) -> None:
         if job.version != version or job.state != "running":
@@ -516,6 +531,7 @@ class JobController:
         idx = np.array(job.devices)
         m.dev_job[idx] = -1
         m.dev_util[idx] = 0.0
+        self.links.quiet(idx)
         slot = m.slots[job.slot]
         for g in job.devices:
             d = g - slot.base

@@ -54,6 +54,9 @@ class Job:
     version: int = 0
     fault_at: float | None = None
     disrupted: bool = False  # evicted; counts against its namespace's PDB until it runs
+    declares: bool = False  # its pods carry the checkpoint annotations (checkpoints.py)
+    # Hung in a collective (a ``collective_hang`` fault): stalled, its devices busy.
+    hung: bool = False
 
 
 # Utilization while a gang writes a checkpoint: every member idle together, at most
@@ -98,6 +101,10 @@ class Gang(Job):
     waiting_since: float | None = None  # a restart began; until every member is bound
     run_started: float = 0.0
     saved_at: float | None = None  # when it last saved a checkpoint
+    # The pause before the checkpoint at a work boundary, once drawn: (boundary,
+    # seconds); and every pause drawn, in order (checkpoints.py).
+    pause_for: tuple[float, float] | None = None
+    pauses: list[float] = field(default_factory=list)
 
 
 __all__ = ["PAUSE_UTILIZATION", "RESTORE_UTILIZATION", "Gang", "Job", "Member"]

@@ -105,7 +105,7 @@ REPORT_INTERVAL = 300.0
 # How often the agent looks again at a request it could not carry out yet.
 AGENT_INTERVAL = 30.0
 # Fault kinds that leave the node's devices healthy: no incident.
-NO_INCIDENT = frozenset({"stall", "app"})
+NO_INCIDENT = frozenset({"stall", "app", "collective_hang"})
 # Fault kinds that, with ``repairs``, stay until a repair of their class fixes them
 # (a pending remap always waits for a reset: nothing else applies it).
 NEEDS_REPAIR = frozenset({"fatal", "device_lost", "remap_pending", "remap_failure"})

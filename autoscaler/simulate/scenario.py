@@ -133,6 +133,7 @@ FAULT_KINDS = (
     "remap_pending",
     "remap_failure",
     "app",
+    "collective_hang",
 )
 
 

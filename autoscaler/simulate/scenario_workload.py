@@ -17,10 +17,14 @@ runs them under, as real training fleets do: ``jobset`` (a
 jobs stay one-pod batch Jobs. ``initialJobs``: that many jobs are submitted at the
 start (drawn like the others), so that a short scenario starts with a busy fleet.
 ``checkpointPause``: how long each checkpoint write idles a gang's devices (the
-realistic confounder for stall detection); the pause is the last part of each
+realistic confounder for stall detection): a duration (every pause), or
+``{median: 2m, sigma: 0.5}`` (each pause drawn from a lognormal, as storage load
+makes real writes vary; ``checkpoints.py``); the pause is the last part of each
 ``checkpointInterval`` and counts as the job's own work once the checkpoint is
-saved at its end. ``backoffLimit`` is also the JobSet's
-``failurePolicy.maxRestarts`` and the PyTorchJob's ``runPolicy.backoffLimit``.
+saved at its end. ``declares``: the share of jobs whose pods carry the checkpoint
+annotations (default 0: no training framework writes them by itself).
+``backoffLimit`` is also the JobSet's ``failurePolicy.maxRestarts`` and the
+PyTorchJob's ``runPolicy.backoffLimit``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from yaml.nodes import Node, ScalarNode, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from accel_common.names import VENDOR_RESOURCE
 from accel_common.suggest import did_you_mean
@@ -64,6 +68,11 @@ DISTRIBUTIONS = ("lognormal", "exponential", "fixed")
 MAX_INITIAL_JOBS = 10_000
 # ``gangKind``: the owner object of a gang job.
 GANG_KINDS = ("jobset", "pytorchjob")
+# A checkpoint pause longer than this is a typo, not a storage system.
+MAX_PAUSE = 3600.0
+# The widest spread of the pauses: at sigma 2 the 99th percentile is already about
+# 100 times the median.
+MAX_PAUSE_SIGMA = 2.0
 
 
 class ScenarioReader(Reader):
@@ -110,6 +119,15 @@ class DurationSpec:
 
 
 @dataclass(frozen=True)
+class PauseSpec:
+    """``checkpointPause``: the median pause and the lognormal spread of the pauses
+    around it (``sigma`` 0: every pause is ``median``; ``median`` 0: no pause)."""
+
+    median: float = 0.0
+    sigma: float = 0.0
+
+
+@dataclass(frozen=True)
 class SwingSpec:
     """Arrival rate x (1 + amplitude x sin(2 pi t / period)): a day's load curve."""
 
@@ -144,8 +162,10 @@ class WorkloadSpec:
     # The owner object of gang jobs ("jobset" | "pytorchjob"); None: no gangs, every
     # job fits one node.
     gang_kind: str | None = None
-    # How long one checkpoint write idles a gang's devices (0: no pause).
-    checkpoint_pause: float = 0.0
+    # How long one checkpoint write idles a gang's devices (median 0: no pause).
+    checkpoint_pause: PauseSpec = PauseSpec()
+    # The share of jobs whose pods declare their checkpoints (the annotations).
+    declares: float = 0.0
     # Jobs already submitted when the scenario starts (a fleet that starts busy).
     initial_jobs: int = 0
 
@@ -170,6 +190,7 @@ WORKLOAD_KEYS = (
     "gangKind",
     "checkpointPause",
     "initialJobs",
+    "declares",
 )
 
 
@@ -194,12 +215,12 @@ def read_workload(
         eligible, listed = _eligible(r, m["eligiblePools"], specs)
     precision = r.get(m, "precision", lambda n, w: r.choice(n, w, PRECISIONS), DEFAULT_PRECISION)
     gang_kind = r.get(m, "gangKind", lambda n, w: r.choice(n, w, GANG_KINDS), None)
-    pause = r.get(m, "checkpointPause", r.duration, 0.0)
+    pause = r.get(m, "checkpointPause", lambda n, w: _pause(r, n), PauseSpec())
     interval = r.get(m, "checkpointInterval", r.duration, 1800.0)
-    if pause > 0 and pause >= interval:
+    if pause.median > 0 and pause.median >= interval:
         r.problem(
             m["checkpointPause"],
-            f"checkpointPause ({pause:g}s) must be shorter than checkpointInterval "
+            f"checkpointPause ({pause.median:g}s) must be shorter than checkpointInterval "
             f"({interval:g}s): the pause is the end of each interval",
         )
     if duration is None:
@@ -225,7 +246,31 @@ def read_workload(
         gang_kind=gang_kind,
         checkpoint_pause=pause,
         initial_jobs=r.get(m, "initialJobs", lambda n, w: r.bounded(n, w, 0, MAX_INITIAL_JOBS), 0),
+        declares=r.get(m, "declares", lambda n, w: r.number(n, w, 0.0, 1.0), 0.0),
     )
+
+
+def _pause(r: ScenarioReader, node: Node) -> PauseSpec | None:
+    """``checkpointPause``: a duration, or ``{median: DURATION, sigma: NUMBER}``."""
+    if not isinstance(node, (MappingNode, ScalarNode)):
+        r.problem(node, "checkpointPause must be a duration or {median: 2m, sigma: 0.5}")
+        return None
+    if isinstance(node, ScalarNode):
+        fixed = r.duration(node, "checkpointPause", maximum=MAX_PAUSE)
+        return None if fixed is None else PauseSpec(fixed, 0.0)
+    what = "checkpointPause (a duration, or {median: 2m, sigma: 0.5})"
+    m = r.fields(node, what, ("median", "sigma"), required=("median", "sigma"))
+    if m is None:
+        return None
+    median: float | None = None
+    sigma: float | None = None
+    if "median" in m:
+        median = r.duration(m["median"], "checkpointPause.median", minimum=1.0, maximum=MAX_PAUSE)
+    if "sigma" in m:
+        sigma = r.number(m["sigma"], "checkpointPause.sigma", 0.0, MAX_PAUSE_SIGMA)
+    if median is None or sigma is None:
+        return None
+    return PauseSpec(median, sigma)
 
 
 def _sizes(r: ScenarioReader, node: Node) -> list[tuple[int, float]]:
@@ -357,9 +402,12 @@ __all__ = [
     "DISTRIBUTIONS",
     "ELIGIBILITY",
     "GANG_KINDS",
+    "MAX_PAUSE",
+    "MAX_PAUSE_SIGMA",
     "WORKLOAD_KEYS",
     "Conv",
     "DurationSpec",
+    "PauseSpec",
     "PoolSpec",
     "ScenarioReader",
     "SwingSpec",

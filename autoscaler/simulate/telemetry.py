@@ -19,7 +19,10 @@ as the ``sim`` backend's wave has, and a stalled job's devices read exactly 0; a
 lost device reads ``accel_up 0`` and its fault events (its loss is one, class
 ``reboot``), nothing else; ``accel_remapped_rows{type="pending"}`` is 1 while a
 remap waits for a reset, ``{type="failure"}`` after a row could not be remapped;
-``accel_device_pod_info`` names the pod holding a device. A node that is down (or
+``accel_device_pod_info`` names the pod holding a device;
+``accel_link_throughput_bytes_per_second`` follows the job's load over its device
+links (``links.py``: none for a one-device job, 0 while it is hung in a collective
+though its utilization stays up). A node that is down (or
 deleted) is a failed scrape: its series get stale markers, as Prometheus writes
 them.
 
@@ -47,6 +50,7 @@ from autoscaler.promql.matchers import Matcher
 from autoscaler.promql.store import SeriesStore
 from autoscaler.simulate.fleet import Fleet
 from autoscaler.simulate.jobstate import Job, Member
+from autoscaler.simulate.links import LINK_BYTES_PER_SECOND
 from autoscaler.simulate.machines import OK, Slot
 from autoscaler.simulate.scenario import device_name
 from exporter import schema
@@ -68,10 +72,14 @@ DEVICE_SERIES: Series = (
     # row that could not be remapped (``remap_failure``): 1 until replacement.
     (schema.REMAPPED_ROWS.name, (("type", "pending"),)),
     (schema.REMAPPED_ROWS.name, (("type", "failure"),)),
+    # Device-link traffic (links.py), on NVIDIA and AMD devices only (the vendors
+    # whose backends publish it): one link per device, which carries here what
+    # each of its links carries (a ring spreads its traffic over them evenly).
+    (schema.LINK_THROUGHPUT.name, (("link", "0"), ("direction", "rx"))),
+    (schema.LINK_THROUGHPUT.name, (("link", "0"), ("direction", "tx"))),
 )
-UP, UTIL, ECC_CORRECTED, ECC_UNCORRECTED, IDENTITY, REMAP_PENDING, REMAP_FAILURE = range(
-    len(DEVICE_SERIES)
-)
+UP, UTIL, ECC_CORRECTED, ECC_UNCORRECTED, IDENTITY, REMAP_PENDING, REMAP_FAILURE = range(7)
+LINK_RX, LINK_TX = 7, 8
 EVENTS = len(DEVICE_SERIES)  # the first fault-event series
 _PENDING = ACTION_CLASSES.index("reset_when_idle")
 JITTER = 0.04
@@ -197,8 +205,9 @@ class Telemetry:
                 "uuid": uuid_of(slot.node, dev),
                 "node": slot.node,
             }
+            linked = LINK_BYTES_PER_SECOND.get(pool.vendor, 0.0) > 0
             for k, (name, extra) in enumerate(self.series):
-                if self.series_on[k]:
+                if self.series_on[k] and (linked or k not in (LINK_RX, LINK_TX)):
                     more = {"model": pool.model} if k == IDENTITY else dict(extra)
                     self.refs[k, r.start + i] = self.store.ref({"__name__": name, **base, **more})
         self.scraped[r] = True
@@ -317,6 +326,11 @@ class Telemetry:
         values[IDENTITY] = np.ones(answering.size)
         values[REMAP_PENDING] = (fleet.dev_class[answering] == _PENDING).astype(np.float64)
         values[REMAP_FAILURE] = fleet.dev_remap_failed[answering].astype(np.float64)
+        if self.series_on[LINK_RX] or self.series_on[LINK_TX]:
+            # In proportion to the reported load of a job that talks over its links.
+            util = values[UTIL] if values[UTIL] is not None else fleet.dev_util[answering]
+            link = util * fleet.job_controller.links.now[answering]
+            values[LINK_RX] = values[LINK_TX] = link
         for k in range(EVENTS, len(self.series)):
             if self.series_on[k]:
                 values[k] = fleet.dev_events[k - EVENTS, live]
@@ -329,9 +343,14 @@ class Telemetry:
             # A device that stopped answering exposes accel_up and its fault events
             # (its loss is one: code "lost"), nothing else.
             rows = live if k == UP or k >= EVENTS else answering
+            if k in (LINK_RX, LINK_TX):  # no such series on a vendor without links
+                has = self.refs[k, rows] >= 0
+                rows, v, gone = rows[has], v[has], lost[self.refs[k, lost] >= 0]
+            else:
+                gone = lost
             store.append(self.refs[k, rows], t, v)
-            if k != UP and k < EVENTS and lost.size:
-                store.append_stale(self.refs[k, lost], t)
+            if k != UP and k < EVENTS and gone.size:
+                store.append_stale(self.refs[k, gone], t)
         if self.pod_info_on:
             held = self.dev_pod_ref[answering]
             held = held[held >= 0]
