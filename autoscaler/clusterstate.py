@@ -57,12 +57,13 @@ What the series mean, and the simplifications chosen:
   pod's request of every device resource it asks for (``allocatable``, plus the
   devices of its ResourceSlices when the controller reads DRA: a pod's claims and a
   node's slices count under the DRA driver's name, ``autoscaler/pools/capacity.py``),
-  or when
-  the pool's declared shape (its capacity annotations) would: that is how a pool at
-  0 nodes is scaled from zero. Taints and free capacity of registered nodes are
-  not weighed (the pod is pending because the nodes are full); a declared shape's
-  taints are, against the pod's tolerations. Pending means ``phase: Pending`` with
-  no ``spec.nodeName``, not being deleted and without scheduling gates.
+  or when the pool's declared shape (its capacity annotations, with the
+  ``kubernetes.io/os`` and ``kubernetes.io/arch`` labels every node has:
+  ``capacity.template_labels``) would: that is how a pool at 0 nodes is scaled
+  from zero. Taints and free capacity of registered nodes are not weighed (the pod
+  is pending because the nodes are full); a declared shape's taints are, against
+  the pod's tolerations. Pending means ``phase: Pending`` with no
+  ``spec.nodeName``, not being deleted and without scheduling gates.
 - ``accel_pool_pending_device_requests`` has a series, 0 or more, for every device
   resource that a pool's nodes or its declared shape offer, so ``== 0`` means
   "nothing waits".

@@ -32,6 +32,14 @@ ResourceSlices; counted under the driver's name, as the controller counts every 
 device, so that only claims fit them), ``labels`` (``k1=v1,k2=v2``) and
 ``taints`` (``k1=v1:NoSchedule,k2:NoExecute``). ``cpu`` and ``memory`` are not
 weighed: the pool series count devices, as they do for registered nodes.
+
+A node the pool would add also has the labels every node has, which the
+cluster-autoscaler gives its template node (``buildGenericLabels`` of its Cluster
+API provider): ``kubernetes.io/os=linux`` and ``kubernetes.io/arch=amd64``, unless
+the ``labels`` annotation says otherwise (an Arm pool: ``kubernetes.io/arch=arm64``).
+Without them a pending pod that selects ``kubernetes.io/os: linux``, as many charts
+write, would fit no pool at 0 nodes, and the pool would never grow
+(``template_labels``).
 """
 
 from __future__ import annotations
@@ -59,6 +67,11 @@ from autoscaler.kube.protocol import Obj
 from autoscaler.pools.base import NodeShape, Pool
 
 log = logging.getLogger(__name__)
+
+# The labels every new node has, the cluster-autoscaler's defaults for a template
+# node (its Cluster API provider's buildGenericLabels; the hostname aside, which no
+# pod can select before the node exists).
+GENERIC_LABELS: Mapping[str, str] = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
 
 # How long a node that should have devices may go without allocatable ones and
 # still count as capacity on its way (seconds from its creation).
@@ -291,6 +304,12 @@ def read_shape(obj: Obj) -> NodeShape | None:
     )
 
 
+def template_labels(shape: NodeShape) -> dict[str, str]:
+    """The labels a node of ``shape`` will have: ``GENERIC_LABELS``, overridden by
+    what its capacity annotations declare."""
+    return {**GENERIC_LABELS, **shape.labels}
+
+
 def tolerated(pod_spec: Obj, taints: Sequence[tuple[str, str, str]]) -> bool:
     """Whether the pod tolerates every NoSchedule and NoExecute taint (the
     scheduler's rule; PreferNoSchedule does not keep a pod off)."""
@@ -313,6 +332,7 @@ def _tolerates(t: Mapping[str, Any], key: str, value: str, effect: str) -> bool:
 
 __all__ = [
     "DEVICE_WAIT",
+    "GENERIC_LABELS",
     "DraView",
     "Readiness",
     "created",
@@ -321,5 +341,6 @@ __all__ = [
     "node_ready",
     "read_shape",
     "readiness",
+    "template_labels",
     "tolerated",
 ]

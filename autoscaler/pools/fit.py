@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from autoscaler.kube.protocol import Obj
 from autoscaler.pools.base import NodeShape
-from autoscaler.pools.capacity import DraView, node_devices, tolerated
+from autoscaler.pools.capacity import DraView, node_devices, template_labels, tolerated
 
 
 def expression_holds(expr: Obj, labels: Mapping[str, str]) -> bool:
@@ -86,7 +86,7 @@ def node_offer(node: Obj, dra: DraView | None) -> NodeOffer:
 
 
 def shape_offer(shape: NodeShape) -> NodeOffer:
-    return NodeOffer("", shape.labels, shape.devices, shape.taints)
+    return NodeOffer("", template_labels(shape), shape.devices, shape.taints)
 
 
 def pending(pod: Obj) -> bool:

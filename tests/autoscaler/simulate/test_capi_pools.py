@@ -357,6 +357,66 @@ async def test_collect_attributes_a_pending_pod_to_the_zero_node_pool_through_th
     assert await _fires(kube, now) == {"h100"}
 
 
+def _pod(name: str, selector: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "nodeSelector": selector,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                }
+            ],
+            **spec,
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+async def test_a_pool_at_zero_offers_the_os_and_arch_labels_every_node_has(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    """A node the pool would add is linux/amd64, as the cluster-autoscaler's template
+    node is, unless the labels annotation says otherwise: a pod that selects
+    ``kubernetes.io/os: linux`` (as many charts write) waits on the pool at 0 nodes
+    and makes it grow; one for arm64 waits on the pool declared arm64."""
+    base = {"cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "0"}
+    base["cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"] = "4"
+    for name, labels in (
+        ("h100", "accel-fleet.io/pool=h100"),
+        ("gh200", "accel-fleet.io/pool=gh200,kubernetes.io/arch=arm64"),
+    ):
+        notes = {**base, CAPI_CAPACITY_GPU_COUNT: "8", CAPI_CAPACITY_LABELS: labels}
+        api.add(
+            {
+                "apiVersion": "cluster.x-k8s.io/v1beta1",
+                "kind": "MachineDeployment",
+                "metadata": {"name": name, "namespace": NS, "annotations": notes},
+                "spec": {"clusterName": "c1", "replicas": 0},
+            }
+        )
+    api.add(_pod("linux", {"kubernetes.io/os": "linux", POOL_LABEL: "h100"}))
+    amd64 = {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [amd64]}]
+            }
+        }
+    }
+    api.add(_pod("amd64", {POOL_LABEL: "h100"}, affinity=affinity))
+    api.add(_pod("arm", {"kubernetes.io/arch": "arm64"}))
+    api.add(_pod("windows", {"kubernetes.io/os": "windows"}))
+    now = time.time()
+    rows = await cs.collect(kube, ClusterAPIProvider(kube, NS), now)
+    assert _pending(rows) == {"h100": 16.0, "gh200": 8.0}
+    assert await _fires(kube, now) == {"h100", "gh200"}
+
+
 # -- scenarios refused ---------------------------------------------------------------
 
 REFUSED = """\
