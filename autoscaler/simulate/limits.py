@@ -7,8 +7,14 @@ scenario reader holds the work a scenario asks for against ``WorkLimits``:
 
 * **devices**: what its pools may reach, ``max(initial, max) x devicesPerNode``,
   per pool and in all; every device is state in the fleet and series in the store;
-* **evaluations**: ``duration`` over the scrape interval (the evaluation interval
-  unless scrapes are more frequent): each is a scrape of every device and a cycle;
+* **evaluations**: ``duration`` over each interval at which something passes over
+  the whole fleet: the controller's ``evaluationInterval`` (a cycle), and the
+  telemetry's ``pollInterval``, ``scrapeInterval`` and ``ruleInterval``
+  (``pipeline.py``: a scrape of every device, Prometheus's alerting rules over
+  them); each is held against the limit on its own, at its own line. Polls are
+  not simulated one by one (a scrape looks up the poll it returns), but polls that
+  outnumber the limit are refused alike: a ``pollInterval`` of 1ms over a week is
+  a typo;
 * **jobs**: ``arrivalsPerHour x duration``, the jobs it expects, each kept for the
   summary;
 * **faults**: the random fault rates x devices x duration.
@@ -102,14 +108,24 @@ def bounded(r: Reader, node: Node, what: str, low: int, high: int) -> int | None
 
 
 @dataclass(frozen=True)
+class Pass:
+    """An interval at which the simulation passes over the whole fleet (the
+    controller's evaluations, the exporters' polls, Prometheus's scrapes and rule
+    evaluations): its key as the scenario spells it, its length, and the value node
+    that set it (None: a default, reported at ``duration``)."""
+
+    name: str
+    interval: float
+    node: Node | None
+
+
+@dataclass(frozen=True)
 class Work:
-    """What a scenario asks for, as read: its duration and scrape interval (and
-    whether that is the evaluation interval), each pool's devices at its largest,
-    and its arrivals per hour."""
+    """What a scenario asks for, as read: its duration, the passes over the fleet
+    it asks for, each pool's devices at its largest, and its arrivals per hour."""
 
     duration: float
-    scrape: float
-    scrape_is_evaluation: bool
+    passes: Sequence[Pass]
     pool_devices: Sequence[int]
     arrivals_per_hour: float
 
@@ -125,15 +141,17 @@ def check_work(
     False when one is over (a pool over the device limit alone is reported at the
     pool, by the reader of pools). ``spec``: the spec's entries, for positions."""
     ok = max(work.pool_devices, default=0) <= limits.devices
-    interval = "evaluationInterval" if work.scrape_is_evaluation else "scrapeInterval"
     asks = [
         Ask(
-            spec.get("duration", at),
-            f"duration / {interval} ({hours(work.duration)} every {work.scrape:g}s)",
-            work.duration / work.scrape,
+            p.node if p.node is not None else spec.get("duration", at),
+            f"duration / {p.name} ({hours(work.duration)} every {p.interval:g}s)",
+            work.duration / p.interval,
             "evaluations",
-            f"shorten duration or lengthen {interval}",
-        ),
+            f"shorten duration or lengthen {p.name}",
+        )
+        for p in work.passes
+    ]
+    asks += [
         Ask(
             _child(spec.get("workload", at), "arrivalsPerHour"),
             f"arrivalsPerHour x duration ({work.arrivals_per_hour:g} x {hours(work.duration)})",

@@ -15,11 +15,17 @@ history the store keeps are built by ``autoscaler/wiring.py``, the builder the
 controller uses too. What the simulator plugs into the cycle is its own:
 
 - the source (``SimSource``): the store is filled from the simulation
-  (``telemetry.py``) rather than from HTTP scrapes, and answered by the same
-  in-memory source class as ``--source scrape`` (``sources/store.py``), in this
-  thread;
+  (``telemetry.py``) rather than from HTTP scrapes, at the times the telemetry
+  pipeline would deliver each sample (``pipeline.py``: the exporter's poll,
+  Prometheus's scrape or the controller's own, the cluster state read at each
+  evaluation), and answered by the same in-memory source class as ``--source
+  scrape`` (``sources/store.py``), in this thread;
+- the alerts (``alerting.py``, with ``telemetry.source: alertmanager``):
+  Prometheus's alerting rules and Alertmanager's grouping, sending into the
+  controller's own ``AlertReceiver``;
 - the nodes the breaker counts (``fleet_cluster``): those whose exporter
-  answered this cycle's scrape, where the controller asks ``NODES_QUERY``.
+  answered the latest scrape the evaluation can read, where the controller asks
+  ``NODES_QUERY``.
 
 The baseline (``--baseline none``) is the same fleet, the same jobs and the same
 faults (every random stream is seeded from the scenario's seed, separately for
@@ -34,6 +40,7 @@ import logging
 import multiprocessing
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 
 import promql_parser as pp
@@ -48,9 +55,11 @@ from autoscaler.promql.guard import parse
 from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.loader import load_ruleset
 from autoscaler.ruleset.model import RuleSet
+from autoscaler.simulate.alerting import AlertPath, AlertRule, load_alert_rules
 from autoscaler.simulate.clock import EPOCH
 from autoscaler.simulate.fleet import Fleet
 from autoscaler.simulate.machines import CAPI_NAMESPACE
+from autoscaler.simulate.pipeline import Phases, Pipeline, every
 from autoscaler.simulate.results import Progress, RunResult
 from autoscaler.simulate.scenario import Scenario
 from autoscaler.simulate.schedulers import SCHEDULERS
@@ -65,10 +74,11 @@ RETENTION_FLOOR = 7200.0
 
 
 class SimSource(StoreSource):
-    """The controller's ``Source`` over the simulation: ``refresh`` is one scrape of
-    the fleet into the store (when scrapes follow the evaluations, as with
-    ``--source scrape``), and queries are answered as every in-memory source
-    answers them (``sources/store.py``).
+    """The controller's ``Source`` over the simulation: the pipeline
+    (``pipeline.py``) fills the store, ``refresh`` says whether the source is up
+    (Prometheus always; with ``source: scrape``, while any exporter answers, as the
+    scrape source is), and queries are answered as every in-memory source answers
+    them (``sources/store.py``).
 
     The store keeps at least ``RETENTION_FLOOR`` of history: it trims all its
     series every quarter of the retention, and with thousands of pods a day coming
@@ -77,26 +87,25 @@ class SimSource(StoreSource):
 
     name = "sim"
 
-    def __init__(self, telemetry: Telemetry, *, scrape: bool = True) -> None:
+    def __init__(self, telemetry: Telemetry, *, scrapes_itself: bool = False) -> None:
         super().__init__(telemetry.store, retention_floor=RETENTION_FLOOR)
         self.telemetry = telemetry
-        self.scrapes = scrape
+        self.scrapes_itself = scrapes_itself
 
     async def refresh(self, at: float) -> bool:
-        if self.scrapes:
-            self.telemetry.scrape(at)
-        return bool(self.telemetry.scraped.any())
+        return bool(self.telemetry.scraped.any()) if self.scrapes_itself else True
 
 
-def fleet_cluster(fleet: Fleet) -> ClusterView:
-    """The nodes the breaker counts: those whose exporter answered this cycle's
-    scrape, and their registration times (a scale-up's grace) as written into
-    ``metadata.creationTimestamp``. The controller asks ``NODES_QUERY`` and reads
-    every Node for the same two facts (``engine/cycle.py``); the fleet knows them
-    without a query and a parse of every Node."""
+def fleet_cluster(fleet: Fleet, pipeline: Pipeline) -> ClusterView:
+    """The nodes the breaker counts: those whose exporter answered the latest
+    scrape the evaluation can read, and their registration times (a scale-up's
+    grace) as written into ``metadata.creationTimestamp``. The controller asks
+    ``NODES_QUERY`` and reads every Node for the same two facts
+    (``engine/cycle.py``); the pipeline and the fleet know them without a query
+    and a parse of every Node."""
 
     async def view(now: float) -> ClusterInfo:
-        nodes = fleet.scraped_nodes()
+        nodes = pipeline.nodes(now)
         recent = fleet.registered_since(now - 3600.0)
         return ClusterInfo(nodes=nodes, recently_added=recent)
 
@@ -114,28 +123,39 @@ EVENT_FUNCTIONS = frozenset(
 )
 
 
-def shortest_window(ruleset: RuleSet) -> tuple[float, str] | None:
-    """The shortest range (``[5m]``) that counts events (``EVENT_FUNCTIONS``, or a
-    subquery) in the rules' expressions, and its rule."""
+def event_ranges(expr: str) -> list[float]:
+    """The ranges (``[5m]``) in ``expr`` that count events (``EVENT_FUNCTIONS``, or
+    a subquery), in seconds."""
+    ranges: list[float] = []
+
+    def visit(node: pp.Expr) -> bool:
+        if isinstance(node, pp.Call) and node.func.name in EVENT_FUNCTIONS:
+            for arg in node.args:
+                if isinstance(arg, pp.MatrixSelector) and arg.range:
+                    ranges.append(arg.range.total_seconds())
+        elif isinstance(node, pp.SubqueryExpr) and node.range:
+            ranges.append(node.range.total_seconds())
+        return True
+
+    pp.walk(parse(expr), visit)
+    return ranges
+
+
+def shortest(named: Iterable[tuple[str, str]]) -> tuple[float, str] | None:
+    """The shortest event-counting range over ``(name, expression)`` pairs, and
+    the name of the expression that has it."""
     best: tuple[float, str] | None = None
-    for rule in ruleset.rules:
-        for expr in rule.expressions():
-            ranges: list[float] = []
-
-            def visit(node: pp.Expr, ranges: list[float] = ranges) -> bool:
-                if isinstance(node, pp.Call) and node.func.name in EVENT_FUNCTIONS:
-                    for arg in node.args:
-                        if isinstance(arg, pp.MatrixSelector) and arg.range:
-                            ranges.append(arg.range.total_seconds())
-                elif isinstance(node, pp.SubqueryExpr) and node.range:
-                    ranges.append(node.range.total_seconds())
-                return True
-
-            pp.walk(parse(expr), visit)
-            for r in ranges:
-                if best is None or r < best[0]:
-                    best = (r, rule.name)
+    for name, expr in named:
+        for r in event_ranges(expr):
+            if best is None or r < best[0]:
+                best = (r, name)
     return best
+
+
+def shortest_window(ruleset: RuleSet) -> tuple[float, str] | None:
+    """The shortest range (``[5m]``) that counts events in the rules' expressions,
+    and its rule."""
+    return shortest((rule.name, e) for rule in ruleset.rules for e in rule.expressions())
 
 
 # What the actions themselves ask the source (``ctx.query``): the store must hold
@@ -161,23 +181,45 @@ class IntervalError(ValueError):
     """The scenario's intervals and the rules' windows do not fit together."""
 
 
-def check_intervals(scenario: Scenario, ruleset: RuleSet) -> None:
-    """Refuses intervals that would make the rules blind: evaluations further apart
-    than a rule's window leave gaps no window covers (a fault counted in one is
-    never seen), and a window needs two scrapes for ``increase``."""
-    shortest = shortest_window(ruleset)
-    if shortest is None:
-        return
-    window, rule = shortest
-    for key, value in (
-        ("evaluationInterval", scenario.evaluation_interval),
-        ("scrapeInterval", scenario.scrape_interval),
-    ):
-        if value > window:
+def check_intervals(
+    scenario: Scenario, ruleset: RuleSet, alert_rules: tuple[AlertRule, ...] = ()
+) -> None:
+    """Refuses intervals that would make the rules blind. A counter's rise shows
+    between two consecutive samples, and ``increase`` sees it only in a window that
+    holds both: with samples at each evaluation (``source: scrape``) evaluations
+    further apart than the window leave gaps no window covers; with Prometheus's
+    scrapes on their own phase, a window must also hold the scrape before the rise,
+    so an evaluation and a scrape interval together must fit in it (Prometheus's
+    rule evaluations likewise, for the alerting rules)."""
+    t = scenario.telemetry
+    found = shortest_window(ruleset)
+    if found is not None:
+        window, rule = found
+        e = scenario.evaluation_interval
+        if e > window:
             raise IntervalError(
-                f"{scenario.source}: {key} {value:g}s is longer than the {window:g}s window "
-                f"of rule {rule!r}: what happens between two of its windows would never be "
-                f"seen; use {window:g}s or less"
+                f"{scenario.source}: evaluationInterval {e:g}s is longer than the "
+                f"{window:g}s window of rule {rule!r}: what happens between two of its "
+                f"windows would never be seen; use {window:g}s or less"
+            )
+        if t.source != "scrape" and e + t.scrape_interval > window:
+            raise IntervalError(
+                f"{scenario.source}: evaluationInterval + telemetry.scrapeInterval "
+                f"({e:g}s + {t.scrape_interval:g}s) is longer than the {window:g}s window of "
+                f"rule {rule!r}: a rise between two scrapes on either side of a window's "
+                f"start would be in no window; make them add up to {window:g}s or less, "
+                "or use telemetry.source: scrape"
+            )
+    found = shortest((a.name, a.expr) for a in alert_rules)
+    if found is not None:
+        window, alert = found
+        interval = max(a.interval or t.rule_interval for a in alert_rules)
+        if interval + t.scrape_interval > window:
+            raise IntervalError(
+                f"{scenario.source}: telemetry.ruleInterval + telemetry.scrapeInterval "
+                f"({interval:g}s + {t.scrape_interval:g}s) is longer than the {window:g}s "
+                f"window of alert {alert!r}: a rise there could be in no evaluation's "
+                f"window; make them add up to {window:g}s or less"
             )
 
 
@@ -187,17 +229,30 @@ def pool_provider(fleet: Fleet) -> NodePoolProvider:
 
 
 async def _run_rules(
-    scenario: Scenario, rules: list[str], seed: int, progress: Progress | None
+    scenario: Scenario,
+    rules: list[str],
+    seed: int,
+    progress: Progress | None,
+    on_decision: Callable[[float, Decision], None] | None = None,
 ) -> RunResult:
     scheduler = SCHEDULERS[scenario.scheduler]()
     fleet = Fleet(scenario, scheduler, static_pools=False, seed=seed)
     ruleset = load_ruleset(rules, source="scrape")
-    check_intervals(scenario, ruleset)
-    # The telemetry makes the series the rules and their actions read, no others.
-    exprs = retained(ruleset) + action_reads(ruleset)
+    spec = scenario.telemetry
+    alert_rules: tuple[AlertRule, ...] = ()
+    if spec.source == "alertmanager":
+        wanted = {r.alertname for r in ruleset.rules if r.alertname is not None}
+        alert_rules = load_alert_rules(spec.alert_rules, wanted) if wanted else ()
+    check_intervals(scenario, ruleset, alert_rules)
+    # The telemetry makes the series the rules, their actions and the alerting
+    # rules read, no others.
+    alert_exprs = [a.expr for a in alert_rules]
+    exprs = retained(ruleset) + action_reads(ruleset) + alert_exprs
     store = SeriesStore()
     telemetry = Telemetry(fleet, store, exprs, seed)
-    source = SimSource(telemetry, scrape=scenario.scrape_interval == scenario.evaluation_interval)
+    phases = Phases.draw(seed, spec, scenario.evaluation_interval)
+    pipeline = Pipeline(fleet, telemetry, spec, phases)
+    source = SimSource(telemetry, scrapes_itself=spec.source == "scrape")
     ctx = ActionContext(
         kube=fleet.kube,
         replica="simulator",
@@ -208,12 +263,21 @@ async def _run_rules(
     )
     wiring = wire(source, lambda: ruleset, ctx)
     retain(source, ruleset)
+    source.keep_at_least(alert_exprs)
+    # Samples are written ahead of the clock (pipeline.py): the store keeps that
+    # much more, so that a window is never trimmed by a sample not yet readable.
+    store.retention += pipeline.lead
     state, executor = wiring.state, wiring.executor
     assert executor is not None  # wired with a context
     alerts = AlertReceiver()
-    cluster = fleet_cluster(fleet)
+    if alert_rules:
+        AlertPath(fleet, source.evaluator, alert_rules, spec, phases, alerts).start()
+    cluster = fleet_cluster(fleet, pipeline)
     cycles = 0
     breaker_was_open = False
+
+    async def prepare(now: float) -> None:
+        pipeline.evaluation(now)
 
     async def cycle() -> None:
         nonlocal breaker_was_open, cycles
@@ -224,11 +288,14 @@ async def _run_rules(
             state,
             fleet.clock(),
             cluster=cluster,
+            prepare=prepare,
             submit=executor.submit,
         )
         cycles += 1
         for d in result.decisions:
             fleet.record_action(_action_key(d))
+            if on_decision is not None:
+                on_decision(result.now, d)
         is_open = state.breaker_open
         if is_open and not breaker_was_open:
             fleet.stats.breaker_trips += 1
@@ -236,14 +303,8 @@ async def _run_rules(
 
     _watch_progress(fleet, "rules", progress)
     start = time.perf_counter()
-    first = fleet.now + scenario.evaluation_interval
-    if not source.scrapes:
-        fleet.every(
-            scenario.scrape_interval,
-            lambda: telemetry.scrape(fleet.now),
-            start=first - scenario.scrape_interval,
-        )
-    fleet.every(scenario.evaluation_interval, cycle, start=first)
+    pipeline.start()
+    every(fleet, phases.evaluation, phases.first_evaluation(), cycle)
     await fleet.run()
     await executor.stop()
     wall = time.perf_counter() - start
@@ -266,6 +327,19 @@ async def _run_rules(
         dict(fleet.kube.calls),
         by_outcome=by_outcome,
     )
+
+
+def run_rules(
+    scenario: Scenario,
+    rules: list[str],
+    *,
+    seed: int | None = None,
+    on_decision: Callable[[float, Decision], None] | None = None,
+) -> RunResult:
+    """The rules run alone, with ``on_decision(evaluation time, decision)`` called
+    for every decision as it is made (for tests and tools that ask when)."""
+    seed = scenario.seed if seed is None else seed
+    return asyncio.run(_run_rules(scenario, rules, seed, None, on_decision))
 
 
 def _action_key(d: Decision) -> str:

@@ -7,7 +7,11 @@ scenario can be run against any rule set and the baseline::
     kind: Scenario
     spec:
       duration: 24h
-      evaluationInterval: 60s       # the controller's cycle: scrape, then evaluate
+      evaluationInterval: 60s       # the controller's cycle
+      telemetry:                    # how samples reach it (pipeline.py); the deploy's
+        source: prometheus          # prometheus | scrape | alertmanager
+        pollInterval: 5s            # the exporter's
+        scrapeInterval: 15s         # Prometheus's
       seed: 1
       pools:
         - {name: h100, vendor: nvidia, devicesPerNode: 8, initial: 8, min: 4, max: 12,
@@ -85,6 +89,7 @@ from autoscaler.simulate.limits import (
     check_faults,
     check_work,
 )
+from autoscaler.simulate.pipeline import TelemetrySpec, read_telemetry
 from autoscaler.simulate.scenario_workload import ScenarioReader, WorkloadSpec, read_workload
 
 API_VERSION = "accel-fleet/v1"
@@ -213,7 +218,6 @@ class Scenario:
     duration: float
     evaluation_interval: float
     seed: int
-    scrape_interval: float
     pools: tuple[PoolSpec, ...]
     workload: WorkloadSpec
     faults: FaultSpec
@@ -223,6 +227,8 @@ class Scenario:
     source: str = "<scenario>"
     repairs: RepairSpec = RepairSpec()
     initial_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # How the fleet's series reach the controller (pipeline.py).
+    telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
 
 
 def node_name(pool: str, index: int) -> str:
@@ -242,7 +248,8 @@ _TOP = ("apiVersion", "kind", "spec")
 _SPEC = (
     "duration",
     "evaluationInterval",
-    "scrapeInterval",
+    "scrapeInterval",  # moved to telemetry: read only to say so
+    "telemetry",
     "seed",
     "scheduler",
     "samples",
@@ -317,12 +324,7 @@ def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...])
     duration = r.get(m, "duration", r.period, 86400.0)
     interval = r.get(m, "evaluationInterval", r.period, 15.0)
     seed = r.get(m, "seed", lambda n, w: r.bounded(n, w, 0, 2**64 - 1), 1)
-    scrape = r.get(m, "scrapeInterval", r.period, interval)
-    if scrape > interval or (interval / scrape) % 1 > 1e-9:
-        r.problem(
-            m.get("scrapeInterval", node),
-            f"scrapeInterval ({scrape:g}s) must divide evaluationInterval ({interval:g}s)",
-        )
+    telemetry, passes = read_telemetry(r, m, node, interval)
     scheduler = r.get(m, "scheduler", lambda n, w: r.choice(n, w, schedulers), "first-fit")
     samples = r.get(m, "samples", lambda n, w: r.bounded(n, w, 10, MAX_SAMPLES), 400)
     pools = _pools(r, m["pools"]) if "pools" in m else ()
@@ -331,7 +333,7 @@ def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...])
     # million nodes must be refused, not listed.
     devices = [max(p.initial, p.max) * p.devices_per_node for p in pools]
     arrivals = workload.arrivals_per_hour if workload is not None else 0.0
-    work = Work(duration, scrape, scrape == interval, devices, arrivals)
+    work = Work(duration, passes, devices, arrivals)
     small = check_work(r, r.work, m, node, work)
     initial = None
     if small:
@@ -366,7 +368,6 @@ def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...])
         duration=duration,
         evaluation_interval=interval,
         seed=seed,
-        scrape_interval=scrape,
         pools=pools,
         workload=workload,
         faults=faults,
@@ -375,6 +376,7 @@ def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...])
         source=r.file,
         initial_nodes=initial,
         repairs=repairs,
+        telemetry=telemetry,
     )
 
 

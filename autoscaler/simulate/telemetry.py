@@ -36,7 +36,7 @@ would hold the others unread), and the store keeps the history the rules need
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -154,7 +154,10 @@ class Telemetry:
         self.pod_info_on = schema.DEVICE_POD.name in wanted
         self.dev_pod_ref = np.full(g, -1, dtype=np.int64)
         self.scraped = np.zeros(g, dtype=np.bool_)  # node up, series live
+        # Series that went away, to mark stale at the next write: the exporters'
+        # (at their next scrape) and the cluster state's (at the controller's next).
         self._stale: list[int] = []
+        self._stale_cluster: list[int] = []
         # Running pods' job series: ref of age, ref of timeout, start, timeout.
         self.job_on = cs.JOB_AGE.name in wanted or cs.JOB_TIMEOUT.name in wanted
         self.pod_rows: dict[str, tuple[int, int, float, float]] = {}
@@ -273,7 +276,7 @@ class Telemetry:
             for ref in self.gang_refs.pop(key, {}).keys() - refs.keys():
                 self.constant.pop(ref, None)
                 self.constant_rows.pop(ref, None)
-                self._stale.append(ref)
+                self._stale_cluster.append(ref)
             self.constant.update(refs)
             if refs:
                 self.gang_refs[key] = refs
@@ -298,7 +301,7 @@ class Telemetry:
         if job.pod is not None:
             row = self.pod_rows.pop(job.pod, None)
             if row is not None:
-                self._stale.extend((row[0], row[1]))
+                self._stale_cluster.extend((row[0], row[1]))
                 self._job_arrays = None
         if self.gang_on and isinstance(job, Member):
             self.gangs_dirty.add((job.namespace, job.gang))
@@ -306,6 +309,14 @@ class Telemetry:
     # -- one scrape --------------------------------------------------------------
 
     def scrape(self, t: float) -> None:
+        """Everything at once at ``t``: the exporters' series and the cluster state
+        (the pipeline, ``pipeline.py``, writes the two at their own times)."""
+        self.scrape_devices(t)
+        self.scrape_cluster(t)
+
+    def scrape_devices(self, t: float) -> None:
+        """The exporters' series as the fleet is now (what a poll sees), stamped
+        ``t`` (the scrape that returns that poll)."""
         fleet, store = self.fleet, self.store
         if self._stale:
             store.append_stale(np.array(self._stale, dtype=np.int64), t)
@@ -356,6 +367,18 @@ class Telemetry:
             held = held[held >= 0]
             if held.size:
                 store.append(held, t, np.ones(held.size))
+
+    def scrape_cluster(self, now: float, stamps: Sequence[float] | None = None) -> None:
+        """The cluster-state series as the controller reads them from the API at
+        ``now``, stamped ``now`` (its own store), or at each of ``stamps``
+        (Prometheus's scrapes of its ``/metrics`` until its next read)."""
+        times = (now,) if stamps is None else tuple(stamps)
+        if not times:
+            return
+        store = self.store
+        if self._stale_cluster:
+            store.append_stale(np.array(self._stale_cluster, dtype=np.int64), times[0])
+            self._stale_cluster = []
         if self.job_on and self.pod_rows:
             # Rebuilt only when a pod came or went: thousands of member pods would
             # otherwise cost a Python loop per scrape.
@@ -366,7 +389,9 @@ class Telemetry:
                 timeouts = np.array([r[3] for r in rows_], dtype=np.float64)
                 self._job_arrays = (refs, starts, timeouts)
             refs, starts, timeouts = self._job_arrays
-            store.append(refs, t, np.concatenate((t - starts, timeouts)))
+            ages = np.concatenate((now - starts, timeouts))
+            for t in times:
+                store.append(refs, t, ages)
         if self.gangs_dirty:
             self._gang_series()
         if self.constant:
@@ -375,8 +400,9 @@ class Telemetry:
                     np.fromiter(self.constant.keys(), dtype=np.int64, count=len(self.constant)),
                     np.fromiter(self.constant.values(), dtype=np.float64, count=len(self.constant)),
                 )
-            store.append(self._constant_arrays[0], t, self._constant_arrays[1])
-        self._pools(t)
+            for t in times:
+                store.append(self._constant_arrays[0], t, self._constant_arrays[1])
+        self._pools(times)
 
     def pool_rows(
         self, *, node_info: bool = True
@@ -428,7 +454,7 @@ class Telemetry:
                 rows.append((cs.NODE_POOL, {"node": s.node, "pool": pool.name}, 1.0))
         return rows
 
-    def _pools(self, t: float) -> None:
+    def _pools(self, times: Sequence[float]) -> None:
         rows = [
             r
             for r in self.pool_rows(node_info=cs.NODE_POOL.name in self.wanted)
@@ -438,14 +464,13 @@ class Telemetry:
         now = set(refs)
         gone = self.pool_prev - now
         if gone:
-            self.store.append_stale(np.array(sorted(gone), dtype=np.int64), t)
+            self.store.append_stale(np.array(sorted(gone), dtype=np.int64), times[0])
         self.pool_prev = now
         if refs:
-            self.store.append(
-                np.array(refs, dtype=np.int64),
-                t,
-                np.array([v for _, _, v in rows], dtype=np.float64),
-            )
+            ref_array = np.array(refs, dtype=np.int64)
+            values = np.array([v for _, _, v in rows], dtype=np.float64)
+            for t in times:
+                self.store.append(ref_array, t, values)
 
 
 __all__ = ["DEVICE_SERIES", "EVENTS", "OK", "Telemetry", "metric_names", "uuid_of"]
