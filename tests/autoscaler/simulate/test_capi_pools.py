@@ -87,6 +87,27 @@ def rules_run(s: Scenario) -> RunResult:
     return sim.simulate(s, RULES, baseline=False)["rules"]
 
 
+# What the shipped rules do to a node they think broken or a job they think stuck.
+REMEDIES = frozenset(
+    {
+        "taint",
+        "cordon",
+        "drain",
+        "migrate_jobs",
+        "requeue_job",
+        "reset_devices",
+        "reboot_node",
+        "replace_machine",
+        "mark_for_return",
+    }
+)
+
+
+def remedies(result: RunResult) -> set[str]:
+    """The remedy actions decided in a run (``<type>`` or ``<type>:recover``)."""
+    return {a for a in result.stats.actions if a.split(":")[0] in REMEDIES}
+
+
 def test_a_min_zero_pool_scales_up_from_its_annotations_and_the_job_runs(
     tmp_path: Path,
 ) -> None:
@@ -100,12 +121,13 @@ def test_a_min_zero_pool_scales_up_from_its_annotations_and_the_job_runs(
     nodes = [n for n, _ in itertools.groupby(result.timeline.nodes["h100"])]
     assert nodes == [0, 1, 0, 1]
     assert result.stats.completed >= 2
-    assert set(result.outcomes) == {"scale_node_pool:done", "rebalance:skipped"}
     assert result.outcomes["scale_node_pool:done"] == 3  # up, down, up
+    assert remedies(result) == set()
     from_zero = [w for w in result.stats.queue_wait if w > 0]
     assert len(from_zero) == 2
     for wait in from_zero:
-        assert 120 + 300 + DEVICE_READY_DELAY <= wait <= 120 + 300 + DEVICE_READY_DELAY + 60
+        # The evaluation and the telemetry pipeline (pipeline.py) add up to a few intervals.
+        assert 120 + 300 + DEVICE_READY_DELAY <= wait <= 120 + 300 + DEVICE_READY_DELAY + 120
 
 
 def test_the_device_ready_delay_is_exactly_what_the_job_waits_longer(tmp_path: Path) -> None:
@@ -113,7 +135,7 @@ def test_the_device_ready_delay_is_exactly_what_the_job_waits_longer(tmp_path: P
     for delay in ("2m", "0s"):
         result = rules_run(scenario(tmp_path, h100=f", deviceReadyDelay: {delay}"))
         assert result.stats.completed == 1, delay
-        assert result.outcomes == {"scale_node_pool:done": 2}, delay  # up, and down at 1h55
+        assert result.outcomes["scale_node_pool:done"] == 2, delay  # up, and down at 1h55
         (waits[delay],) = result.stats.queue_wait
     assert waits["2m"] - waits["0s"] == 120.0
 
@@ -141,12 +163,12 @@ def test_a_node_warming_past_device_wait_is_replaced_and_a_shorter_wait_is_not(
     short = rules_run(scenario(tmp_path, h100=", deviceReadyDelay: 10m"))
     assert short.outcomes.get("scale_node_pool:done") == 1, short.outcomes
     assert short.outcomes.get("scale_node_pool:skipped", 0) >= 1, short.outcomes
-    assert set(short.stats.actions) == {"scale_node_pool"}
+    assert remedies(short) == set()
     assert short.stats.breaker_trips == 0 and short.stats.completed == 1
 
     long = rules_run(scenario(tmp_path, h100=", deviceReadyDelay: 20m"))
     assert long.outcomes.get("scale_node_pool:done") == 2, long.outcomes
-    assert set(long.stats.actions) == {"scale_node_pool"}
+    assert remedies(long) == set()
     assert long.stats.completed == 1
 
 
