@@ -38,6 +38,13 @@ from autoscaler.simulate.clock import EPOCH
 from autoscaler.simulate.scenario import PoolSpec
 
 LOSS_CAUSES = ("redone", "detection", "restart_overhead", "capacity_wait")
+# The moment a time to remediate runs to, from the fault's onset (any instant):
+# ``end_stuck``'s callers, said in summary.json (``time_to_remediate_until``).
+REMEDIATED_WHEN = (
+    "the stuck job's pod left the faulty device (moved, requeued, restarted, failed, or "
+    "the job ended); for a gang, its run stopped as its first member pod went, which "
+    "starts its restart"
+)
 # What ended a fault's incident: ``self`` the fault healed on its own (what the
 # rules did was move the jobs, if anything), a ``reset`` or ``reboot`` by the node
 # agent, a ``replace``ment by Cluster API; ``removed``: the node was scaled away
@@ -224,4 +231,4 @@ class Accounting:
         tl.unhealthy.append(unhealthy)
 
 
-__all__ = ["CLOSED_BY", "LOSS_CAUSES", "Accounting", "Stats", "Timeline"]
+__all__ = ["CLOSED_BY", "LOSS_CAUSES", "REMEDIATED_WHEN", "Accounting", "Stats", "Timeline"]

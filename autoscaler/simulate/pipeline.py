@@ -146,9 +146,16 @@ def read_telemetry(
     m = r.fields(spec["telemetry"], "telemetry", TELEMETRY_KEYS) if "telemetry" in spec else {}
     if m is None:
         return TelemetrySpec(), (evaluations,)
-    source = r.get(m, "source", lambda n, w: r.choice(n, w, SOURCES), SOURCE)
-    poll = r.get(m, "pollInterval", r.period, POLL_INTERVAL)
-    scrape = r.get(m, "scrapeInterval", r.period, SCRAPE_INTERVAL)
+    source = r.get(m, "source", lambda n, w: r.choice(n, f"telemetry.{w}", SOURCES), SOURCE)
+
+    def period(node: Node, what: str) -> float | None:
+        return r.period(node, f"telemetry.{what}")
+
+    def wait(node: Node, what: str) -> float | None:
+        return r.duration(node, f"telemetry.{what}")
+
+    poll = r.get(m, "pollInterval", period, POLL_INTERVAL)
+    scrape = r.get(m, "scrapeInterval", period, SCRAPE_INTERVAL)
     if source == "scrape" and "scrapeInterval" in m:
         r.problem(
             m["scrapeInterval"],
@@ -171,10 +178,10 @@ def read_telemetry(
         poll_interval=poll,
         scrape_interval=scrape,
         source=source,
-        group_wait=r.get(m, "groupWait", r.duration, GROUP_WAIT),
-        group_interval=r.get(m, "groupInterval", r.period, GROUP_INTERVAL),
-        repeat_interval=r.get(m, "repeatInterval", r.period, REPEAT_INTERVAL),
-        rule_interval=r.get(m, "ruleInterval", r.period, RULE_INTERVAL),
+        group_wait=r.get(m, "groupWait", wait, GROUP_WAIT),
+        group_interval=r.get(m, "groupInterval", period, GROUP_INTERVAL),
+        repeat_interval=r.get(m, "repeatInterval", period, REPEAT_INTERVAL),
+        rule_interval=r.get(m, "ruleInterval", period, RULE_INTERVAL),
         alert_rules=alert_rules,
     )
     passes = [evaluations, Pass("telemetry.pollInterval", poll, m.get("pollInterval"))]

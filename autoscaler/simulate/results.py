@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from autoscaler.simulate.accounting import Stats, Timeline
+from autoscaler.simulate.accounting import REMEDIATED_WHEN, Stats, Timeline
 from autoscaler.simulate.scenario import Scenario
 
 SUMMARY_KEYS = (
@@ -137,6 +137,7 @@ def summary(results: dict[str, RunResult], scenario: Scenario, seed: int) -> dic
         "seed": seed,
         "duration_hours": round(scenario.duration / 3600.0, 3),
         "evaluation_interval_seconds": scenario.evaluation_interval,
+        "time_to_remediate_until": REMEDIATED_WHEN,
     }
     for mode in ("rules", "baseline"):
         if mode in results:
