@@ -41,7 +41,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from yaml.nodes import Node
 
@@ -50,12 +50,9 @@ from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.support import parse_error, unsupported
 from autoscaler.ruleset.errors import RuleSetError
 from autoscaler.simulate.clock import EPOCH
-from autoscaler.simulate.pipeline import Grid, Phases, TelemetrySpec, every, sighting
+from autoscaler.simulate.pipeline import Fleet, Grid, Phases, TelemetrySpec, every, sighting
 from autoscaler.sources.alertmanager import AlertReceiver, fingerprint_of
 from autoscaler.types import Vector
-
-if TYPE_CHECKING:
-    from autoscaler.simulate.fleet import Fleet
 
 # The route's matcher (alertname=~"AccelDevice.+|AccelEcc.+"; Alertmanager anchors
 # a regex matcher), its group_by and its receiver, as the deploy has them.

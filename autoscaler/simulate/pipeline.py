@@ -62,7 +62,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from yaml.nodes import Node
@@ -71,9 +71,29 @@ from autoscaler.simulate.clock import EPOCH
 from autoscaler.simulate.limits import Pass
 from autoscaler.simulate.scenario_workload import ScenarioReader
 
-if TYPE_CHECKING:  # the fleet and its telemetry import the scenario, which imports this
-    from autoscaler.simulate.fleet import Fleet
-    from autoscaler.simulate.telemetry import Telemetry
+
+class Fleet(Protocol):
+    """What the pipeline asks of the fleet (``fleet.Fleet``; a protocol, as the
+    fleet imports the scenario, which imports this module's reader)."""
+
+    end: float
+    listeners: list[Callable[[str, Any], None]]
+
+    @property
+    def now(self) -> float: ...
+
+    def at(self, t: float, fn: Callable[[], Any]) -> None: ...
+
+    def scraped_nodes(self) -> frozenset[str]: ...
+
+
+class Telemetry(Protocol):
+    """What the pipeline asks of the telemetry (``telemetry.Telemetry``)."""
+
+    def scrape_devices(self, t: float) -> None: ...
+
+    def scrape_cluster(self, now: float, stamps: Sequence[float] | None = None) -> None: ...
+
 
 SOURCES = ("prometheus", "scrape", "alertmanager")
 # The shipped deploy's values, each from where it is set:
@@ -424,10 +444,12 @@ __all__ = [
     "SHIPPED_ALERT_RULES",
     "SOURCE",
     "SOURCES",
+    "Fleet",
     "Grid",
     "Phases",
     "Pipeline",
     "Sighting",
+    "Telemetry",
     "TelemetrySpec",
     "every",
     "read_telemetry",
