@@ -46,6 +46,7 @@ from typing import Any
 from yaml.nodes import Node
 
 from accel_common.yamlread import Reader
+from autoscaler.promql.errors import EvalError
 from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.support import parse_error, unsupported
 from autoscaler.ruleset.errors import RuleSetError
@@ -201,7 +202,10 @@ class AlertPath:
     def _eval(self, rules: list[AlertRule]) -> None:
         now = self.fleet.now
         for rule in rules:
-            result = self.evaluator.instant(rule.expr, now)
+            try:
+                result = self.evaluator.instant(rule.expr, now)
+            except EvalError:
+                continue  # as Prometheus: a failed evaluation changes no alert's state
             samples = result.samples if isinstance(result, Vector) else ()
             found: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
             for s in samples:
