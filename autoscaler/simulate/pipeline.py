@@ -76,8 +76,10 @@ class Fleet(Protocol):
     """What the pipeline asks of the fleet (``fleet.Fleet``; a protocol, as the
     fleet imports the scenario, which imports this module's reader)."""
 
-    end: float
     listeners: list[Callable[[str, Any], None]]
+
+    @property
+    def end(self) -> float: ...
 
     @property
     def now(self) -> float: ...

@@ -10,7 +10,11 @@ work limits."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import math
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +27,18 @@ from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.loader import load_ruleset
 from autoscaler.simulate import pipeline
 from autoscaler.simulate import run as sim
-from autoscaler.simulate.alerting import GROUP_BY, ROUTE, alert_sighting, load_alert_rules
-from autoscaler.simulate.clock import EPOCH
+from autoscaler.simulate.alerting import (
+    GROUP_BY,
+    ROUTE,
+    AlertPath,
+    alert_sighting,
+    load_alert_rules,
+)
+from autoscaler.simulate.clock import EPOCH, SimClock
 from autoscaler.simulate.faults import UNREACHABLE_GRACE
-from autoscaler.simulate.pipeline import Phases, TelemetrySpec, sighting
+from autoscaler.simulate.pipeline import Phases, TelemetrySpec, every, sighting
 from autoscaler.simulate.scenario import FAULT_KINDS, Scenario, ScenarioError, load_scenario
+from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.types import Scalar, Vector
 from tests.support.paths import REPO
 
@@ -461,3 +472,80 @@ def test_the_defaults_are_the_shipped_deploy_s() -> None:
     names = {"AccelDeviceDown", "AccelDeviceFatalFault", "AccelEccUncorrectedBurst"}
     loaded = load_alert_rules(str(pipeline.SHIPPED_ALERT_RULES), names)
     assert {a.name for a in loaded} == names
+
+
+# -- Alertmanager's groups on their own ----------------------------------------------------
+
+
+@dataclass
+class Clocked:
+    """The little of a fleet that the alert path uses: a clock."""
+
+    clock: SimClock
+    listeners: list[Any] = field(default_factory=list)
+
+    @property
+    def end(self) -> float:
+        return self.clock.end
+
+    @property
+    def now(self) -> float:
+        return self.clock.now
+
+    def at(self, t: float, fn: Any) -> None:
+        self.clock.at(t, fn)
+
+    def scraped_nodes(self) -> frozenset[str]:
+        return frozenset()
+
+
+def test_alertmanager_sends_a_group_after_group_wait_again_every_repeat_and_its_resolve() -> None:
+    """A device down from 10m to 30m, AccelDeviceDown with for: 3m: pending at the
+    first rule evaluation that reads the down sample, firing 3m later, sent
+    groupWait after that; re-sent every repeatInterval at the group's ticks while
+    it fires; its resolve sent at the first tick after the rule stops finding it;
+    the group then ends. The receiver holds it exactly in between."""
+    store = SeriesStore()
+    ref = store.ref({"__name__": "accel_up", "node": "n0", "device": "d0", "uuid": "u0"})
+    fleet = Clocked(SimClock(EPOCH + 3600.0))
+    spec = TelemetrySpec(source="alertmanager", group_wait=30.0, group_interval=60.0)
+    phases = Phases.draw(1, spec, 30.0)
+    down, up = EPOCH + 600.0, EPOCH + 1800.0
+
+    def scrape(k: int) -> None:
+        t = phases.scrape.at(k)
+        store.append(np.array([ref]), t, np.array([0.0 if down <= t < up else 1.0]))
+
+    every(fleet, phases.scrape, 0, lambda: scrape(phases.scrape.index_at_or_after(fleet.now)))
+    [rule] = load_alert_rules(str(pipeline.SHIPPED_ALERT_RULES), {"AccelDeviceDown"})
+    assert rule.hold == 180.0
+    receiver = AlertReceiver()
+    path = AlertPath(fleet, Evaluator(store), (rule,), spec, phases, receiver)
+    path.start()
+    held: list[tuple[float, int]] = []
+
+    def evaluate() -> None:
+        firing = receiver.vector("AccelDeviceDown", fleet.now)
+        assert isinstance(firing, Vector)
+        held.append((fleet.now, len(firing.samples)))
+
+    every(fleet, phases.evaluation, 1, evaluate)
+    asyncio.run(fleet.clock.run(lambda t: None, lambda: None))
+
+    fired, sent, _ = alert_sighting(phases, spec, rule, down)
+    rules = phases.rules
+    resolved = rules.at_or_after(phases.scrape.at_or_after(up))
+    first_tick = sent + spec.group_interval * math.ceil((resolved - sent) / spec.group_interval)
+    times = [n.at for n in path.sent]
+    statuses = [n.alerts[0][3] for n in path.sent]
+    assert times[0] == pytest.approx(sent) and statuses[0] == "firing"
+    assert fired - rules.at_or_after(phases.scrape.at_or_after(down)) == pytest.approx(180.0)
+    # Re-sent every repeatInterval while it fires, at the group's ticks.
+    repeats = [t for t, s in zip(times, statuses, strict=True) if s == "firing"]
+    assert [round(b - a, 6) for a, b in itertools.pairwise(repeats)] == [300.0] * (len(repeats) - 1)
+    assert len(repeats) == 4 and len(times) == 5  # 13m to 30m: sent, 3 repeats, resolve
+    assert statuses[-1] == "resolved" and times[-1] == pytest.approx(first_tick)
+    assert path.sent[0].alerts[0][:3] == ("AccelDeviceDown", "n0", "d0")
+    for t, n in held:
+        assert n == (1 if sent <= t < first_tick else 0), t - EPOCH
+    assert sum(n for _, n in held) > 20  # 30s evaluations while it was held
