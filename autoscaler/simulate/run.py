@@ -49,6 +49,7 @@ from autoscaler.actions.context import ActionContext
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import ClusterView, run_cycle
 from autoscaler.engine.state import ClusterInfo
+from autoscaler.executor import Executor
 from autoscaler.pools.base import NodePoolProvider
 from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.promql.guard import parse
@@ -239,10 +240,7 @@ async def _run_rules(
     fleet = Fleet(scenario, scheduler, static_pools=False, seed=seed)
     ruleset = load_ruleset(rules, source="scrape")
     spec = scenario.telemetry
-    alert_rules: tuple[AlertRule, ...] = ()
-    if spec.source == "alertmanager":
-        wanted = {r.alertname for r in ruleset.rules if r.alertname is not None}
-        alert_rules = load_alert_rules(spec.alert_rules, wanted) if wanted else ()
+    alert_rules = _alert_rules(scenario, ruleset)
     check_intervals(scenario, ruleset, alert_rules)
     # The telemetry makes the series the rules, their actions and the alerting
     # rules read, no others.
@@ -307,7 +305,20 @@ async def _run_rules(
     every(fleet, phases.evaluation, phases.first_evaluation(), cycle)
     await fleet.run()
     await executor.stop()
-    wall = time.perf_counter() - start
+    return _result(fleet, executor, time.perf_counter() - start, cycles)
+
+
+def _alert_rules(scenario: Scenario, ruleset: RuleSet) -> tuple[AlertRule, ...]:
+    """The alerting rules Prometheus evaluates for the ``alertname:`` rules, with
+    ``source: alertmanager`` (none otherwise, or when no rule reads an alert)."""
+    spec = scenario.telemetry
+    wanted = {r.alertname for r in ruleset.rules if r.alertname is not None}
+    if spec.source != "alertmanager" or not wanted:
+        return ()
+    return load_alert_rules(spec.alert_rules, wanted)
+
+
+def _result(fleet: Fleet, executor: Executor, wall: float, cycles: int) -> RunResult:
     outcomes: dict[str, int] = {}
     for (_, action, status), n in sorted(executor.outcomes.items()):
         key = f"{action}:{status}"
