@@ -29,7 +29,7 @@ What is delayed, and how (``source``, as the controller's ``--source``):
   ``t`` never reads a sample stamped after ``t`` (``promql/family.py``: an instant
   lookup takes the last sample at or before ``t``, a window ``[t - r, t]``; the
   "changed since" shortcuts only widen what is read); ``test_pipeline.py`` holds
-  it. The store keeps that lead more history (``LEAD``). Two scrapes that return
+  it. The store keeps that lead more history (``Pipeline.lead``). Two scrapes that return
   the same poll (``pollInterval`` longer than ``scrapeInterval``) draw the
   utilization's jitter each, and a node that goes down between a poll and the
   scrape that returns it is seen down one scrape late: the two places where this
