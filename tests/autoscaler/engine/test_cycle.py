@@ -19,7 +19,6 @@ from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.loader import load_ruleset
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.simulate import run as sim_run
-from autoscaler.simulate.clock import EPOCH
 from autoscaler.simulate.scenario import load_scenario
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
@@ -46,6 +45,10 @@ spec:
   duration: 1h
   evaluationInterval: 30s
   seed: 5
+  # The controller's own scrape at each evaluation: one sample per evaluation, as
+  # a rule test's input series have (with Prometheus they would come on its own
+  # scrape phase, between the evaluations).
+  telemetry: {source: scrape}
   pools:
     - {name: h100, vendor: nvidia, devicesPerNode: 2, initial: 2, min: 2, max: 2,
        provisionTime: 5m}
@@ -93,8 +96,12 @@ def _series_values(store: SeriesStore, times: list[float]) -> list[tuple[str, st
     assert isinstance(result, Matrix) and result.series
     out = []
     for series in result.series:
-        at = {round(t): v for t, v in series.points}
-        values = " ".join("_" if round(t) not in at else f"{at[round(t)]:g}" for t in times)
+        # By the millisecond, as the store keeps them: the evaluations' phase puts
+        # them a fraction of a second past a whole one.
+        at = {round(t * 1000): v for t, v in series.points}
+        values = " ".join(
+            "_" if round(t * 1000) not in at else f"{at[round(t * 1000)]:g}" for t in times
+        )
         labels = ",".join(f'{k}="{v}"' for k, v in series.labels if k != "__name__")
         out.append((f"accel_fault_events_total{{{labels}}}", values))
     return out
@@ -139,19 +146,21 @@ def test_a_decision_appears_at_the_same_evaluation_in_the_simulator_the_controll
     asyncio.run(drive())
     assert in_controller.first_decision() == (t_sim, what)
 
-    # 3. A rule unit test of the same samples (on its own time axis, from 0), run
-    # as `accel-autoscaler test` runs it: the decision at that evaluation and not
-    # at the one before.
+    # 3. A rule unit test of the same samples (on its own time axis, from 0 at the
+    # simulator's first evaluation), run as `accel-autoscaler test` runs it: the
+    # decision at that evaluation and not at the one before.
     from autoscaler.engine import ruletest
 
     in_test = Recording()
     monkeypatch.setattr(ruletest, "run_cycle", in_test)
-    times = [EPOCH + i * interval for i in range(int((t_sim - EPOCH) / interval) + 6)]
+    origin = in_sim.calls[0][0]
+    times = [origin + i * interval for i in range(round((t_sim - origin) / interval) + 6)]
     inputs = "\n".join(
         f"          - series: '{s}'\n            values: '{v}'"
         for s, v in _series_values(store, times)
     )
-    at, before = t_sim - EPOCH, t_sim - EPOCH - interval
+    at = round(t_sim - origin)
+    before = at - interval
     test_file = tmp_path / "same_test.yaml"
     test_file.write_text(
         f"ruleFiles: [{rules}]\n"
