@@ -77,6 +77,11 @@ What the series mean, and the simplifications chosen:
 - ``accel_pool_devices_allocated_ratio``: device requests of the non-terminal pods
   on the pool's nodes over the device resources those nodes offer; no series for a
   pool that offers none.
+- ``accel_node_ready{node}``: 1 for every listed node whose ``Ready`` condition is
+  ``True``, 0 for the others (``False``, ``Unknown`` once the kubelet stopped
+  reporting, or no condition), pools or none. The lost-node rule restarts a gang
+  whose member's node went away (docs/rules.md, "Lost nodes of gangs") an
+  evaluation after the node controller marks it, not at the pods' 300 s toleration.
 """
 
 from __future__ import annotations
@@ -118,6 +123,7 @@ from autoscaler.metrics import (
     JOB_LAST_CHECKPOINT,
     JOB_TIMEOUT,
     NODE_POOL,
+    NODE_READY,
     POOL_DEVICES_ALLOCATED,
     POOL_NODES,
     POOL_NODES_MAX,
@@ -127,7 +133,7 @@ from autoscaler.metrics import (
     Row,
 )
 from autoscaler.pools.base import NodePoolProvider, Pool
-from autoscaler.pools.capacity import DraView, dra_requests, readiness
+from autoscaler.pools.capacity import DraView, dra_requests, node_ready, readiness
 from autoscaler.pools.fit import NodeOffer, node_offer, pending, shape_offer
 from autoscaler.promql.store import SeriesStore
 
@@ -565,9 +571,22 @@ def pool_rows(
     return rows
 
 
+def node_rows(nodes: Sequence[Obj]) -> list[Row]:
+    """``accel_node_ready`` of every node in ``nodes`` (module docstring)."""
+    return [
+        (
+            NODE_READY,
+            {"node": str((n.get("metadata") or {}).get("name", ""))},
+            1.0 if node_ready(n) else 0.0,
+        )
+        for n in nodes
+    ]
+
+
 async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> list[Row]:
     """Every cluster-state series at ``now`` (unix seconds): the job series for
-    running device-using pods and, with a pool provider, the pool series. API
+    running device-using pods, every node's readiness and, with a pool provider,
+    the pool series. API
     errors from the node, pod and pool lists propagate (the caller keeps nothing
     half-made); an unreadable Job only loses that Job's timeout, and says so."""
 
@@ -584,6 +603,7 @@ async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> lis
     rows = await job_rows(kube, pods, now, dra)
     pool_dra = None if dra is None else DraView(dra.offers, dra.requests)
     rows.extend(pool_rows(pool_list, nodes, pods, now, dra=pool_dra))
+    rows.extend(node_rows(nodes))
     return rows
 
 
@@ -631,6 +651,7 @@ __all__ = [
     "JOB_TIMEOUT",
     "LATEST",
     "NODE_POOL",
+    "NODE_READY",
     "POOL_DEVICES_ALLOCATED",
     "POOL_NODES",
     "POOL_NODES_MAX",
@@ -647,6 +668,7 @@ __all__ = [
     "ingest",
     "is_device_pod",
     "job_rows",
+    "node_rows",
     "pool_rows",
     "render",
     "start_time",

@@ -265,6 +265,52 @@ POOL_DEVICES_ALLOCATED = _gauge(
 NODE_POOL = _gauge(
     "accel_node_pool_info", "The node pool a node belongs to; always 1.", *("node", "pool")
 )
+# A job's rhythm, learned from its utilization (autoscaler/rhythm.py): per gang
+# (namespace, gang) and per device pod that is no gang member (namespace, pod).
+_RHYTHM = (
+    ("pauses", "Recovered idle dips (every device idle, then busy again) seen in the last 6h"),
+    ("longest_pause_seconds", "The longest recovered idle dip of the last 6h"),
+    ("spacing_seconds", "The median time between the starts of consecutive recovered dips"),
+    ("last_pause_start_timestamp_seconds", "When the last recovered dip started"),
+    ("last_pause_end_timestamp_seconds", "When the last recovered dip ended"),
+    ("idle_start_timestamp_seconds", "When the dip in progress started (only during one)"),
+)
+(
+    GANG_RHYTHM_PAUSES,
+    GANG_RHYTHM_LONGEST,
+    GANG_RHYTHM_SPACING,
+    GANG_RHYTHM_LAST_START,
+    GANG_RHYTHM_LAST_END,
+    GANG_RHYTHM_IDLE_START,
+) = (
+    _gauge(
+        f"accel_gang_rhythm_{n}",
+        f"{h}, of the gang, as the controller measured it.",
+        *("namespace", "gang"),
+    )
+    for n, h in _RHYTHM
+)
+(
+    JOB_RHYTHM_PAUSES,
+    JOB_RHYTHM_LONGEST,
+    JOB_RHYTHM_SPACING,
+    JOB_RHYTHM_LAST_START,
+    JOB_RHYTHM_LAST_END,
+    JOB_RHYTHM_IDLE_START,
+) = (
+    _gauge(
+        f"accel_job_rhythm_{n}",
+        f"{h}, of a pod that is no gang member.",
+        *("namespace", "pod"),
+    )
+    for n, h in _RHYTHM
+)
+NODE_READY = _gauge(
+    "accel_node_ready",
+    "1 while the node's Ready condition is True, 0 while it is False or Unknown "
+    "(the kubelet stopped reporting) or missing.",
+    "node",
+)
 
 CLUSTER: tuple[Metric, ...] = check_catalogue(
     (
@@ -283,6 +329,19 @@ CLUSTER: tuple[Metric, ...] = check_catalogue(
         POOL_NODES_MAX,
         POOL_DEVICES_ALLOCATED,
         NODE_POOL,
+        GANG_RHYTHM_PAUSES,
+        GANG_RHYTHM_LONGEST,
+        GANG_RHYTHM_SPACING,
+        GANG_RHYTHM_LAST_START,
+        GANG_RHYTHM_LAST_END,
+        GANG_RHYTHM_IDLE_START,
+        JOB_RHYTHM_PAUSES,
+        JOB_RHYTHM_LONGEST,
+        JOB_RHYTHM_SPACING,
+        JOB_RHYTHM_LAST_START,
+        JOB_RHYTHM_LAST_END,
+        JOB_RHYTHM_IDLE_START,
+        NODE_READY,
     )
 )
 

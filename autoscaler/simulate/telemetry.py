@@ -22,7 +22,9 @@ remap waits for a reset, ``{type="failure"}`` after a row could not be remapped;
 ``accel_device_pod_info`` names the pod holding a device;
 ``accel_link_throughput_bytes_per_second`` follows the job's load over its device
 links (``links.py``: none for a one-device job, 0 while it is hung in a collective
-though its utilization stays up). A node that is down (or
+though its utilization stays up). ``accel_node_ready`` follows each Node's Ready
+condition (``clusterstate.node_rows`` over the same objects), recomputed when a
+node comes, goes, fails or returns. A node that is down (or
 deleted) is a failed scrape: its series get stale markers, as Prometheus writes
 them.
 
@@ -175,11 +177,18 @@ class Telemetry:
         self.constant_rows: dict[int, tuple[cs.ClusterMetric, dict[str, str]]] = {}
         self._constant_arrays: tuple[I64, npt.NDArray[np.float64]] | None = None
         self.pool_prev: set[int] = set()
+        # Node readiness (accel_node_ready): per node its ref, recomputed from the
+        # Node objects only after a node came, went, failed or returned.
+        self.node_ready_on = cs.NODE_READY.name in wanted
+        self.node_refs: dict[str, int] = {}
+        self._node_arrays: tuple[I64, npt.NDArray[np.float64]] | None = None
         fleet.listeners.append(self.on)
 
     # -- reacting to the fleet ---------------------------------------------------
 
     def on(self, what: str, payload: Any) -> None:
+        if what in ("node_added", "node_up", "node_removed", "node_down"):
+            self._node_arrays = None
         if what in ("node_added", "node_up"):
             self._node_up(payload)
         elif what in ("node_removed", "node_down"):
@@ -403,6 +412,31 @@ class Telemetry:
             for t in times:
                 store.append(self._constant_arrays[0], t, self._constant_arrays[1])
         self._pools(times)
+        if self.node_ready_on:
+            self._nodes(times)
+
+    def node_rows(self) -> list[tuple[cs.ClusterMetric, dict[str, str], float]]:
+        """``accel_node_ready`` of every node, with ``clusterstate.node_rows`` over
+        the fleet's Node objects (what ``collect`` lists)."""
+        return cs.node_rows(list(self.fleet.kube.nodes.values()))
+
+    def _nodes(self, times: Sequence[float]) -> None:
+        if self._node_arrays is None:
+            rows = self.node_rows()
+            refs = {
+                labels["node"]: self.store.ref({"__name__": metric.name, **labels})
+                for metric, labels, _ in rows
+            }
+            gone = [ref for node, ref in self.node_refs.items() if node not in refs]
+            if gone:
+                self.store.append_stale(np.array(gone, dtype=np.int64), times[0])
+            self.node_refs = refs
+            self._node_arrays = (
+                np.array([refs[labels["node"]] for _, labels, _ in rows], dtype=np.int64),
+                np.array([value for _, _, value in rows], dtype=np.float64),
+            )
+        for t in times:
+            self.store.append(self._node_arrays[0], t, self._node_arrays[1])
 
     def pool_rows(
         self, *, node_info: bool = True

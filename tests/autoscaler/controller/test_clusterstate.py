@@ -217,7 +217,15 @@ async def test_collect_reads_jobs_and_pools_from_the_api(
         ("a100-n1", "a100"): 1.0,
         ("h100-n0", "h100"): 1.0,
     }
-    assert not any("plain" in str(k) for k in got)
+    # Every node's Ready condition, pooled or not: a100-n1 is NotReady.
+    ready = pick(rows, "accel_node_ready")
+    assert {k: v for k, v in ready.items() if not k[0].startswith("plain")} == {
+        ("a100-n0",): 1.0,
+        ("a100-n1",): 0.0,
+        ("h100-n0",): 1.0,
+    }
+    assert len(ready) == 4  # and the unpooled MachineDeployment's one node
+    assert not any("plain" in str(k) for k in got if k[0] != "accel_node_ready")
 
 
 async def test_collect_without_a_provider_gives_the_job_series_only(
@@ -225,7 +233,11 @@ async def test_collect_without_a_provider_gives_the_job_series_only(
 ) -> None:
     cluster(api)
     rows = await cs.collect(kube, None, T0)
-    assert {m.name for m, _, _ in rows} == {"accel_job_age_seconds", "accel_job_timeout_seconds"}
+    assert {m.name for m, _, _ in rows} == {
+        "accel_job_age_seconds",
+        "accel_job_timeout_seconds",
+        "accel_node_ready",
+    }
     assert not api.requests_for("GET", r"/machinedeployments")
 
 
@@ -260,7 +272,7 @@ async def test_render_is_valid_exposition(
     rows = await cs.collect(kube, ClusterAPIProvider(kube, NS), T0)
     text = cs.render(rows)
     promtool_check(text)
-    assert text.count("# TYPE ") == len({m.name for m, _, _ in rows}) == 8
+    assert text.count("# TYPE ") == len({m.name for m, _, _ in rows}) == 9
     assert 'accel_pool_nodes{pool="a100",state="provisioning"} 1\n' in text
     assert 'accel_pool_devices_allocated_ratio{pool="a100"} 0.375\n' in text
     assert 'accel_job_age_seconds{namespace="ml",pod="notebook",node="h100-n0",job=""} 10\n' in text

@@ -360,7 +360,7 @@ def test_cluster_state_series_equal_what_collect_reads(tmp_path: Path) -> None:
 
     async def go() -> tuple[list[Any], list[Any]]:
         await fleet.run()
-        ours = telemetry.pool_rows()
+        ours = telemetry.pool_rows() + telemetry.node_rows()
         theirs = await clusterstate.collect(fleet.kube, sim.pool_provider(fleet), fleet.now)
         return ours, theirs
 
@@ -536,7 +536,7 @@ def test_pending_flexible_pods_count_where_clusterstate_counts_them() -> None:
 
     async def go() -> tuple[list[Any], list[Any]]:
         await fleet.run()
-        ours = telemetry.pool_rows()
+        ours = telemetry.pool_rows() + telemetry.node_rows()
         theirs = await clusterstate.collect(fleet.kube, sim.pool_provider(fleet), fleet.now)
         return ours, theirs
 
