@@ -48,6 +48,7 @@ from autoscaler.kube.cache import CachedKube
 from autoscaler.kube.client import ClientKube
 from autoscaler.kube.dryrun import DryRunKube
 from autoscaler.metrics import ControllerStatus, Counts
+from autoscaler.rhythm import rows_of
 from autoscaler.ruleset.model import Rule
 from autoscaler.sources.alertmanager import (
     MAX_BODY,
@@ -100,7 +101,8 @@ def snapshot(c: Controller) -> ControllerStatus:
         kube_requests=requests,
         alerts_firing=c.alerts.firing_at(c.clock()),
         alerts_dropped=_keyed(((reason,), n) for reason, n in c.alerts.dropped.items()),
-        cluster_rows=tuple(c.cluster_rows),
+        # The jobs' learned rhythm rides with the cluster state (autoscaler/rhythm.py).
+        cluster_rows=(*c.cluster_rows, *rows_of(c.state)),
     )
 
 

@@ -19,6 +19,11 @@ three is only what they plug in:
   cycle's ages);
 - ``submit``: where decisions go (the executor, or nowhere).
 
+Between ``prepare`` and the queries, a healthy source is also asked the jobs'
+utilization once, for the rhythm each job has shown (``autoscaler/rhythm.py``:
+its recovered idle dips), which the stall rules read as series; the learner's
+memory belongs to ``state``, so the three callers run it without plumbing.
+
 "Unknown" is as narrow as the failure: sources answer a failed query with
 ``Unknown`` (``sources/base.py``), and should one raise anyway (a bug, an answer
 nobody foresaw), the exception is that rule's ``Unknown`` with the reason, logged
@@ -51,6 +56,7 @@ from autoscaler.decision import Decision
 from autoscaler.engine.evaluate import evaluate
 from autoscaler.engine.ladder import has_success, step_of, success_key
 from autoscaler.engine.state import ClusterInfo, EngineState, TargetKey
+from autoscaler.rhythm import learn, learner
 from autoscaler.ruleset.model import TARGET_LABELS, Rule, RuleSet
 from autoscaler.sources.base import Source, TargetedSource
 from autoscaler.types import QueryResult, Unknown, Vector
@@ -100,6 +106,8 @@ async def run_cycle(
         up = False
     if prepare is not None:
         await prepare(now)
+    if up:
+        await _learn(state, source, now)
     info: ClusterInfo | None = None
     if up and cluster is not None:
         try:
@@ -133,6 +141,16 @@ async def run_cycle(
             submit(d)
     unknown = tuple(name for name, r in results.items() if isinstance(r, Unknown))
     return CycleResult(now, up, decisions, unknown)
+
+
+async def _learn(state: EngineState, source: Source, now: float) -> None:
+    """The jobs' rhythm (``autoscaler/rhythm.py``), learned before the rules are
+    asked so that they read this cycle's figures; a failure costs the figures of
+    this cycle (the rules fall back to their conservative windows), not the cycle."""
+    try:
+        await learn(learner(state), source, now)
+    except Exception as e:
+        log.exception("the rhythm learner failed: %s", e)
 
 
 async def _ask(rule: str, query: Awaitable[QueryResult]) -> QueryResult:

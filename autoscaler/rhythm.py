@@ -1,0 +1,313 @@
+"""A job's own rhythm, learned from its utilization: how long the idle dips it
+recovers from last and how often they come, published as cluster-state series
+for the stall rules (docs/rules.md, "The stall detector").
+
+Why: a training job idles all of its devices together while it writes a
+checkpoint, and a stall looks the same for as long as the checkpoint would last.
+The checkpoint annotations that say how long and how often
+(``accel-fleet.io/checkpoint-pause`` and friends) are written by no training
+framework, so the rules learn each job's pauses from what it did instead: a dip
+(every device of the job idle, the stall rules' ``<= 0.05``) that ends with the
+job busy again is a *recovered pause*. Declared annotations take precedence in
+the rules where present.
+
+What is learned, per job (a gang: ``(namespace, gang)``; a device pod that is no
+gang member: ``(namespace, pod)``), and published as ``accel_gang_rhythm_*``
+(labels ``namespace, gang``) and ``accel_job_rhythm_*`` (``namespace, pod``):
+
+- ``_pauses``: recovered pauses seen in the last ``HORIZON`` (6 hours);
+- ``_longest_pause_seconds``: the longest of them;
+- ``_spacing_seconds``: the median time between the starts of consecutive
+  pauses (from two pauses on);
+- ``_last_pause_start_timestamp_seconds`` / ``_last_pause_end_timestamp_seconds``;
+- ``_idle_start_timestamp_seconds``: only while the job is in a dip (idle after
+  having been busy): when the dip began.
+
+Every figure is measured by one instrument: each evaluation cycle asks the source
+one instant query per kind of job, the job's largest
+``max_over_time(accel_utilization_ratio[1m])`` over its devices (the stall rules'
+own idle test), and a dip starts at the first cycle that sees the job idle and
+ends at the first that sees it busy. A pause's length and the current dip's
+length are therefore measured alike (both late by the same scrape and window),
+so the rules may compare them directly.
+
+A restarted job is not a pause: the pods of a requeued gang or pod start idle
+(loading a checkpoint: minutes), so the learner watches the job's youngest pod
+(``accel_job_age_seconds``). A job whose pods are younger than before has
+restarted: the dip in progress is dropped, nothing is learned from the idle start
+of the new pods (a dip only begins after the job was seen busy), and the phase
+(last pause start and end) is forgotten; the pause lengths and spacing are kept,
+they are the same training run's. A dip longer than ``MAX_PAUSE`` is not learned
+either (a stall that ended by itself is no checkpoint).
+
+Where it runs: inside ``engine/cycle.py``'s ``run_cycle``, after the source's
+refresh and the controller's ``prepare`` and before the rules are asked, so the
+controller, the fleet simulator and the rule unit tests run this same code on
+the same series. The learner's memory belongs to the engine's (``learner``):
+a new ``EngineState`` (a controller restart, a new rule test) starts with no
+rhythm. With a source that keeps its series in memory (``StoreBacked``: scraped
+exporters, the simulator, rule tests) the rows are written into its store at
+once; with Prometheus they reach the rules through the controller's
+``/metrics`` (``server.py``) one scrape later. Both are fine: pause lengths and
+spacing change slowly, and the rules read current idleness from their own
+utilization windows.
+
+Bounds: ``MAX_JOBS`` jobs (others are not learned: no series, so the rules'
+conservative default applies), ``MAX_PAUSES`` pauses per job within
+``HORIZON``, and a job unseen for ``FORGET`` is forgotten. A sample that is not
+a finite number, or a job without an age, is not observed: missing or hostile
+data gives no series, and no series only leaves the conservative rules.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import statistics
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+
+from autoscaler.clusterstate import render
+from autoscaler.metrics import (
+    GANG_RHYTHM_IDLE_START,
+    GANG_RHYTHM_LAST_END,
+    GANG_RHYTHM_LAST_START,
+    GANG_RHYTHM_LONGEST,
+    GANG_RHYTHM_PAUSES,
+    GANG_RHYTHM_SPACING,
+    JOB_RHYTHM_IDLE_START,
+    JOB_RHYTHM_LAST_END,
+    JOB_RHYTHM_LAST_START,
+    JOB_RHYTHM_LONGEST,
+    JOB_RHYTHM_PAUSES,
+    JOB_RHYTHM_SPACING,
+    ClusterMetric,
+    Row,
+)
+from autoscaler.sources.base import Source, StoreBacked
+from autoscaler.types import QueryResult, Vector
+
+log = logging.getLogger(__name__)
+
+# The stall rules' idle: every device of the job at or under this.
+IDLE = 0.05
+# Pauses are remembered this long (the longest is "in the last 6 hours").
+HORIZON = 6 * 3600.0
+# At most this many pauses per job (6 hours of checkpoints every 15 minutes).
+MAX_PAUSES = 24
+# At most this many jobs learned (16,384 devices in one-device pods is the most
+# the benchmark fleet holds; beyond it new jobs keep the conservative rules).
+MAX_JOBS = 20_000
+# A job not seen for this long is forgotten.
+FORGET = 3600.0
+# A dip longer than this is no checkpoint: not learned.
+MAX_PAUSE = 3600.0
+# A youngest pod younger than before by more than this is a restart (ages are
+# read from a series stamped once per cycle: a minute of jitter is no restart).
+RESTART_SLACK = 90.0
+# The store target the rows are written under (stale markers for jobs that go).
+TARGET = "accel-rhythm"
+
+# The job's largest utilization over its devices in the last minute, per kind.
+GANG_QUERY = (
+    "max by (namespace, gang) (accel_gang_info * on (node) group_left () "
+    "max by (node) (max_over_time(accel_utilization_ratio[1m])))"
+)
+POD_QUERY = (
+    "max by (namespace, pod) (accel_device_pod_info * on (node, device) group_left () "
+    "max_over_time(accel_utilization_ratio[1m])) unless on (namespace, pod) accel_gang_info"
+)
+# When the job's youngest pod started: now minus these ages.
+GANG_AGE_QUERY = (
+    "min by (namespace, gang) "
+    "(accel_job_age_seconds * on (namespace, pod) group_left (gang) accel_gang_info)"
+)
+POD_AGE_QUERY = "accel_job_age_seconds unless on (namespace, pod) accel_gang_info"
+
+JobKey = tuple[str, str, str]  # (kind "gang" | "pod", namespace, name)
+
+
+@dataclass
+class _Job:
+    """What the learner holds about one job."""
+
+    born: float
+    seen: float
+    busy_seen: bool = False
+    idle_since: float | None = None
+    # (start, length, epoch) of recovered pauses, oldest first.
+    pauses: deque[tuple[float, float, int]] = field(
+        default_factory=lambda: deque(maxlen=MAX_PAUSES)
+    )
+    # Incremented at each restart: spacing is measured within one epoch only.
+    epoch: int = 0
+
+
+@dataclass(frozen=True)
+class JobRhythm:
+    """The published figures of one job (None: not known yet)."""
+
+    pauses: int
+    longest: float | None
+    spacing: float | None
+    last_start: float | None
+    last_end: float | None
+    idle_start: float | None
+
+
+class Rhythm:
+    """The learner: ``observe`` once per cycle, ``rows`` for the series."""
+
+    def __init__(self, max_jobs: int = MAX_JOBS) -> None:
+        self.jobs: dict[JobKey, _Job] = {}
+        self.max_jobs = max_jobs
+        self.refused = 0
+        self.now: float | None = None
+
+    def observe(self, now: float, util: dict[JobKey, float], born: dict[JobKey, float]) -> None:
+        """One cycle's view: each job's largest utilization and youngest pod's start."""
+        self.now = now
+        for key, u in util.items():
+            b = born.get(key)
+            if b is None or not math.isfinite(u) or not math.isfinite(b):
+                continue
+            job = self.jobs.get(key)
+            if job is None:
+                if len(self.jobs) >= self.max_jobs:
+                    self.refused += 1
+                    continue
+                job = self.jobs[key] = _Job(born=b, seen=now)
+            self._step(job, now, u > IDLE, b)
+        for key in [k for k, j in self.jobs.items() if now - j.seen > FORGET]:
+            del self.jobs[key]
+
+    def _step(self, job: _Job, now: float, busy: bool, born: float) -> None:
+        job.seen = now
+        if born > job.born + RESTART_SLACK:
+            # New pods: their loading idle is no pause, and the phase starts over.
+            job.epoch += 1
+            job.busy_seen = False
+            job.idle_since = None
+        job.born = born
+        while job.pauses and now - job.pauses[0][0] > HORIZON:
+            job.pauses.popleft()
+        if busy:
+            start = job.idle_since
+            if start is not None and now - start <= MAX_PAUSE:
+                job.pauses.append((start, now - start, job.epoch))
+            job.idle_since = None
+            job.busy_seen = True
+        elif job.busy_seen and job.idle_since is None:
+            job.idle_since = now
+
+    def rhythm(self, key: JobKey) -> JobRhythm | None:
+        job = self.jobs.get(key)
+        if job is None:
+            return None
+        pauses = list(job.pauses)
+        mine = [p for p in pauses if p[2] == job.epoch]
+        starts = [p[0] for p in mine]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
+        last = mine[-1] if mine else None
+        return JobRhythm(
+            pauses=len(pauses),
+            longest=max(p[1] for p in pauses) if pauses else None,
+            spacing=statistics.median(gaps) if gaps else None,
+            last_start=last[0] if last else None,
+            last_end=last[0] + last[1] if last else None,
+            idle_start=job.idle_since,
+        )
+
+    def rows(self) -> list[Row]:
+        """The series of the jobs seen in the last cycle (module docstring): a job
+        that went has none, at once."""
+        out: list[Row] = []
+        for key in sorted(k for k, j in self.jobs.items() if j.seen == self.now):
+            r = self.rhythm(key)
+            if r is None:
+                continue
+            kind, namespace, name = key
+            labels = {"namespace": namespace, kind: name}
+            metrics = _GANG if kind == "gang" else _POD
+            values = (
+                float(r.pauses),
+                r.longest,
+                r.spacing,
+                r.last_start,
+                r.last_end,
+                r.idle_start,
+            )
+            for metric, value in zip(metrics, values, strict=True):
+                if value is not None:
+                    out.append((metric, dict(labels), value))
+        return out
+
+
+_GANG: tuple[ClusterMetric, ...] = (
+    GANG_RHYTHM_PAUSES,
+    GANG_RHYTHM_LONGEST,
+    GANG_RHYTHM_SPACING,
+    GANG_RHYTHM_LAST_START,
+    GANG_RHYTHM_LAST_END,
+    GANG_RHYTHM_IDLE_START,
+)
+_POD: tuple[ClusterMetric, ...] = (
+    JOB_RHYTHM_PAUSES,
+    JOB_RHYTHM_LONGEST,
+    JOB_RHYTHM_SPACING,
+    JOB_RHYTHM_LAST_START,
+    JOB_RHYTHM_LAST_END,
+    JOB_RHYTHM_IDLE_START,
+)
+
+# The learner of each engine memory: it lives and dies with its EngineState, so
+# the controller, the simulator and the rule tests need no plumbing for it, and a
+# controller restart (a new EngineState) starts with no rhythm: conservative.
+_LEARNERS: dict[int, Rhythm] = {}
+
+
+def learner(state: object) -> Rhythm:
+    """The learner that belongs to ``state`` (made on first use)."""
+    key = id(state)
+    found = _LEARNERS.get(key)
+    if found is None:
+        found = _LEARNERS[key] = Rhythm()
+        weakref.finalize(state, _LEARNERS.pop, key, None)
+    return found
+
+
+def rows_of(state: object) -> list[Row]:
+    """The rhythm series of ``state``'s learner; none when it has none."""
+    found = _LEARNERS.get(id(state))
+    return found.rows() if found is not None else []
+
+
+def _by_job(result: QueryResult, kind: str) -> dict[JobKey, float]:
+    """Sample values by job key; anything but a vector (Unknown) is no data."""
+    if not isinstance(result, Vector):
+        return {}
+    out: dict[JobKey, float] = {}
+    for s in result.samples:
+        namespace, name = s.get("namespace"), s.get(kind)
+        if namespace and name:
+            out[(kind, namespace, name)] = s.value
+    return out
+
+
+async def learn(rhythm: Rhythm, source: Source, now: float) -> None:
+    """One cycle: ask the source, observe, and write the rows into its store when
+    it keeps one (else the controller's /metrics carries them)."""
+    util: dict[JobKey, float] = {}
+    born: dict[JobKey, float] = {}
+    for kind, query, ages in (
+        ("gang", GANG_QUERY, GANG_AGE_QUERY),
+        ("pod", POD_QUERY, POD_AGE_QUERY),
+    ):
+        util.update(_by_job(await source.query(query, now), kind))
+        for key, age in _by_job(await source.query(ages, now), kind).items():
+            born[key] = now - age
+    rhythm.observe(now, util, born)
+    if isinstance(source, StoreBacked):
+        source.store.ingest_text(render(rhythm.rows()), now, target=TARGET)
