@@ -1,0 +1,165 @@
+"""The rhythm learner (autoscaler/rhythm.py): what it learns from a job's dips,
+what it refuses to learn (a restart's loading idle, hostile samples, an endless
+dip), its bounds (jobs, dips, hours, jobs that go), and that it runs from a real
+store through the evaluation cycle every caller uses."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from autoscaler.engine.state import EngineState
+from autoscaler.rhythm import (
+    FORGET,
+    HORIZON,
+    MAX_PAUSE,
+    MAX_PAUSES,
+    Rhythm,
+    learn,
+    learner,
+    rows_of,
+)
+from autoscaler.sources.store import StoreSource
+from autoscaler.types import Vector
+
+GANG = ("gang", "ml", "llm")
+BORN = -3600.0
+
+
+def feed(r: Rhythm, pattern: str, start: float = 0.0, born: float = BORN) -> float:
+    """One observation a minute: 'b' busy (0.9), 'i' idle (0.01). Returns the time
+    after the last one."""
+    t = start
+    for c in pattern:
+        r.observe(t, {GANG: 0.9 if c == "b" else 0.01}, {GANG: born})
+        t += 60
+    return t
+
+
+def by_name(r: Rhythm) -> dict[str, float]:
+    return {m.name: v for m, labels, v in r.rows() if labels.get("gang") == "llm"}
+
+
+def test_a_recovered_dip_is_a_pause_with_its_length_start_and_spacing() -> None:
+    r = Rhythm()
+    # Busy, idle for 2 evaluations, busy; 30 minutes later idle for 3, busy.
+    feed(r, "b" * 10 + "ii" + "b" * 28 + "iii" + "b" * 5)
+    got = by_name(r)
+    assert got["accel_gang_rhythm_pauses"] == 2
+    assert got["accel_gang_rhythm_longest_pause_seconds"] == 180
+    assert got["accel_gang_rhythm_spacing_seconds"] == 1800
+    assert got["accel_gang_rhythm_last_pause_start_timestamp_seconds"] == 40 * 60
+    assert got["accel_gang_rhythm_last_pause_end_timestamp_seconds"] == 43 * 60
+    assert "accel_gang_rhythm_idle_start_timestamp_seconds" not in got
+
+
+def test_the_dip_in_progress_is_published_and_a_job_never_seen_busy_has_none() -> None:
+    r = Rhythm()
+    feed(r, "iiii")  # idle from its first sight: loading, not a dip
+    assert "accel_gang_rhythm_idle_start_timestamp_seconds" not in by_name(r)
+    feed(r, "bbii", start=240)
+    got = by_name(r)
+    assert got["accel_gang_rhythm_idle_start_timestamp_seconds"] == 360
+    assert got["accel_gang_rhythm_pauses"] == 0
+
+
+def test_a_restart_is_not_a_pause_and_its_loading_idle_is_not_learned() -> None:
+    r = Rhythm()
+    t = feed(r, "b" * 5 + "ii" + "b" * 28 + "iii" + "b" * 5)
+    # Stalled, then restarted: new pods (born now) that idle 5 minutes loading.
+    t = feed(r, "i" * 6, start=t)
+    t = feed(r, "iiiii" + "bbb", start=t, born=t)
+    got = by_name(r)
+    assert got["accel_gang_rhythm_pauses"] == 2  # neither the stall nor the load
+    assert got["accel_gang_rhythm_longest_pause_seconds"] == 180
+    # The phase starts over with the new pods: no last pause, no spacing yet.
+    assert "accel_gang_rhythm_last_pause_start_timestamp_seconds" not in got
+    assert "accel_gang_rhythm_spacing_seconds" not in got
+
+
+def test_hostile_or_missing_data_teaches_nothing() -> None:
+    r = Rhythm()
+    for t, u in enumerate([0.9, math.nan, 0.01, math.inf, -math.inf, 0.9]):
+        r.observe(t * 60.0, {GANG: u}, {GANG: BORN})
+    # NaN and the infinities are no observation: one dip, from 120 s to 300 s.
+    got = by_name(r)
+    assert got["accel_gang_rhythm_pauses"] == 1
+    assert got["accel_gang_rhythm_longest_pause_seconds"] == 180
+    # A job without an age (or a NaN one) is not observed: no series at all.
+    r.observe(400.0, {("gang", "ml", "ageless"): 0.9}, {})
+    assert ("gang", "ml", "ageless") not in r.jobs
+    r.observe(460.0, {GANG: 0.01}, {GANG: math.nan})
+    assert r.rows() == []
+
+
+def test_a_dip_past_max_pause_is_not_learned() -> None:
+    r = Rhythm()
+    minutes = int(MAX_PAUSE // 60) + 2
+    feed(r, "bb" + "i" * minutes + "bb")
+    assert by_name(r)["accel_gang_rhythm_pauses"] == 0
+
+
+def test_bounds_dips_per_job_and_the_horizon() -> None:
+    r = Rhythm()
+    t = feed(r, ("b" * 4 + "i") * (MAX_PAUSES * 3))
+    assert len(r.jobs[GANG].pauses) == MAX_PAUSES
+    # Hours later (busy all along), every pause has left the horizon.
+    feed(r, "b", start=t + HORIZON)
+    assert by_name(r)["accel_gang_rhythm_pauses"] == 0
+    assert "accel_gang_rhythm_longest_pause_seconds" not in by_name(r)
+
+
+def test_bounds_jobs_and_jobs_that_go() -> None:
+    r = Rhythm(max_jobs=100)
+    jobs = {("pod", "ml", f"p{i}"): 0.9 for i in range(150)}
+    r.observe(0.0, jobs, dict.fromkeys(jobs, BORN))
+    assert len(r.jobs) == 100 and r.refused == 50
+    assert len({labels["pod"] for _, labels, _ in r.rows()}) == 100
+    # A cycle that sees only one job: the others have no series at once ...
+    one = {("pod", "ml", "p0"): 0.9}
+    r.observe(60.0, one, dict.fromkeys(one, BORN))
+    assert {labels["pod"] for _, labels, _ in r.rows()} == {"p0"}
+    # ... and are forgotten after FORGET, which makes room for new ones.
+    r.observe(60.0 + FORGET + 60, one, dict.fromkeys(one, BORN))
+    assert set(r.jobs) == {("pod", "ml", "p0")}
+
+
+def _exposition(t: float, util: float) -> str:
+    return (
+        f'accel_utilization_ratio{{node="n1",device="nvidia0"}} {util}\n'
+        'accel_gang_info{namespace="ml",pod="llm-0",node="n1",gang="llm",kind="JobSet"} 1\n'
+        'accel_device_pod_info{namespace="ml",pod="llm-0",node="n1",device="nvidia0"} 1\n'
+        f'accel_job_age_seconds{{namespace="ml",pod="llm-0",node="n1",job=""}} {3600 + t}\n'
+        'accel_utilization_ratio{node="n2",device="nvidia0"} ' + str(util) + "\n"
+        'accel_device_pod_info{namespace="ml",pod="solo",node="n2",device="nvidia0"} 1\n'
+        f'accel_job_age_seconds{{namespace="ml",pod="solo",node="n2",job="solo"}} {3600 + t}\n'
+    )
+
+
+def test_learns_from_a_store_and_writes_the_series_back_for_the_rules() -> None:
+    async def run() -> None:
+        source = StoreSource()
+        r = Rhythm()
+        for i, c in enumerate("bbbb" + "ii" + "bbbb"):
+            t = i * 60.0
+            source.store.ingest_text(_exposition(t, 0.9 if c == "b" else 0.0), t, target="x")
+            await learn(r, source, t)
+        result = await source.query("accel_gang_rhythm_longest_pause_seconds", 540.0)
+        assert isinstance(result, Vector)
+        # Idle at 4m and 5m; measured as the rules' [1m] window sees it: from the
+        # first evaluation whose whole minute is idle (5m) to the first busy (6m).
+        assert [(s.get("gang"), s.value) for s in result.samples] == [("llm", 60.0)]
+        pods = await source.query("accel_job_rhythm_pauses", 540.0)
+        assert isinstance(pods, Vector)
+        assert [(s.get("pod"), s.value) for s in pods.samples] == [("solo", 1.0)]
+
+    asyncio.run(run())
+
+
+def test_each_engine_memory_has_its_own_learner_and_a_new_one_is_young() -> None:
+    state = EngineState()
+    assert learner(state) is learner(state)
+    feed(learner(state), "bbiibb")
+    assert rows_of(state)
+    assert rows_of(EngineState()) == []
+    assert learner(EngineState()).jobs == {}
