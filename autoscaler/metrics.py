@@ -274,6 +274,7 @@ _RHYTHM = (
     ("last_pause_start_timestamp_seconds", "When the last recovered dip started"),
     ("last_pause_end_timestamp_seconds", "When the last recovered dip ended"),
     ("idle_start_timestamp_seconds", "When the dip in progress started (only during one)"),
+    ("watched_seconds", "How long the job's current pods have been followed since first busy"),
 )
 (
     GANG_RHYTHM_PAUSES,
@@ -282,6 +283,7 @@ _RHYTHM = (
     GANG_RHYTHM_LAST_START,
     GANG_RHYTHM_LAST_END,
     GANG_RHYTHM_IDLE_START,
+    GANG_RHYTHM_WATCHED,
 ) = (
     _gauge(
         f"accel_gang_rhythm_{n}",
@@ -297,6 +299,7 @@ _RHYTHM = (
     JOB_RHYTHM_LAST_START,
     JOB_RHYTHM_LAST_END,
     JOB_RHYTHM_IDLE_START,
+    JOB_RHYTHM_WATCHED,
 ) = (
     _gauge(
         f"accel_job_rhythm_{n}",
@@ -335,12 +338,14 @@ CLUSTER: tuple[Metric, ...] = check_catalogue(
         GANG_RHYTHM_LAST_START,
         GANG_RHYTHM_LAST_END,
         GANG_RHYTHM_IDLE_START,
+        GANG_RHYTHM_WATCHED,
         JOB_RHYTHM_PAUSES,
         JOB_RHYTHM_LONGEST,
         JOB_RHYTHM_SPACING,
         JOB_RHYTHM_LAST_START,
         JOB_RHYTHM_LAST_END,
         JOB_RHYTHM_IDLE_START,
+        JOB_RHYTHM_WATCHED,
         NODE_READY,
     )
 )

@@ -21,7 +21,10 @@ gang member: ``(namespace, pod)``), and published as ``accel_gang_rhythm_*``
   pauses (from two pauses on);
 - ``_last_pause_start_timestamp_seconds`` / ``_last_pause_end_timestamp_seconds``;
 - ``_idle_start_timestamp_seconds``: only while the job is in a dip (idle after
-  having been busy): when the dip began.
+  having been busy): when the dip began;
+- ``_watched_seconds``: how long the job's current pods have been followed since
+  they were first seen busy (a job with no pause in hours of watching is a job
+  that does not pause: the rules read it so).
 
 Every figure is measured by one instrument: each evaluation cycle asks the source
 one instant query per kind of job, the job's largest
@@ -77,12 +80,14 @@ from autoscaler.metrics import (
     GANG_RHYTHM_LONGEST,
     GANG_RHYTHM_PAUSES,
     GANG_RHYTHM_SPACING,
+    GANG_RHYTHM_WATCHED,
     JOB_RHYTHM_IDLE_START,
     JOB_RHYTHM_LAST_END,
     JOB_RHYTHM_LAST_START,
     JOB_RHYTHM_LONGEST,
     JOB_RHYTHM_PAUSES,
     JOB_RHYTHM_SPACING,
+    JOB_RHYTHM_WATCHED,
     ClusterMetric,
     Row,
 )
@@ -136,6 +141,8 @@ class _Job:
     born: float
     seen: float
     busy_seen: bool = False
+    # When the current pods were first seen busy (None: not yet).
+    since: float | None = None
     idle_since: float | None = None
     # (start, length, epoch) of recovered pauses, oldest first.
     pauses: deque[tuple[float, float, int]] = field(
@@ -155,6 +162,7 @@ class JobRhythm:
     last_start: float | None
     last_end: float | None
     idle_start: float | None
+    watched: float | None
 
 
 class Rhythm:
@@ -190,6 +198,7 @@ class Rhythm:
             job.epoch += 1
             job.busy_seen = False
             job.idle_since = None
+            job.since = None
         job.born = born
         while job.pauses and now - job.pauses[0][0] > HORIZON:
             job.pauses.popleft()
@@ -199,6 +208,8 @@ class Rhythm:
                 job.pauses.append((start, now - start, job.epoch))
             job.idle_since = None
             job.busy_seen = True
+            if job.since is None:
+                job.since = now
         elif job.busy_seen and job.idle_since is None:
             job.idle_since = now
 
@@ -218,6 +229,7 @@ class Rhythm:
             last_start=last[0] if last else None,
             last_end=last[0] + last[1] if last else None,
             idle_start=job.idle_since,
+            watched=None if job.since is None else job.seen - job.since,
         )
 
     def rows(self) -> list[Row]:
@@ -238,6 +250,7 @@ class Rhythm:
                 r.last_start,
                 r.last_end,
                 r.idle_start,
+                r.watched,
             )
             for metric, value in zip(metrics, values, strict=True):
                 if value is not None:
@@ -252,6 +265,7 @@ _GANG: tuple[ClusterMetric, ...] = (
     GANG_RHYTHM_LAST_START,
     GANG_RHYTHM_LAST_END,
     GANG_RHYTHM_IDLE_START,
+    GANG_RHYTHM_WATCHED,
 )
 _POD: tuple[ClusterMetric, ...] = (
     JOB_RHYTHM_PAUSES,
@@ -260,6 +274,7 @@ _POD: tuple[ClusterMetric, ...] = (
     JOB_RHYTHM_LAST_START,
     JOB_RHYTHM_LAST_END,
     JOB_RHYTHM_IDLE_START,
+    JOB_RHYTHM_WATCHED,
 )
 
 # The learner of each engine memory: it lives and dies with its EngineState, so
