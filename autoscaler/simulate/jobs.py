@@ -263,23 +263,9 @@ class JobController:
         sizes = np.array([s for s, _ in w.sizes])
         weights = np.array([x for _, x in w.sizes], dtype=float)
         size = int(sizes[rng.choice(len(sizes), p=weights / weights.sum())])
-        if w.pools:
-            names = [p for p, _ in w.pools]
-            pw = np.array([x for _, x in w.pools], dtype=float)
-        else:
-            names = [p.name for p in self.scenario.pools]
-            pw = np.array([p.initial * p.devices_per_node for p in self.scenario.pools], float)
-        gangs = w.gang_kind is not None
-        fits = np.array(
-            [
-                (per := self.pools[n].devices_per_node) >= size or (gangs and size % per == 0)
-                for n in names
-            ]
-        )
-        pw = np.where(fits, pw, 0.0)
-        pool = names[int(rng.choice(len(names), p=pw / pw.sum()))] if pw.sum() > 0 else names[0]
+        pool = self._draw_pool(size)
         per = self.pools[pool].devices_per_node
-        gang = gangs and size >= per and size % per == 0
+        gang = w.gang_kind is not None and size >= per and size % per == 0
         pools = (pool,) if gang else self.eligible(pool, size)
         total = max(60.0, self._draw_duration())
         lo, hi = w.utilization
@@ -337,6 +323,25 @@ class JobController:
             }
         )
         self._new_pod(job)
+
+    def _draw_pool(self, size: int) -> str:
+        """The pool a job of ``size`` devices is drawn for, by weight, among those
+        whose nodes hold it (a gang: a whole number of their nodes)."""
+        w = self.scenario.workload
+        if w.pools:
+            names = [p for p, _ in w.pools]
+            pw = np.array([x for _, x in w.pools], dtype=float)
+        else:
+            names = [p.name for p in self.scenario.pools]
+            pw = np.array([p.initial * p.devices_per_node for p in self.scenario.pools], float)
+        gangs = w.gang_kind is not None
+        fits = [
+            (per := self.pools[n].devices_per_node) >= size or (gangs and size % per == 0)
+            for n in names
+        ]
+        pw = np.where(np.array(fits), pw, 0.0)
+        draw = int(self.rng_job.choice(len(names), p=pw / pw.sum())) if pw.sum() > 0 else 0
+        return names[draw]
 
     def eligible(self, pool: str, size: int) -> tuple[str, ...]:
         """The pools a job of ``size`` devices drawn for ``pool`` may run on, sorted:
