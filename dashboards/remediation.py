@@ -263,6 +263,38 @@ GANG_IDLE_3M = (
     f"max by (cluster, namespace, pod, node, gang) (accel_gang_info{{{CLUSTER}}})) <= 0.05"
 )
 
+# Each gang member's device-link traffic (NVLink, xGMI; both directions, every link
+# of every device it holds), labelled with its gang: a hung collective keeps the
+# members busy while this falls to 0 for all of them (the hung-collective rule).
+GANG_MEMBER_LINKS = (
+    "sum by (namespace, gang, pod) ("
+    f"accel_device_pod_info{{{FILTER}}} * on (cluster, node, device) group_left () "
+    "sum by (cluster, node, device) "
+    f"(accel_link_throughput_bytes_per_second{{{FILTER}}}) "
+    "* on (cluster, namespace, pod) group_left (gang) "
+    f"max by (cluster, namespace, pod, gang) (accel_gang_info{{{CLUSTER}}}))"
+)
+# The hung-collective rule's view of a gang: no link traffic on any member's node
+# for the last minute while every member's devices stayed busy.
+GANG_SILENT_1M = (
+    "max by (cluster, namespace, gang) ("
+    "max by (cluster, node) (max_over_time("
+    f"accel_link_throughput_bytes_per_second{{{FILTER}}}[1m])) "
+    "* on (cluster, node) group_right () "
+    f"max by (cluster, namespace, pod, node, gang) (accel_gang_info{{{CLUSTER}}})) == 0 "
+    "and on (cluster, namespace, gang) min by (cluster, namespace, gang) ("
+    f"min by (cluster, node) (min_over_time(accel_utilization_ratio{{{FILTER}}}[1m])) "
+    "* on (cluster, node) group_right () "
+    f"max by (cluster, namespace, pod, node, gang) (accel_gang_info{{{CLUSTER}}})) >= 0.5"
+)
+# A learned rhythm figure per gang (autoscaler/rhythm.py), 0 where none is learned:
+# a gang that has not yet recovered from a pause has no such series.
+_GANG_ZERO = f"max by (namespace, gang) (accel_gang_info{{{CLUSTER}}}) * 0"
+
+
+def _rhythm(expr: str) -> str:
+    return f"max by (namespace, gang) ({expr}) or {_GANG_ZERO}"
+
 
 def gangs(lay: Layout) -> None:
     """Multi-node training jobs as one thing each: how evenly their members work,
@@ -319,4 +351,84 @@ def gangs(lay: Layout) -> None:
             ],
         ),
         w=24,
+    )
+    gang_signals(lay)
+
+
+def gang_signals(lay: Layout) -> None:
+    """What the hung-collective, lost-gang-node and stall rules read of a gang
+    besides its utilization: its members' link traffic, their nodes' readiness,
+    and the rhythm the controller learned from its pauses (docs/rules.md)."""
+    lay.add(
+        timeseries(
+            "Gang member link traffic",
+            "Per gang member: the bytes per second its devices' links carry (NVLink, "
+            "xGMI; both directions, summed). A synchronous job's members talk all "
+            "the time they work; a checkpoint silences them with their devices idle; "
+            "a hung collective silences them while their devices stay busy, which "
+            "the hung-collective rule restarts after one minute. Only NVIDIA and AMD "
+            "exporters publish link traffic (docs/rules.md, hung collectives).",
+            targets((GANG_MEMBER_LINKS, "{{namespace}}/{{gang}} {{pod}}")),
+            unit="Bps",
+        ),
+        w=16,
+    )
+    lay.add(
+        stat(
+            "Gangs busy with silent links",
+            "Gangs whose members' links carried nothing for the last minute while "
+            "every member stayed busy (at least 50%): a collective hung with its "
+            "kernels spinning, which the hung-collective rule restarts.",
+            f"count({GANG_SILENT_1M}) or vector(0)",
+            thresholds=RED_WHEN_ONE,
+            color={"mode": "thresholds"},
+        ),
+        w=8,
+    )
+    lay.add(
+        table(
+            "Gang members' nodes (1: Ready)",
+            "Every gang member with its node and that node's Ready condition "
+            "(accel_node_ready): a member on a node that is not Ready, whose devices "
+            "report no work, has its gang restarted by the lost-gang-node rule a "
+            "minute later instead of at the pods' 300 s toleration.",
+            [
+                target(
+                    "max by (namespace, gang, pod, node) ("
+                    f"accel_gang_info{{{CLUSTER}}} * on (cluster, node) group_left () "
+                    f"max by (cluster, node) (accel_node_ready{{{CLUSTER}}}))",
+                    instant=True,
+                )
+            ],
+        ),
+        w=12,
+    )
+    lay.add(
+        timeseries(
+            "Gang rhythm, learned",
+            "What the controller learned of each gang's pauses from its utilization "
+            "(autoscaler/rhythm.py): the longest idle dip it recovered from, the "
+            "usual spacing between dips, and how long the current dip has lasted. "
+            "The stall rules call a dip that outlasts twice the longest pause (plus "
+            "a minute), or that comes well before the spacing is up, a stall. 0 "
+            "where nothing is learned yet, or no dip is under way.",
+            targets(
+                (
+                    _rhythm(f"accel_gang_rhythm_longest_pause_seconds{{{CLUSTER}}}"),
+                    "{{namespace}}/{{gang}} longest pause",
+                ),
+                (
+                    _rhythm(f"accel_gang_rhythm_spacing_seconds{{{CLUSTER}}}"),
+                    "{{namespace}}/{{gang}} spacing",
+                ),
+                (
+                    _rhythm(
+                        f"time() - accel_gang_rhythm_idle_start_timestamp_seconds{{{CLUSTER}}}"
+                    ),
+                    "{{namespace}}/{{gang}} current dip",
+                ),
+            ),
+            unit="s",
+        ),
+        w=12,
     )
