@@ -356,7 +356,7 @@ def gangs(lay: Layout) -> None:
 
 
 def gang_signals(lay: Layout) -> None:
-    """What the hung-collective, lost-gang-node and stall rules read of a gang
+    """What the hung-collective, lost-node and stall rules read of a gang
     besides its utilization: its members' link traffic, their nodes' readiness,
     and the rhythm the controller learned from its pauses (docs/rules.md)."""
     lay.add(
@@ -390,7 +390,7 @@ def gang_signals(lay: Layout) -> None:
             "Gang members' nodes (1: Ready)",
             "Every gang member with its node and that node's Ready condition "
             "(accel_node_ready): a member on a node that is not Ready, whose devices "
-            "report no work, has its gang restarted by the lost-gang-node rule a "
+            "report no work, has its gang restarted by the lost-node rule a "
             "minute later instead of at the pods' 300 s toleration.",
             [
                 target(
