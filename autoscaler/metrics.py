@@ -275,6 +275,7 @@ _RHYTHM = (
     ("last_pause_end_timestamp_seconds", "When the last recovered dip ended"),
     ("idle_start_timestamp_seconds", "When the dip in progress started (only during one)"),
     ("watched_seconds", "How long the job's current pods have been followed since first busy"),
+    ("last_busy_timestamp_seconds", "When the job's current pods were last seen busy"),
 )
 (
     GANG_RHYTHM_PAUSES,
@@ -284,6 +285,7 @@ _RHYTHM = (
     GANG_RHYTHM_LAST_END,
     GANG_RHYTHM_IDLE_START,
     GANG_RHYTHM_WATCHED,
+    GANG_RHYTHM_LAST_BUSY,
 ) = (
     _gauge(
         f"accel_gang_rhythm_{n}",
@@ -300,6 +302,7 @@ _RHYTHM = (
     JOB_RHYTHM_LAST_END,
     JOB_RHYTHM_IDLE_START,
     JOB_RHYTHM_WATCHED,
+    JOB_RHYTHM_LAST_BUSY,
 ) = (
     _gauge(
         f"accel_job_rhythm_{n}",
@@ -339,6 +342,7 @@ CLUSTER: tuple[Metric, ...] = check_catalogue(
         GANG_RHYTHM_LAST_END,
         GANG_RHYTHM_IDLE_START,
         GANG_RHYTHM_WATCHED,
+        GANG_RHYTHM_LAST_BUSY,
         JOB_RHYTHM_PAUSES,
         JOB_RHYTHM_LONGEST,
         JOB_RHYTHM_SPACING,
@@ -346,6 +350,7 @@ CLUSTER: tuple[Metric, ...] = check_catalogue(
         JOB_RHYTHM_LAST_END,
         JOB_RHYTHM_IDLE_START,
         JOB_RHYTHM_WATCHED,
+        JOB_RHYTHM_LAST_BUSY,
         NODE_READY,
     )
 )

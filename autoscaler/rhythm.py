@@ -24,7 +24,11 @@ gang member: ``(namespace, pod)``), and published as ``accel_gang_rhythm_*``
   having been busy): when the dip began;
 - ``_watched_seconds``: how long the job's current pods have been followed since
   they were first seen busy (a job with no pause in hours of watching is a job
-  that does not pause: the rules read it so).
+  that does not pause: the rules read it so);
+- ``_last_busy_timestamp_seconds``: when the current pods were last seen busy
+  (the rules' "worked within the last 15 minutes", read here rather than from a
+  15-minute window over every device: a scrape late changes nothing at 15
+  minutes).
 
 Every figure is measured by one instrument: each evaluation cycle asks the source
 one instant query per kind of job, the job's largest
@@ -75,6 +79,7 @@ from dataclasses import dataclass, field
 from autoscaler.clusterstate import render
 from autoscaler.metrics import (
     GANG_RHYTHM_IDLE_START,
+    GANG_RHYTHM_LAST_BUSY,
     GANG_RHYTHM_LAST_END,
     GANG_RHYTHM_LAST_START,
     GANG_RHYTHM_LONGEST,
@@ -82,6 +87,7 @@ from autoscaler.metrics import (
     GANG_RHYTHM_SPACING,
     GANG_RHYTHM_WATCHED,
     JOB_RHYTHM_IDLE_START,
+    JOB_RHYTHM_LAST_BUSY,
     JOB_RHYTHM_LAST_END,
     JOB_RHYTHM_LAST_START,
     JOB_RHYTHM_LONGEST,
@@ -120,9 +126,11 @@ GANG_QUERY = (
     "max by (namespace, gang) (accel_gang_info * on (node) group_left () "
     "max by (node) (max_over_time(accel_utilization_ratio[1m])))"
 )
+# The pods that are no gang member first: on a fleet of gangs the join is empty
+# and the evaluator skips its right-hand side.
 POD_QUERY = (
-    "max by (namespace, pod) (accel_device_pod_info * on (node, device) group_left () "
-    "max_over_time(accel_utilization_ratio[1m])) unless on (namespace, pod) accel_gang_info"
+    "max by (namespace, pod) ((accel_device_pod_info unless on (namespace, pod) accel_gang_info)"
+    " * on (node, device) group_left () max_over_time(accel_utilization_ratio[1m]))"
 )
 # When the job's youngest pod started: now minus these ages.
 GANG_AGE_QUERY = (
@@ -143,6 +151,8 @@ class _Job:
     busy_seen: bool = False
     # When the current pods were first seen busy (None: not yet).
     since: float | None = None
+    # When the current pods were last seen busy.
+    last_busy: float | None = None
     idle_since: float | None = None
     # (start, length, epoch) of recovered pauses, oldest first.
     pauses: deque[tuple[float, float, int]] = field(
@@ -163,6 +173,7 @@ class JobRhythm:
     last_end: float | None
     idle_start: float | None
     watched: float | None
+    last_busy: float | None
 
 
 class Rhythm:
@@ -199,6 +210,7 @@ class Rhythm:
             job.busy_seen = False
             job.idle_since = None
             job.since = None
+            job.last_busy = None
         job.born = born
         while job.pauses and now - job.pauses[0][0] > HORIZON:
             job.pauses.popleft()
@@ -210,6 +222,7 @@ class Rhythm:
             job.busy_seen = True
             if job.since is None:
                 job.since = now
+            job.last_busy = now
         elif job.busy_seen and job.idle_since is None:
             job.idle_since = now
 
@@ -230,6 +243,7 @@ class Rhythm:
             last_end=last[0] + last[1] if last else None,
             idle_start=job.idle_since,
             watched=None if job.since is None else job.seen - job.since,
+            last_busy=job.last_busy,
         )
 
     def rows(self) -> list[Row]:
@@ -251,6 +265,7 @@ class Rhythm:
                 r.last_end,
                 r.idle_start,
                 r.watched,
+                r.last_busy,
             )
             for metric, value in zip(metrics, values, strict=True):
                 if value is not None:
@@ -266,6 +281,7 @@ _GANG: tuple[ClusterMetric, ...] = (
     GANG_RHYTHM_LAST_END,
     GANG_RHYTHM_IDLE_START,
     GANG_RHYTHM_WATCHED,
+    GANG_RHYTHM_LAST_BUSY,
 )
 _POD: tuple[ClusterMetric, ...] = (
     JOB_RHYTHM_PAUSES,
@@ -275,6 +291,7 @@ _POD: tuple[ClusterMetric, ...] = (
     JOB_RHYTHM_LAST_END,
     JOB_RHYTHM_IDLE_START,
     JOB_RHYTHM_WATCHED,
+    JOB_RHYTHM_LAST_BUSY,
 )
 
 # The learner of each engine memory: it lives and dies with its EngineState, so

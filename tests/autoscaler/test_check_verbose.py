@@ -36,7 +36,7 @@ def test_a_rule_is_described_by_its_expression_not_its_comments(
     verbose_lines: list[str],
 ) -> None:
     [stalled] = [ln for ln in verbose_lines if ": stalled-pod: " in ln]
-    assert "acts once when `(accel_job_rhythm_pauses * 0 or accel_job_checkpoint_paus" in stalled
+    assert "acts once when `accel_job_rhythm_pauses * 0 + on (namespace, pod)" in stalled
     for line in verbose_lines:
         quoted = re.search(r"acts once when `([^`]*)`", line)
         assert quoted is None or "#" not in quoted.group(1), line

@@ -51,6 +51,8 @@ def test_a_recovered_dip_is_a_pause_with_its_length_start_and_spacing() -> None:
     assert got["accel_gang_rhythm_last_pause_start_timestamp_seconds"] == 40 * 60
     assert got["accel_gang_rhythm_last_pause_end_timestamp_seconds"] == 43 * 60
     assert "accel_gang_rhythm_idle_start_timestamp_seconds" not in got
+    assert got["accel_gang_rhythm_last_busy_timestamp_seconds"] == 47 * 60
+    assert got["accel_gang_rhythm_watched_seconds"] == 47 * 60
 
 
 def test_the_dip_in_progress_is_published_and_a_job_never_seen_busy_has_none() -> None:
@@ -75,6 +77,9 @@ def test_a_restart_is_not_a_pause_and_its_loading_idle_is_not_learned() -> None:
     # The phase starts over with the new pods: no last pause, no spacing yet.
     assert "accel_gang_rhythm_last_pause_start_timestamp_seconds" not in got
     assert "accel_gang_rhythm_spacing_seconds" not in got
+    # Busy again since the restart: watched and last busy are the new pods'.
+    assert got["accel_gang_rhythm_watched_seconds"] == 120
+    assert got["accel_gang_rhythm_last_busy_timestamp_seconds"] == t - 60
 
 
 def test_hostile_or_missing_data_teaches_nothing() -> None:
