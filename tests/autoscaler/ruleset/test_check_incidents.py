@@ -109,7 +109,7 @@ def test_shipped_rules_have_no_warning() -> None:
         timeout=60,
     )
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert proc.stdout.count("acts once") == 13
+    assert proc.stdout.count("acts once") == 16
 
 
 def test_repeat_is_read_and_refused_for_actions_that_can_be_undone(tmp_path: Path) -> None:

@@ -97,13 +97,13 @@ def test_check_passes_the_shipped_rules(source: str) -> None:
     proc = cli_check("--source", source, "rules/remediation.yaml")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
-    assert proc.stdout == "rules/remediation.yaml: 13 rules OK\n"
+    assert proc.stdout == "rules/remediation.yaml: 16 rules OK\n"
 
 
 def test_check_a_directory_skips_its_tests_subdirectory() -> None:
     proc = cli_check("rules/")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "rules/: 13 rules OK\n"
+    assert proc.stdout == "rules/: 16 rules OK\n"
 
 
 def test_check_reports_a_missing_path(capsys: pytest.CaptureFixture[str]) -> None:
@@ -209,6 +209,9 @@ def test_shipped_rules_load_with_the_documented_shape() -> None:
         "stalled-gang",
         "stalled-pod",
         "stalled-job",
+        "hung-collective",
+        "lost-node",
+        "stalled-progress",
         "job-timeout",
         "hot-node",
         "pool-scale-up",
@@ -219,6 +222,9 @@ def test_shipped_rules_load_with_the_documented_shape() -> None:
         "stalled-gang": "pod",
         "stalled-pod": "pod",
         "stalled-job": "pod",
+        "hung-collective": "pod",
+        "lost-node": "pod",
+        "stalled-progress": "pod",
         "job-timeout": "pod",
         "application-fault": "pod",
     }
