@@ -52,6 +52,11 @@ What the series mean, and the simplifications chosen:
   rules wait out a declared pause before they call an idle job stalled, and call
   it stalled at once when no checkpoint can be under way (docs/rules.md). A bad
   annotation is logged once per pod and value and counts as not declared.
+  What a job that declares nothing does is learned instead, from its utilization,
+  by ``autoscaler/rhythm.py`` inside the evaluation cycle (not here: it needs the
+  job's series, not the API): ``accel_gang_rhythm_*{namespace, gang}`` and
+  ``accel_job_rhythm_*{namespace, pod}``, published with these rows on
+  ``/metrics``; the declarations take precedence in the rules.
 - A pool *can satisfy* a pending pod when one of the pool's registered nodes matches
   the pod's ``nodeSelector`` and required node affinity and offers at least the
   pod's request of every device resource it asks for (``allocatable``, plus the
