@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler import rhythm
 from autoscaler.controller import Controller
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import CycleResult, run_cycle
@@ -331,4 +332,10 @@ async def test_cluster_and_prepare_run_after_the_refresh_and_before_the_queries(
         prepare=prepare,
         cluster=cluster,
     )
-    assert order == ["refresh", "prepare", "cluster", "query accel_up == 0"]
+    # The rhythm learner asks its queries after prepare (this cycle's cluster
+    # state) and before the rules, which read what it learned.
+    learner = [
+        f"query {q}"
+        for q in (rhythm.GANG_QUERY, rhythm.GANG_AGE_QUERY, rhythm.POD_QUERY, rhythm.POD_AGE_QUERY)
+    ]
+    assert order == ["refresh", "prepare", *learner, "cluster", "query accel_up == 0"]
