@@ -102,8 +102,9 @@ CAUGHT_BY = {
     "remap_failure": "fatal-device-fault",  # accel_remapped_rows{type="failure"}
     "ecc_uncorrected": "uncorrected-ecc-burst",
     "app": "application-fault",
-    # The jobs declare no checkpoints (workload.declares defaults to 0): only the
-    # conservative stall rule's 30-minute window sees an idle job.
+    # The jobs declare no checkpoints (workload.declares defaults to 0): the
+    # conservative stall rule's 30-minute window is the bound; the fast stall
+    # rules, on each job's learned rhythm or its 10-minute default, come sooner.
     "hang": "stalled-job",
     "stall": "stalled-job",
     # Every device busy while its links are silent for a minute (issue 31).
