@@ -188,7 +188,7 @@ def test_pool_series_equal_what_collect_reads_while_nodes_warm(tmp_path: Path) -
     seen: list[tuple[float, dict[Any, float]]] = []
 
     async def compare() -> None:
-        ours = _keyed(telemetry.pool_rows())
+        ours = _keyed(telemetry.pool_rows() + telemetry.node_rows())
         theirs = _keyed(await cs.collect(fleet.kube, sim.pool_provider(fleet), fleet.now))
         theirs = {k: v for k, v in theirs.items() if not k[0].startswith("accel_job")}
         assert ours == theirs, fleet.now - EPOCH
