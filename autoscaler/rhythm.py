@@ -31,9 +31,9 @@ gang member: ``(namespace, pod)``), and published as ``accel_gang_rhythm_*``
   minutes).
 
 Every figure is measured by one instrument: each evaluation cycle asks the source
-one instant query per kind of job, the job's largest
+two instant queries per kind of job (gangs, other device pods): the job's largest
 ``max_over_time(accel_utilization_ratio[1m])`` over its devices (the stall rules'
-own idle test), and a dip starts at the first cycle that sees the job idle and
+own idle test) and its youngest pod's age; a dip starts at the first cycle that sees the job idle and
 ends at the first that sees it busy. A pause's length and the current dip's
 length are therefore measured alike (both late by the same scrape and window),
 so the rules may compare them directly.
@@ -57,7 +57,16 @@ exporters, the simulator, rule tests) the rows are written into its store at
 once; with Prometheus they reach the rules through the controller's
 ``/metrics`` (``server.py``) one scrape later. Both are fine: pause lengths and
 spacing change slowly, and the rules read current idleness from their own
-utilization windows.
+utilization windows (a dip's start, which is new at once, is only read beside a
+window that must be idle now, and costs at most that scrape on the paths that
+wait out a dip's length). A restarted controller starts a new ``EngineState``
+and so a young rhythm: the rules are slower, never wider. A replica that stood
+by keeps what it learned before (it learns only while it leads): a job that
+restarted meanwhile is seen as restarted, one unseen for ``FORGET`` is forgotten,
+and a pause that spanned the standby is learned long, which only slows the
+rules (the 10-minute default bounds them).
+With ``MAX_JOBS`` and the queries at 16,384 devices: about 16 ms a cycle on the
+2-core development machine (``bench/stall_rules.py``).
 
 Bounds: ``MAX_JOBS`` jobs (others are not learned: no series, so the rules'
 conservative default applies), ``MAX_PAUSES`` pauses per job within
