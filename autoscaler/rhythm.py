@@ -33,8 +33,8 @@ gang member: ``(namespace, pod)``), and published as ``accel_gang_rhythm_*``
 Every figure is measured by one instrument: each evaluation cycle asks the source
 two instant queries per kind of job (gangs, other device pods): the job's largest
 ``max_over_time(accel_utilization_ratio[1m])`` over its devices (the stall rules'
-own idle test) and its youngest pod's age; a dip starts at the first cycle that sees the job idle and
-ends at the first that sees it busy. A pause's length and the current dip's
+own idle test) and its youngest pod's age; a dip starts at the first cycle that
+sees the job idle and ends at the first that sees it busy. A pause's length and the current dip's
 length are therefore measured alike (both late by the same scrape and window),
 so the rules may compare them directly.
 
