@@ -148,6 +148,16 @@ async def test_the_controller_and_the_simulator_count_the_same_acts(
     assert len(sim_acts) == 4
     store: SeriesStore = in_sim.source.store
 
+    # The controller below replays the run on this store, which already holds the
+    # rhythm learner's rows of every evaluation (the simulator's learner wrote
+    # them). A second learner writing its rows into the store's past (a controller
+    # only ever writes at its newest time) left the replay's later fault windows
+    # empty: the replay reads the simulator's rows instead of learning again.
+    async def read_only(state: object, source: object, now: float) -> None:
+        return None
+
+    monkeypatch.setattr("autoscaler.engine.cycle._learn", read_only)
+
     # 2. The controller over the same samples, at the same evaluations, acting
     # through the real executor on the fake API server's copy of the two nodes.
     for name in ("h100-0000", "h100-0001"):
