@@ -495,7 +495,8 @@ def test_an_application_fault_is_requeued_at_once_a_silent_stall_later(
     """An application fault (Xid 13, 31, 68, 69: class app) hangs the job on a
     healthy device and is published as an info event of class app: the shipped
     application-fault rule requeues the job within an evaluation or two. The same
-    hang without an event (a stall) waits for the stall rules' 30 minutes. Neither
+    hang without an event (a stall) waits for the stall rules' 10 idle minutes (a
+    job that declares nothing and has shown no rhythm yet, docs/rules.md). Neither
     opens an incident: the device stays healthy."""
     scenario = _scenario(tmp_path, kind=kind, initial=1)
     result = sim.simulate(scenario, [SHIPPED], baseline=False)["rules"]
@@ -510,7 +511,9 @@ def test_an_application_fault_is_requeued_at_once_a_silent_stall_later(
     if kind == "app":
         assert ttr <= 2 * 30  # two evaluation intervals
     else:
-        assert ttr >= 30 * 60
+        # The conservative window of a job too young to have a rhythm, and sooner
+        # than stalled-job's 30 minutes.
+        assert 10 * 60 <= ttr < 30 * 60
 
 
 def test_a_remap_failure_stands_until_replacement_and_is_marked_for_return(
