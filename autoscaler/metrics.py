@@ -277,16 +277,8 @@ _RHYTHM = (
     ("watched_seconds", "How long the job's current pods have been followed since first busy"),
     ("last_busy_timestamp_seconds", "When the job's current pods were last seen busy"),
 )
-(
-    GANG_RHYTHM_PAUSES,
-    GANG_RHYTHM_LONGEST,
-    GANG_RHYTHM_SPACING,
-    GANG_RHYTHM_LAST_START,
-    GANG_RHYTHM_LAST_END,
-    GANG_RHYTHM_IDLE_START,
-    GANG_RHYTHM_WATCHED,
-    GANG_RHYTHM_LAST_BUSY,
-) = (
+# Ordered as ``_RHYTHM``, which is the order ``rhythm.Rhythm.rows`` writes them in.
+GANG_RHYTHM: tuple[ClusterMetric, ...] = tuple(
     _gauge(
         f"accel_gang_rhythm_{n}",
         f"{h}, of the gang, as the controller measured it.",
@@ -294,16 +286,7 @@ _RHYTHM = (
     )
     for n, h in _RHYTHM
 )
-(
-    JOB_RHYTHM_PAUSES,
-    JOB_RHYTHM_LONGEST,
-    JOB_RHYTHM_SPACING,
-    JOB_RHYTHM_LAST_START,
-    JOB_RHYTHM_LAST_END,
-    JOB_RHYTHM_IDLE_START,
-    JOB_RHYTHM_WATCHED,
-    JOB_RHYTHM_LAST_BUSY,
-) = (
+JOB_RHYTHM: tuple[ClusterMetric, ...] = tuple(
     _gauge(
         f"accel_job_rhythm_{n}",
         f"{h}, of a pod that is no gang member.",
@@ -335,22 +318,8 @@ CLUSTER: tuple[Metric, ...] = check_catalogue(
         POOL_NODES_MAX,
         POOL_DEVICES_ALLOCATED,
         NODE_POOL,
-        GANG_RHYTHM_PAUSES,
-        GANG_RHYTHM_LONGEST,
-        GANG_RHYTHM_SPACING,
-        GANG_RHYTHM_LAST_START,
-        GANG_RHYTHM_LAST_END,
-        GANG_RHYTHM_IDLE_START,
-        GANG_RHYTHM_WATCHED,
-        GANG_RHYTHM_LAST_BUSY,
-        JOB_RHYTHM_PAUSES,
-        JOB_RHYTHM_LONGEST,
-        JOB_RHYTHM_SPACING,
-        JOB_RHYTHM_LAST_START,
-        JOB_RHYTHM_LAST_END,
-        JOB_RHYTHM_IDLE_START,
-        JOB_RHYTHM_WATCHED,
-        JOB_RHYTHM_LAST_BUSY,
+        *GANG_RHYTHM,
+        *JOB_RHYTHM,
         NODE_READY,
     )
 )

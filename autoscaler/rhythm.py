@@ -87,23 +87,8 @@ from dataclasses import dataclass, field
 
 from autoscaler.clusterstate import render
 from autoscaler.metrics import (
-    GANG_RHYTHM_IDLE_START,
-    GANG_RHYTHM_LAST_BUSY,
-    GANG_RHYTHM_LAST_END,
-    GANG_RHYTHM_LAST_START,
-    GANG_RHYTHM_LONGEST,
-    GANG_RHYTHM_PAUSES,
-    GANG_RHYTHM_SPACING,
-    GANG_RHYTHM_WATCHED,
-    JOB_RHYTHM_IDLE_START,
-    JOB_RHYTHM_LAST_BUSY,
-    JOB_RHYTHM_LAST_END,
-    JOB_RHYTHM_LAST_START,
-    JOB_RHYTHM_LONGEST,
-    JOB_RHYTHM_PAUSES,
-    JOB_RHYTHM_SPACING,
-    JOB_RHYTHM_WATCHED,
-    ClusterMetric,
+    GANG_RHYTHM,
+    JOB_RHYTHM,
     Row,
 )
 from autoscaler.sources.base import Source, StoreBacked
@@ -265,7 +250,7 @@ class Rhythm:
                 continue
             kind, namespace, name = key
             labels = {"namespace": namespace, kind: name}
-            metrics = _GANG if kind == "gang" else _POD
+            metrics = GANG_RHYTHM if kind == "gang" else JOB_RHYTHM
             values = (
                 float(r.pauses),
                 r.longest,
@@ -281,27 +266,6 @@ class Rhythm:
                     out.append((metric, dict(labels), value))
         return out
 
-
-_GANG: tuple[ClusterMetric, ...] = (
-    GANG_RHYTHM_PAUSES,
-    GANG_RHYTHM_LONGEST,
-    GANG_RHYTHM_SPACING,
-    GANG_RHYTHM_LAST_START,
-    GANG_RHYTHM_LAST_END,
-    GANG_RHYTHM_IDLE_START,
-    GANG_RHYTHM_WATCHED,
-    GANG_RHYTHM_LAST_BUSY,
-)
-_POD: tuple[ClusterMetric, ...] = (
-    JOB_RHYTHM_PAUSES,
-    JOB_RHYTHM_LONGEST,
-    JOB_RHYTHM_SPACING,
-    JOB_RHYTHM_LAST_START,
-    JOB_RHYTHM_LAST_END,
-    JOB_RHYTHM_IDLE_START,
-    JOB_RHYTHM_WATCHED,
-    JOB_RHYTHM_LAST_BUSY,
-)
 
 # The learner of each engine memory: it lives and dies with its EngineState, so
 # the controller, the simulator and the rule tests need no plumbing for it, and a
