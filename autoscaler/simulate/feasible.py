@@ -40,24 +40,18 @@ from typing import Protocol
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from autoscaler.simulate import poolshape
 from autoscaler.simulate.scenario_workload import ScenarioReader, WorkloadSpec
 
 
-class PoolSpec(Protocol):
-    """What is read here of a pool (``scenario.PoolSpec``)."""
+class PoolSpec(poolshape.PoolSpec, Protocol):
+    """What is read here of a pool (``scenario.PoolSpec``): its shape, and the
+    sizes it may start at and grow to."""
 
-    @property
-    def name(self) -> str: ...
-    @property
-    def vendor(self) -> str: ...
-    @property
-    def devices_per_node(self) -> int: ...
     @property
     def initial(self) -> int: ...
     @property
     def max(self) -> int: ...
-    @property
-    def capacity_annotations(self) -> bool: ...
 
 
 def _keys(node: Node | None) -> dict[str, Node]:
