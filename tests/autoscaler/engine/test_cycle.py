@@ -14,7 +14,7 @@ import pytest
 from autoscaler import rhythm
 from autoscaler.controller import Controller
 from autoscaler.decision import Decision
-from autoscaler.engine.cycle import CycleResult, run_cycle
+from autoscaler.engine.cycle import run_cycle
 from autoscaler.engine.state import EngineState
 from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.loader import load_ruleset
@@ -24,6 +24,7 @@ from autoscaler.simulate.scenario import load_scenario
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
 from autoscaler.types import Matrix, QueryResult, Sample, Unknown, Vector
+from tests.support.cycles import RecordingCycle
 
 RULES = """\
 apiVersion: accel-fleet/v1
@@ -63,30 +64,6 @@ spec:
 """
 
 
-class Recording:
-    """``run_cycle`` as it is, recording each call's time and decisions (and the
-    source of the first call), by caller."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[float, list[Decision]]] = []
-        self.source: Any = None
-        self.real = run_cycle
-
-    async def __call__(self, *args: Any, **kwargs: Any) -> CycleResult:
-        if self.source is None:
-            self.source = args[1]
-        result = await self.real(*args, **kwargs)
-        self.calls.append((result.now, result.decisions))
-        return result
-
-    def first_decision(self) -> tuple[float, tuple[str, tuple[tuple[str, str], ...]]]:
-        for now, decisions in self.calls:
-            if decisions:
-                d = decisions[0]
-                return now, (d.rule, tuple(sorted(d.target.items())))
-        raise AssertionError(f"no decision in {len(self.calls)} cycles")
-
-
 def _series_values(store: SeriesStore, times: list[float]) -> list[tuple[str, str]]:
     """Every fatal-fault series in ``store`` as a rule test's input: its labels and
     its value at each of ``times`` (``_`` where it had none)."""
@@ -117,7 +94,7 @@ def test_a_decision_appears_at_the_same_evaluation_in_the_simulator_the_controll
     scenario = load_scenario(tmp_path / "scenario.yaml")
 
     # 1. The simulator: its fleet makes the samples.
-    in_sim = Recording()
+    in_sim = RecordingCycle()
     monkeypatch.setattr(sim_run, "run_cycle", in_sim)
     sim_run.simulate(scenario, [str(rules)], baseline=False, parallel=False)
     t_sim, what = in_sim.first_decision()
@@ -127,7 +104,7 @@ def test_a_decision_appears_at_the_same_evaluation_in_the_simulator_the_controll
     evaluations = [t for t, _ in in_sim.calls if t <= t_sim + 5 * interval]
 
     # 2. The controller, over the same samples, evaluating at the same times.
-    in_controller = Recording()
+    in_controller = RecordingCycle()
     monkeypatch.setattr("autoscaler.controller.run_cycle", in_controller)
     # The controller reads its clock more than once a cycle (the alerts' expiry
     # too): it shows each evaluation's time for the whole of that cycle.
@@ -152,7 +129,7 @@ def test_a_decision_appears_at_the_same_evaluation_in_the_simulator_the_controll
     # decision at that evaluation and not at the one before.
     from autoscaler.engine import ruletest
 
-    in_test = Recording()
+    in_test = RecordingCycle()
     monkeypatch.setattr(ruletest, "run_cycle", in_test)
     origin = in_sim.calls[0][0]
     times = [origin + i * interval for i in range(round((t_sim - origin) / interval) + 6)]

@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from autoscaler.actions.context import ActionContext
 from autoscaler.controller import Controller
-from autoscaler.decision import Decision
-from autoscaler.engine.cycle import CycleResult, run_cycle
 from autoscaler.kube.client import ClientKube
 from autoscaler.promql.store import SeriesStore
 from autoscaler.ruleset.watch import RuleWatcher
@@ -31,6 +27,7 @@ from autoscaler.simulate.scenario import Scenario, load_scenario
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
 from autoscaler.wiring import wire
+from tests.support.cycles import RecordingCycle
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.kubeobjs import node
 
@@ -87,31 +84,6 @@ def _files(tmp_path: Path, action: str) -> tuple[Scenario, Path]:
     return load_scenario(tmp_path / "scenario.yaml"), rules
 
 
-class Recording:
-    """``run_cycle`` as it is, recording each call's time and decisions, and the
-    source of the first call (the simulator's store)."""
-
-    def __init__(self, real: Callable[..., Awaitable[CycleResult]]) -> None:
-        self.calls: list[tuple[float, list[Decision]]] = []
-        self.source: Any = None
-        self.real = real
-
-    async def __call__(self, *args: Any, **kwargs: Any) -> CycleResult:
-        if self.source is None:
-            self.source = args[1]
-        result = await self.real(*args, **kwargs)
-        self.calls.append((result.now, result.decisions))
-        return result
-
-    def acts(self) -> list[tuple[float, str, str, tuple[tuple[str, str], ...]]]:
-        return [
-            (now, d.rule, d.action, tuple(sorted(d.target.items())))
-            for now, decisions in self.calls
-            for d in decisions
-            if d.kind == "act"
-        ]
-
-
 @pytest.mark.parametrize(
     ("action", "acts", "by_outcome"),
     [
@@ -139,7 +111,7 @@ async def test_the_controller_and_the_simulator_count_the_same_acts(
     scenario, rules = _files(tmp_path, SKIPPING)
 
     # 1. The simulator (in a thread: it runs its own event loop).
-    in_sim = Recording(run_cycle)
+    in_sim = RecordingCycle()
     monkeypatch.setattr(sim_run, "run_cycle", in_sim)
     sim = await asyncio.to_thread(
         sim_run.simulate, scenario, [str(rules)], baseline=False, parallel=False
@@ -169,7 +141,7 @@ async def test_the_controller_and_the_simulator_count_the_same_acts(
     )
     watcher = RuleWatcher([str(rules)], source="scrape")
     wiring = wire(source, lambda: watcher.current, ctx)
-    in_controller = Recording(run_cycle)
+    in_controller = RecordingCycle()
     monkeypatch.setattr("autoscaler.controller.run_cycle", in_controller)
     controller = Controller(watcher, source, AlertReceiver(), clock=lambda: now[0], wiring=wiring)
     assert wiring.executor is not None
