@@ -51,6 +51,7 @@ from autoscaler import clusterstate as cs
 from autoscaler.promql.matchers import Matcher
 from autoscaler.promql.store import SeriesStore
 from autoscaler.simulate.fleet import Fleet
+from autoscaler.simulate.hostio import HostIO
 from autoscaler.simulate.jobstate import Job, Member
 from autoscaler.simulate.links import LINK_BYTES_PER_SECOND
 from autoscaler.simulate.machines import OK, Slot
@@ -143,6 +144,8 @@ class Telemetry:
         wanted = metric_names(exprs)
         self.wanted = wanted
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
+        # The nodes' own traffic, as node_exporter publishes it (hostio.py).
+        self.hostio = HostIO(fleet.machines, store, seed)
         g = fleet.device_count
         events: Series = tuple(
             (schema.FAULT_EVENTS.name, (("severity", severity), ("action", action)))
@@ -191,8 +194,10 @@ class Telemetry:
             self._node_arrays = None
         if what in ("node_added", "node_up"):
             self._node_up(payload)
+            self.hostio.node_up(payload)
         elif what in ("node_removed", "node_down"):
             self._node_gone(payload, forget=what == "node_removed")
+            self.hostio.node_gone(payload, forget=what == "node_removed")
         elif what == "pod_bound":
             self._pod_bound(payload)
         elif what == "pod_unbound":
@@ -371,6 +376,7 @@ class Telemetry:
             store.append(self.refs[k, rows], t, v)
             if k != UP and k < EVENTS and gone.size:
                 store.append_stale(self.refs[k, gone], t)
+        self.hostio.scrape(t)
         if self.pod_info_on:
             held = self.dev_pod_ref[answering]
             held = held[held >= 0]
