@@ -23,7 +23,12 @@ objects per series or per sample would make one cycle take seconds, so:
   all the others.
 * Retention is kept by trimming: when a row's buffer fills, samples older than
   ``newest - retention`` are shifted out of every row of the family, and the
-  buffer grows only if more than three quarters of it is still needed.
+  buffer grows only if more than three quarters of it is still needed: then at
+  once to what the retention will hold at the fullest row's pace (a third more),
+  so that a family of 16,384 rows filling a 6-hour retention is copied once or
+  twice, not at every third more (amortised doubling where the pace says nothing).
+* Rows that hold stale markers (a node that went down) are windowed apart from
+  the others, so one lost node does not turn every row's window into a gather.
 * A stale marker is the special NaN ``0x7ff0000000000002``, stored as a sample.
   An instant lookup whose latest sample is a stale marker returns nothing, and
   windows skip stale markers (``engine.go``: ``vectorSelectorSingle``,
@@ -50,6 +55,9 @@ _PAD = np.iinfo(np.int64).max
 _MIN = np.iinfo(np.int64).min
 _INITIAL_CAP = 16
 _MAX_PARTS = 32
+_MAX_PROJECTION = 32
+"""How many times the grown buffer a projection from the cadence may ask for:
+past it the cadence is taken as not yet known and the buffer doubles."""
 _ROW_ARRAYS = (
     "count",
     "nstale",
@@ -61,6 +69,12 @@ _ROW_ARRAYS = (
     "last_change",
 )
 _ROW_FILL = {"last_drop": _MIN, "last_change": _MIN}
+
+
+def _room_for(samples: int) -> int:
+    """A buffer for ``samples`` with a third more to spare (a trim then comes every
+    quarter buffer), in whole steps of the initial capacity."""
+    return -(-samples * 4 // 3 // _INITIAL_CAP) * _INITIAL_CAP
 
 
 def is_stale(values: F64) -> Mask:
@@ -145,6 +159,10 @@ class Family:
         row = self.n
         if row == self.ts.shape[0]:
             self._resize(max(16, 2 * row), self.cap)
+        # Rows past ``n`` are left unwritten by ``_resize`` (their pages then cost no
+        # memory until used): a new row's padding is written here.
+        self.ts[row] = _PAD
+        self.vals[row] = np.nan
         for k, v in labels:
             if k == "__name__":
                 continue
@@ -160,12 +178,17 @@ class Family:
         return row
 
     def _resize(self, rows: int, cap: int) -> None:
+        """New arrays of ``rows`` x ``cap``: the first ``n`` rows copied and padded,
+        each page written once (a fill and then a copy wrote the kept part twice);
+        the rows past ``n`` are padded by ``add_row`` when they are taken."""
         n = self.n
         keep = min(cap, self.cap)
-        ts = np.full((rows, cap), _PAD, dtype=np.int64)
-        vals = np.full((rows, cap), np.nan)
+        ts = np.empty((rows, cap), dtype=np.int64)
+        vals = np.empty((rows, cap))
         ts[:n, :keep] = self.ts[:n, :keep]
+        ts[:n, keep:] = _PAD
         vals.view(np.uint64)[:n, :keep] = self.vals.view(np.uint64)[:n, :keep]
+        vals[:n, keep:] = np.nan
         self.ts, self.vals = ts, vals
         for name in _ROW_ARRAYS:
             old: npt.NDArray[Any] = getattr(self, name)
@@ -185,24 +208,27 @@ class Family:
         Rows whose newest sample is at or after t are skipped. Returns how many
         samples were stored.
         """
+        # Flat indices into the C-ordered arrays: numpy's 2-D fancy indexing costs
+        # several times more per element.
         cnt = self.count[rows]
-        last = np.where(cnt > 0, self.ts[rows, np.maximum(cnt - 1, 0)], _MIN)
+        last = np.where(cnt > 0, np.take(self.ts, rows * self.cap + np.maximum(cnt - 1, 0)), _MIN)
         fresh = last < t
         if not fresh.all():
-            rows = rows[fresh]
+            rows, cnt = rows[fresh], cnt[fresh]
             if values is not None:
                 values = values[fresh]
         if rows.size == 0:
             return 0
-        if int(self.count[rows].max()) >= self.cap:
+        if int(cnt.max()) >= self.cap:
             self.make_room(cutoff)
-        cnt = self.count[rows]
-        self.ts[rows, cnt] = t
+            cnt = self.count[rows]
+        flat = rows * self.cap + cnt
+        np.put(self.ts, flat, t)
         if values is None:
-            self.vals.view(np.uint64)[rows, cnt] = STALE_NAN_BITS
+            np.put(self.vals.view(np.uint64), flat, STALE_NAN_BITS)
             self.nstale[rows] += 1
         else:
-            self.vals[rows, cnt] = values
+            np.put(self.vals, flat, values)
             # Stale markers are skipped in windows, so each value is compared with
             # the previous one that is not a marker, as a window would pair them.
             previous = self.last_value[rows]
@@ -220,13 +246,39 @@ class Family:
         return int(rows.size)
 
     def make_room(self, cutoff: int) -> None:
-        """Trims samples before ``cutoff``; grows the buffer if it stays 3/4 full."""
+        """Trims samples before ``cutoff``; grows the buffer if it stays 3/4 full,
+        at once to what the retention will hold at the fullest row's cadence when
+        that is known (``_projected``), so that a family is copied once or twice
+        while it fills rather than at every third more."""
         self.trim(cutoff)
         need = int(self.count[: self.n].max()) if self.n else 0
         if need + 1 > self.cap * 3 // 4:
-            # Room for a third more than what is kept: a trim every quarter buffer.
-            cap = -(-(need + 1) * 4 // 3 // _INITIAL_CAP) * _INITIAL_CAP
-            self._resize(self.ts.shape[0], max(cap, self.cap + _INITIAL_CAP))
+            cap = max(_room_for(need + 1), self.cap + _INITIAL_CAP)
+            projected = self._projected(cutoff)
+            if projected <= _MAX_PROJECTION * cap:
+                cap = max(cap, projected)
+            else:
+                # No cadence to go by, or a retention far longer than what has
+                # come so far (math.inf keeps everything): amortised doubling.
+                cap = max(cap, 2 * self.cap)
+            self._resize(self.ts.shape[0], cap)
+
+    def _projected(self, cutoff: int) -> int:
+        """The buffer that holds, with a quarter to spare, what the fullest row
+        will keep in ``[cutoff, newest]`` at the pace of the samples it has; 0 if
+        it has fewer than two samples or they share one time."""
+        n = self.n
+        if n == 0:
+            return 0
+        r0 = int(np.argmax(self.count[:n]))
+        c0 = int(self.count[r0])
+        if c0 < 2:
+            return 0
+        first, newest = int(self.ts[r0, 0]), int(self.ts[r0, c0 - 1])
+        if newest <= first:
+            return 0
+        held = (newest - max(cutoff, _MIN + 1)) * (c0 - 1) // (newest - first) + 2
+        return _room_for(held)
 
     def trim(self, cutoff: int) -> None:
         """Drops the samples older than ``cutoff`` (milliseconds) from every row."""
@@ -380,25 +432,46 @@ class Family:
         some = cnt > 0
         if not some.all():
             rows, lo, hi, cnt = rows[some], lo[some], hi[some], cnt[some]
-        stale_rows = bool(self.nstale[rows].any()) if rows.size else False
-        if rows.size == 0 or not (need_values or stale_rows):
+        if rows.size == 0:
             return self._ends(rows, lo, hi, cnt)
+        marked = self.nstale[rows] > 0
+        if not marked.any():
+            return self._clean_window(rows, lo, hi, cnt, need_values)
+        if marked.all():
+            return self._marked_window(rows, lo, hi, cnt)
+        # A few rows hold stale markers (a node that went down): only theirs are
+        # gathered point by point; the others keep the aligned slices.
+        at = np.flatnonzero(~marked)
+        clean = self._clean_window(rows[at], lo[at], hi[at], cnt[at], need_values)
+        at_marked = np.flatnonzero(marked)
+        dirty = self._marked_window(rows[at_marked], lo[at_marked], hi[at_marked], cnt[at_marked])
+        if dirty.rows.size < at_marked.size:  # rows with only stale markers in range
+            at_marked = at_marked[np.isin(rows[at_marked], dirty.rows)]
+        return _joined(clean, at, dirty, at_marked)
+
+    def _clean_window(self, rows: I64, lo: I64, hi: I64, cnt: I64, need_values: bool) -> Window:
+        """``window`` of rows with no stale marker."""
         w = self._ends(rows, lo, hi, cnt)
-        if not stale_rows:
-            parts = self._uniform_parts(rows, lo, cnt)
-            if parts is not None:
-                if len(parts) == 1:
-                    w.values = parts[0][1]
-                else:
-                    w.parts = [w.part(pos, block) for pos, block in parts]
-                return w
+        if not need_values:
+            return w
+        parts = self._uniform_parts(rows, lo, cnt)
+        if parts is None:
+            w.values, w.valid = self._block(self.vals, rows, lo, cnt)
+        elif len(parts) == 1:
+            w.values = parts[0][1]
+        else:
+            w.parts = [w.part(pos, block) for pos, block in parts]
+        return w
+
+    def _marked_window(self, rows: I64, lo: I64, hi: I64, cnt: I64) -> Window:
+        """``window`` of rows that hold stale markers (maybe not in this range)."""
         values, valid = self._block(self.vals, rows, lo, cnt)
-        if stale_rows:
-            stale = is_stale(values)
-            if valid is not None:
-                stale &= valid
-            if stale.any():
-                return self._drop_stale(rows, lo, cnt, values, valid, stale)
+        stale = is_stale(values)
+        if valid is not None:
+            stale &= valid
+        if stale.any():
+            return self._drop_stale(rows, lo, cnt, values, valid, stale)
+        w = self._ends(rows, lo, hi, cnt)
         w.values, w.valid = values, valid
         return w
 
@@ -426,15 +499,16 @@ class Family:
         return parts
 
     def _ends(self, rows: I64, lo: I64, hi: I64, cnt: I64) -> Window:
-        first = lo
-        last = hi - 1
+        base = rows * self.cap
+        first = base + lo
+        last = base + hi - 1
         return Window(
             rows=rows,
             count=cnt,
-            first_t=self.ts[rows, first],
-            last_t=self.ts[rows, last],
-            first_v=self.vals[rows, first],
-            last_v=self.vals[rows, last],
+            first_t=np.take(self.ts, first),
+            last_t=np.take(self.ts, last),
+            first_v=np.take(self.vals, first),
+            last_v=np.take(self.vals, last),
         )
 
     def _block(
@@ -527,6 +601,27 @@ class Family:
         vals = self.vals[row, lo:hi]
         keep = ~is_stale(vals)
         return list(zip(ts[lo:hi][keep].tolist(), vals[keep].tolist(), strict=True))
+
+
+def _joined(a: Window, at_a: I64, b: Window, at_b: I64) -> Window:
+    """One window of two windows of a family's rows, whose positions among the
+    rows asked for are ``at_a`` and ``at_b``: rows in the order asked for, each
+    of the two a part (``Window.parts``)."""
+    order = np.argsort(np.concatenate((at_a, at_b)), kind="stable")
+    where = np.empty_like(order)
+    where[order] = np.arange(order.size)
+    w = Window(
+        rows=np.concatenate((a.rows, b.rows))[order],
+        count=np.concatenate((a.count, b.count))[order],
+        first_t=np.concatenate((a.first_t, b.first_t))[order],
+        last_t=np.concatenate((a.last_t, b.last_t))[order],
+        first_v=np.concatenate((a.first_v, b.first_v))[order],
+        last_v=np.concatenate((a.last_v, b.last_v))[order],
+    )
+    a.positions = where[: a.rows.size]
+    b.positions = where[a.rows.size :]
+    w.parts = [a, b]
+    return w
 
 
 __all__ = ["STALE_NAN_BITS", "Family", "Window", "is_stale"]
