@@ -276,6 +276,16 @@ _RHYTHM = (
     ("idle_start_timestamp_seconds", "When the dip in progress started (only during one)"),
     ("watched_seconds", "How long the job's current pods have been followed since first busy"),
     ("last_busy_timestamp_seconds", "When the job's current pods were last seen busy"),
+    (
+        "io_bytes_per_second",
+        "The most that any node of the job moves, network and disk (node_exporter's bytes "
+        "over 2m), while it is in a dip",
+    ),
+    (
+        "pause_io_min_bytes_per_second",
+        "The least that the job's nodes moved at any look during its recovered dips of "
+        "the last 6h (only when every look had a figure)",
+    ),
 )
 # Ordered as ``_RHYTHM``, which is the order ``rhythm.Rhythm.rows`` writes them in.
 GANG_RHYTHM: tuple[ClusterMetric, ...] = tuple(

@@ -132,6 +132,24 @@ GANG_AGE_QUERY = (
     "(accel_job_age_seconds * on (namespace, pod) group_left (gang) accel_gang_info)"
 )
 POD_AGE_QUERY = "accel_job_age_seconds unless on (namespace, pod) accel_gang_info"
+# What each node moves, in bytes per second over the last 2 minutes (two samples
+# at a 1-minute scrape), network and disk, both directions, as node_exporter
+# publishes it with the node's name in ``node``. A node without all four families
+# has no figure: unknown, never quiet.
+HOST_IO = (
+    'sum by (node) (rate(node_network_receive_bytes_total{device!="lo"}[2m]))'
+    ' + on (node) sum by (node) (rate(node_network_transmit_bytes_total{device!="lo"}[2m]))'
+    " + on (node) sum by (node) (rate(node_disk_read_bytes_total[2m]))"
+    " + on (node) sum by (node) (rate(node_disk_written_bytes_total[2m]))"
+)
+# Each gang member's node's figure (a gang is known only when every member's is)
+# and each device pod's that is no gang member.
+GANG_IO_QUERY = f"accel_gang_info * on (node) group_left () ({HOST_IO})"
+GANG_MEMBERS_QUERY = "accel_gang_info"
+POD_IO_QUERY = (
+    "max by (namespace, pod) ((accel_device_pod_info unless on (namespace, pod) accel_gang_info)"
+    f" * on (node) group_left () ({HOST_IO}))"
+)
 
 JobKey = tuple[str, str, str]  # (kind "gang" | "pod", namespace, name)
 
@@ -148,8 +166,12 @@ class _Job:
     # When the current pods were last seen busy.
     last_busy: float | None = None
     idle_since: float | None = None
-    # (start, length, epoch) of recovered pauses, oldest first.
-    pauses: deque[tuple[float, float, int]] = field(
+    # The dip in progress: the least its job's nodes moved at any look (None:
+    # a look had no figure), and what they move now (None: unknown).
+    dip_io_min: float | None = None
+    io: float | None = None
+    # (start, length, epoch, least moved or None) of recovered pauses, oldest first.
+    pauses: deque[tuple[float, float, int, float | None]] = field(
         default_factory=lambda: deque(maxlen=MAX_PAUSES)
     )
     # Incremented at each restart: spacing is measured within one epoch only.
@@ -168,6 +190,8 @@ class JobRhythm:
     idle_start: float | None
     watched: float | None
     last_busy: float | None
+    io: float | None = None
+    pause_io_min: float | None = None
 
 
 class Rhythm:
@@ -179,9 +203,17 @@ class Rhythm:
         self.refused = 0
         self.now: float | None = None
 
-    def observe(self, now: float, util: dict[JobKey, float], born: dict[JobKey, float]) -> None:
-        """One cycle's view: each job's largest utilization and youngest pod's start."""
+    def observe(
+        self,
+        now: float,
+        util: dict[JobKey, float],
+        born: dict[JobKey, float],
+        io: dict[JobKey, float] | None = None,
+    ) -> None:
+        """One cycle's view: each job's largest utilization, youngest pod's start
+        and, where known, the most that any of its nodes moved (bytes/s)."""
         self.now = now
+        moved = io or {}
         for key, u in util.items():
             b = born.get(key)
             if b is None or not math.isfinite(u) or not math.isfinite(b):
@@ -192,11 +224,11 @@ class Rhythm:
                     self.refused += 1
                     continue
                 job = self.jobs[key] = _Job(born=b, seen=now)
-            self._step(job, now, u > IDLE, b)
+            self._step(job, now, u > IDLE, b, moved.get(key))
         for key in [k for k, j in self.jobs.items() if now - j.seen > FORGET]:
             del self.jobs[key]
 
-    def _step(self, job: _Job, now: float, busy: bool, born: float) -> None:
+    def _step(self, job: _Job, now: float, busy: bool, born: float, io: float | None) -> None:
         job.seen = now
         if born > job.born + RESTART_SLACK:
             # New pods: their loading idle is no pause, and the phase starts over.
@@ -206,19 +238,27 @@ class Rhythm:
             job.since = None
             job.last_busy = None
         job.born = born
+        job.io = io if io is not None and math.isfinite(io) else None
         while job.pauses and now - job.pauses[0][0] > HORIZON:
             job.pauses.popleft()
         if busy:
             start = job.idle_since
             if start is not None and now - start <= MAX_PAUSE:
-                job.pauses.append((start, now - start, job.epoch))
+                job.pauses.append((start, now - start, job.epoch, job.dip_io_min))
             job.idle_since = None
             job.busy_seen = True
             if job.since is None:
                 job.since = now
             job.last_busy = now
-        elif job.busy_seen and job.idle_since is None:
-            job.idle_since = now
+        elif job.busy_seen:
+            first = job.idle_since is None
+            if first:
+                job.idle_since = now
+            # One look without a figure leaves the whole dip without one.
+            if job.io is None or (not first and job.dip_io_min is None):
+                job.dip_io_min = None
+            else:
+                job.dip_io_min = job.io if first else min(job.dip_io_min or 0.0, job.io)
 
     def rhythm(self, key: JobKey) -> JobRhythm | None:
         job = self.jobs.get(key)
@@ -238,6 +278,8 @@ class Rhythm:
             idle_start=job.idle_since,
             watched=None if job.since is None else job.seen - job.since,
             last_busy=job.last_busy,
+            io=job.io if job.idle_since is not None else None,
+            pause_io_min=_least([p[3] for p in pauses]),
         )
 
     def rows(self) -> list[Row]:
@@ -260,11 +302,20 @@ class Rhythm:
                 r.idle_start,
                 r.watched,
                 r.last_busy,
+                r.io,
+                r.pause_io_min,
             )
             for metric, value in zip(metrics, values, strict=True):
                 if value is not None:
                     out.append((metric, dict(labels), value))
         return out
+
+
+def _least(values: list[float | None]) -> float | None:
+    """The least of the pauses' figures; none unless every pause had one."""
+    if not values or any(v is None for v in values):
+        return None
+    return min(v for v in values if v is not None)
 
 
 # The learner of each engine memory: it lives and dies with its EngineState, so
@@ -301,6 +352,31 @@ def _by_job(result: QueryResult, kind: str) -> dict[JobKey, float]:
     return out
 
 
+async def _host_io(source: Source, now: float) -> dict[JobKey, float]:
+    """The most that any node of each job moved (bytes/s); a gang only where every
+    member's node has a figure."""
+    out = _by_job(await source.query(POD_IO_QUERY, now), "pod")
+    members = await source.query(GANG_MEMBERS_QUERY, now)
+    moved = await source.query(GANG_IO_QUERY, now)
+    if not isinstance(members, Vector) or not isinstance(moved, Vector):
+        return out
+    figure = {(s.get("namespace"), s.get("pod")): s.value for s in moved.samples}
+    gangs: dict[JobKey, float] = {}
+    unknown: set[JobKey] = set()
+    for s in members.samples:
+        namespace, gang, pod = s.get("namespace"), s.get("gang"), s.get("pod")
+        if not namespace or not gang:
+            continue
+        key = ("gang", namespace, gang)
+        value = figure.get((namespace, pod))
+        if value is None or not math.isfinite(value):
+            unknown.add(key)
+        else:
+            gangs[key] = max(gangs.get(key, value), value)
+    out.update((k, v) for k, v in gangs.items() if k not in unknown)
+    return out
+
+
 async def learn(rhythm: Rhythm, source: Source, now: float) -> None:
     """One cycle: ask the source, observe, and write the rows into its store when
     it keeps one (else the controller's /metrics carries them)."""
@@ -313,6 +389,8 @@ async def learn(rhythm: Rhythm, source: Source, now: float) -> None:
         util.update(_by_job(await source.query(query, now), kind))
         for key, age in _by_job(await source.query(ages, now), kind).items():
             born[key] = now - age
-    rhythm.observe(now, util, born)
+    # What the jobs' nodes move matters only in a dip: not asked otherwise.
+    io = await _host_io(source, now) if any(u <= IDLE for u in util.values()) else {}
+    rhythm.observe(now, util, born, io)
     if isinstance(source, StoreBacked):
         source.store.ingest_text(render(rhythm.rows()), now, target=TARGET)

@@ -65,6 +65,48 @@ def test_the_dip_in_progress_is_published_and_a_job_never_seen_busy_has_none() -
     assert got["accel_gang_rhythm_pauses"] == 0
 
 
+def feed_io(r: Rhythm, pattern: str, start: float = 0.0) -> float:
+    """As ``feed``, with what the job's nodes move: 'b' busy (input, 1 MB/s), 'w'
+    idle and writing (2 GB/s), 'q' idle and quiet (0.3 MB/s), 'u' idle with no
+    figure (a node without node_exporter's counters)."""
+    t = start
+    for c in pattern:
+        io = {"b": 1e6, "w": 2e9, "q": 3e5}.get(c)
+        r.observe(t, {GANG: 0.9 if c == "b" else 0.01}, {GANG: BORN}, {GANG: io} if io else {})
+        t += 60
+    return t
+
+
+def test_what_the_nodes_move_in_pauses_and_in_the_dip_in_progress() -> None:
+    r = Rhythm()
+    t = feed_io(r, "b" * 5 + "ww" + "b" * 28 + "www" + "b" * 5)
+    got = by_name(r)
+    assert got["accel_gang_rhythm_pause_io_min_bytes_per_second"] == 2e9
+    # Published only in a dip: busy now, no figure.
+    assert "accel_gang_rhythm_io_bytes_per_second" not in got
+    # A pause whose writing stops part way: its least figure is the quiet one.
+    t = feed_io(r, "wq" + "b" * 3, start=t)
+    assert by_name(r)["accel_gang_rhythm_pause_io_min_bytes_per_second"] == 3e5
+    feed_io(r, "q", start=t)
+    assert by_name(r)["accel_gang_rhythm_io_bytes_per_second"] == 3e5
+
+
+def test_a_pause_with_a_look_without_figure_leaves_the_least_unknown() -> None:
+    r = Rhythm()
+    t = feed_io(r, "b" * 5 + "ww" + "b" * 28 + "wu" + "b" * 5)
+    got = by_name(r)
+    # Unknown is not quiet: no least figure at all, so the rules' I/O call is off.
+    assert "accel_gang_rhythm_pause_io_min_bytes_per_second" not in got
+    feed_io(r, "u", start=t)
+    assert "accel_gang_rhythm_io_bytes_per_second" not in by_name(r)
+    # Non-finite figures are no figure either.
+    r2 = Rhythm()
+    r2.observe(0, {GANG: 0.9}, {GANG: BORN}, {GANG: 1e6})
+    r2.observe(60, {GANG: 0.01}, {GANG: BORN}, {GANG: math.nan})
+    r2.observe(120, {GANG: 0.9}, {GANG: BORN}, {GANG: 1e6})
+    assert "accel_gang_rhythm_pause_io_min_bytes_per_second" not in by_name(r2)
+
+
 def test_a_restart_is_not_a_pause_and_its_loading_idle_is_not_learned() -> None:
     r = Rhythm()
     t = feed(r, "b" * 5 + "ii" + "b" * 28 + "iii" + "b" * 5)
@@ -157,6 +199,55 @@ def test_learns_from_a_store_and_writes_the_series_back_for_the_rules() -> None:
         pods = await source.query("accel_job_rhythm_pauses", 540.0)
         assert isinstance(pods, Vector)
         assert [(s.get("pod"), s.value) for s in pods.samples] == [("solo", 1.0)]
+
+    asyncio.run(run())
+
+
+def _host(t: float, nodes: dict[str, float], families: int = 4) -> str:
+    """node_exporter's four byte counters per node, each growing at its rate (n3
+    only the first ``families``)."""
+    names = (
+        'node_network_receive_bytes_total{{node="{n}",device="eth0"}}',
+        'node_network_transmit_bytes_total{{node="{n}",device="eth0"}}',
+        'node_disk_read_bytes_total{{node="{n}",device="nvme0n1"}}',
+        'node_disk_written_bytes_total{{node="{n}",device="nvme0n1"}}',
+    )
+    return "".join(
+        f"{name.format(n=node)} {rate * t}\n"
+        for node, rate in nodes.items()
+        for name in names[: families if node == "n3" else 4]
+    )
+
+
+def test_learns_what_the_nodes_move_from_a_store_and_a_member_without_figures_is_unknown() -> None:
+    async def run() -> None:
+        source = StoreSource()
+        r = Rhythm()
+        # A second member of the gang on n3, whose node lacks the disk counters.
+        member = (
+            'accel_gang_info{namespace="ml",pod="llm-1",node="n3",gang="llm",kind="JobSet"} 1\n'
+        )
+        for i, c in enumerate("bbbb" + "iii"):
+            t = i * 60.0
+            util = 0.9 if c == "b" else 0.0
+            text = _exposition(t, util) + _host(t, {"n1": 5e8, "n2": 1e5, "n3": 1e5}, 3)
+            source.store.ingest_text(text, t, target="x")
+            await learn(r, source, t)
+        # The pod on n2 is in a dip and its node moves 4 x 100 kB/s.
+        pods = await source.query("accel_job_rhythm_io_bytes_per_second", 360.0)
+        assert isinstance(pods, Vector)
+        assert [(s.get("pod"), s.value) for s in pods.samples] == [("solo", 4e5)]
+        gangs = await source.query("accel_gang_rhythm_io_bytes_per_second", 360.0)
+        assert isinstance(gangs, Vector)
+        assert [s.value for s in gangs.samples] == [2e9]  # the most of its members
+        # A member joins on n3, whose node has three counters of four: the
+        # gang has no figure.
+        t = 420.0
+        text = _exposition(t, 0.0) + member + _host(t, {"n1": 5e8, "n2": 1e5, "n3": 1e5}, 3)
+        source.store.ingest_text(text, t, target="x")
+        await learn(r, source, t)
+        gangs = await source.query("accel_gang_rhythm_io_bytes_per_second", t)
+        assert isinstance(gangs, Vector) and not gangs.samples
 
     asyncio.run(run())
 
