@@ -9,6 +9,11 @@ on a shared y axis, so that the two runs can be compared at a glance.
 - ``faults_actions.png``: faults and remediation actions, cumulative;
 - ``loss.png``: device-hours lost by cause (work redone since the checkpoint,
   detection delay, restart overhead, waiting for capacity).
+
+Over many seeds (``simulate --seeds``), ``spread.png`` shows the headline
+figures' spread instead: every seed's value as a point and the mean with its 95%
+interval as a bar, rules beside baseline; for a comparison, each seed's
+difference ``B - A`` with the paired interval, against a line at 0.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 from autoscaler.simulate.accounting import LOSS_CAUSES
 from autoscaler.simulate.results import LOSS_KEYS, RunResult
 from autoscaler.simulate.scenario import Scenario
+from autoscaler.simulate.stats import figures
 
 
 def write_plots(results: dict[str, RunResult], scenario: Scenario, out: Path) -> list[Path]:
@@ -147,4 +153,80 @@ def _loss(page: _Page) -> Path:
     return path
 
 
-__all__ = ["write_plots"]
+# The figures ``spread.png`` shows, where the runs have them: throughput, the
+# work done, goodput, queue wait and the time to remediate.
+SPREAD_FIGURES = (
+    "jobs_completed",
+    "device_hours_useful",
+    "goodput_ratio",
+    "queue_wait_seconds.p50",
+    "queue_wait_seconds.p95",
+    "time_to_remediate_seconds.p50",
+)
+
+
+def _points(runs: list[dict[str, Any]], mode: str, name: str) -> list[float]:
+    return [v for r in runs if mode in r and (v := figures(r[mode]).get(name)) is not None]
+
+
+def _spread_series(doc: dict[str, Any], name: str) -> list[tuple[str, list[float], Any]]:
+    """A panel's columns: (label, per-seed values, the interval's JSON)."""
+    if "difference" in doc:
+        a, b = doc["a"]["runs"], doc["b"]["runs"]
+        diffs = [
+            fb[name] - fa[name]
+            for ra, rb in zip(a, b, strict=True)
+            if name in (fa := figures(ra["rules"])) and name in (fb := figures(rb["rules"]))
+        ]
+        label = f"{doc['b']['label']} - {doc['a']['label']}"
+        return [(label, diffs, doc["difference"].get(name))] if diffs else []
+    return [
+        (mode, values, doc["aggregate"].get(mode, {}).get(name))
+        for mode in ("rules", "baseline")
+        if (values := _points(doc["runs"], mode, name))
+    ]
+
+
+def write_spread(doc: dict[str, Any], scenario: str, out: Path) -> Path:
+    """``spread.png`` from ``seeds.json``'s or ``compare.json``'s document."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in SPREAD_FIGURES if _spread_series(doc, n)]
+    fig, axes = plt.subplots(
+        1, max(1, len(names)), figsize=(2.6 * max(1, len(names)), 3.6), squeeze=False
+    )
+    for ax, name in zip(axes[0], names, strict=False):
+        for x, (label, values, span) in enumerate(_spread_series(doc, name)):
+            # Spread the points sideways a little, in seed order, so ties show.
+            step = 0.3 / max(1, len(values) - 1)
+            xs = [x - 0.15 + i * step for i in range(len(values))]
+            ax.scatter(xs, values, s=10, alpha=0.6, color=f"C{x}", label=label)
+            if span is not None and span.get("low") is not None:
+                mean = span["mean"]
+                err = [[mean - span["low"]], [span["high"] - mean]]
+                ax.errorbar([x], [mean], yerr=err, fmt="o", color="black", capsize=4)
+        if "difference" in doc:
+            ax.axhline(0, color="grey", lw=0.8)
+        ax.set_title(name, fontsize="small")
+        ax.set_xticks([])
+        ax.grid(alpha=0.3, axis="y")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="upper right", fontsize="small")
+    what = "B - A per seed" if "difference" in doc else "per seed"
+    fig.suptitle(
+        f"{scenario}: {what}, mean and 95% interval ({len(doc['seeds'])} seeds)",
+        x=0.01,
+        ha="left",
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
+    path = out / "spread.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["SPREAD_FIGURES", "write_plots", "write_spread"]
