@@ -200,14 +200,15 @@ def write_spread(doc: dict[str, Any], scenario: str, out: Path) -> Path:
     )
     for ax, name in zip(axes[0], names, strict=False):
         for x, (label, values, span) in enumerate(_spread_series(doc, name)):
-            # Spread the points sideways a little, in seed order, so ties show.
+            # The points left of the bar, spread sideways in seed order so that
+            # ties show and none hides behind the mean.
             step = 0.3 / max(1, len(values) - 1)
-            xs = [x - 0.15 + i * step for i in range(len(values))]
+            xs = [x - 0.4 + i * step for i in range(len(values))]
             ax.scatter(xs, values, s=10, alpha=0.6, color=f"C{x}", label=label)
             if span is not None and span.get("low") is not None:
                 mean = span["mean"]
                 err = [[mean - span["low"]], [span["high"] - mean]]
-                ax.errorbar([x], [mean], yerr=err, fmt="o", color="black", capsize=4)
+                ax.errorbar([x + 0.1], [mean], yerr=err, fmt="o", color="black", capsize=4)
         if "difference" in doc:
             ax.axhline(0, color="grey", lw=0.8)
         ax.set_title(name, fontsize="small")
