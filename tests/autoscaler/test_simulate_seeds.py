@@ -17,6 +17,7 @@ import pytest
 
 from autoscaler.commands import simulate as simulate_command
 from autoscaler.simulate import seeds
+from autoscaler.simulate.scenario import load_scenario
 from autoscaler.simulate.stats import (
     across,
     figures,
@@ -336,6 +337,14 @@ def test_a_comparison_on_a_local_ray_instance(
     doc = json.loads((out_dir / "compare.json").read_text())
     _assert_all_zero(doc)
     assert [r["seed"] for r in doc["b"]["runs"]] == [3, 4]
+
+
+def test_a_run_that_fails_in_its_process_says_which_and_why(tiny: Path, rules: str) -> None:
+    scenario = load_scenario(tiny)
+    arm = seeds.Arm("A", "odd", seeds.RuleText.read([rules]), scheduler="no-such-scheduler")
+    tasks = seeds.make_tasks(scenario, [arm], [3], baseline=False)
+    with pytest.raises(seeds.SeedRunError, match=r"seed 3 \(odd\): KeyError: 'no-such-scheduler'"):
+        seeds.run_local(tasks, jobs=1)
 
 
 def test_without_ray_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
