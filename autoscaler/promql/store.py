@@ -105,6 +105,23 @@ class SeriesStore:
     def sample_count(self) -> int:
         return sum(int(f.count[: f.n].sum()) for f in self._family_list)
 
+    def footprint(self) -> dict[str, int]:
+        """What the samples cost: ``samples`` stored, ``series``, ``slots`` (the
+        sample places of the rows in use, each 16 bytes: an int64 time and a
+        float64 value), ``bytes`` of those rows, and ``allocated`` bytes of the
+        sample arrays with their spare rows (never written rows cost no memory
+        until used). ``bytes / samples`` is the figure Prometheus quotes as about
+        1.3 for its compressed chunks."""
+        fams = self._family_list
+        slots = sum(f.n * f.cap for f in fams)
+        return {
+            "samples": self.sample_count,
+            "series": self.series_count,
+            "slots": slots,
+            "bytes": 16 * slots,
+            "allocated": sum(int(f.ts.nbytes + f.vals.nbytes) for f in fams),
+        }
+
     @property
     def newest(self) -> float | None:
         """The newest sample's time in seconds, or None if nothing was stored."""
