@@ -105,10 +105,16 @@ MAX_PAUSES = 24
 # At most this many jobs learned (16,384 devices in one-device pods is the most
 # the benchmark fleet holds; beyond it new jobs keep the conservative rules).
 MAX_JOBS = 20_000
-# A job not seen for this long is forgotten.
-FORGET = 3600.0
+# A job not seen for this long is forgotten: as long as its pauses are kept (a
+# gang requeued after a fault may wait hours for its nodes, and is the same run).
+FORGET = HORIZON
 # A dip longer than this is no checkpoint: not learned.
 MAX_PAUSE = 3600.0
+# What a checkpoint's write or read moves at the least, bytes/s a node (the
+# rules' ``> 1e7`` on ``_pause_io_min_bytes_per_second``).
+MOVING = 1e7
+# A dip's end is confirmed by a busy look at most this long after it.
+CONFIRM = 600.0
 # A youngest pod younger than before by more than this is a restart (ages are
 # read from a series stamped once per cycle: a minute of jitter is no restart).
 RESTART_SLACK = 90.0
@@ -152,6 +158,8 @@ POD_IO_QUERY = (
 )
 
 JobKey = tuple[str, str, str]  # (kind "gang" | "pod", namespace, name)
+# A recovered pause: (start, length, epoch, the least its nodes moved or None).
+Pause = tuple[float, float, int, float | None]
 
 
 @dataclass
@@ -170,10 +178,12 @@ class _Job:
     # a look had no figure), and what they move now (None: unknown).
     dip_io_min: float | None = None
     io: float | None = None
+    # A dip that ended at the last look: a pause once the next look, soon after,
+    # finds the job busy again (one busy look between two idle ones, or before
+    # the job's pods went, is no recovery).
+    ending: Pause | None = None
     # (start, length, epoch, least moved or None) of recovered pauses, oldest first.
-    pauses: deque[tuple[float, float, int, float | None]] = field(
-        default_factory=lambda: deque(maxlen=MAX_PAUSES)
-    )
+    pauses: deque[Pause] = field(default_factory=lambda: deque(maxlen=MAX_PAUSES))
     # Incremented at each restart: spacing is measured within one epoch only.
     epoch: int = 0
 
@@ -229,6 +239,10 @@ class Rhythm:
             del self.jobs[key]
 
     def _step(self, job: _Job, now: float, busy: bool, born: float, io: float | None) -> None:
+        ending, job.ending = job.ending, None
+        late = now - job.seen > CONFIRM
+        if ending is not None and (late or born > job.born + RESTART_SLACK):
+            ending = None  # unseen for long, or restarted: not known to have worked on
         job.seen = now
         if born > job.born + RESTART_SLACK:
             # New pods: their loading idle is no pause, and the phase starts over.
@@ -241,16 +255,27 @@ class Rhythm:
         job.io = io if io is not None and math.isfinite(io) else None
         while job.pauses and now - job.pauses[0][0] > HORIZON:
             job.pauses.popleft()
+        if not busy and not job.busy_seen and self._loading(job):
+            # New pods that read a checkpoint at its pauses' pace are at work
+            # already: a stall that stops the load is a dip (the I/O call's).
+            job.busy_seen, job.last_busy = True, now
+            job.since = job.since if job.since is not None else now
+            return
         if busy:
+            if ending is not None:
+                job.pauses.append(ending)
             start = job.idle_since
             if start is not None and now - start <= MAX_PAUSE:
-                job.pauses.append((start, now - start, job.epoch, job.dip_io_min))
+                job.ending = (start, now - start, job.epoch, job.dip_io_min)
             job.idle_since = None
             job.busy_seen = True
             if job.since is None:
                 job.since = now
             job.last_busy = now
         elif job.busy_seen:
+            if ending is not None:
+                # Idle again at once: the dip goes on from where it began.
+                job.idle_since, job.dip_io_min = ending[0], ending[3]
             first = job.idle_since is None
             if first:
                 job.idle_since = now
@@ -259,6 +284,13 @@ class Rhythm:
                 job.dip_io_min = None
             else:
                 job.dip_io_min = job.io if first else min(job.dip_io_min or 0.0, job.io)
+
+    @staticmethod
+    def _loading(job: _Job) -> bool:
+        """Its nodes move data as its pauses did (half their least or more, that
+        least over ``MOVING``): a load, before its pods were ever seen busy."""
+        least = _least([p[3] for p in job.pauses])
+        return job.io is not None and least is not None and least > MOVING and job.io >= least / 2
 
     def rhythm(self, key: JobKey) -> JobRhythm | None:
         job = self.jobs.get(key)

@@ -107,6 +107,41 @@ def test_a_pause_with_a_look_without_figure_leaves_the_least_unknown() -> None:
     assert "accel_gang_rhythm_pause_io_min_bytes_per_second" not in by_name(r2)
 
 
+def test_a_dip_is_a_pause_only_once_the_job_is_seen_working_on() -> None:
+    r = Rhythm()
+    # One busy look inside a dip does not end it: one dip of 5 minutes.
+    feed(r, "b" * 5 + "ii" + "b" + "ii" + "bb")
+    got = by_name(r)
+    assert got["accel_gang_rhythm_pauses"] == 1
+    assert got["accel_gang_rhythm_longest_pause_seconds"] == 300
+    # A dip that ends in one busy look, after which the job is not seen for an
+    # hour (its pods went: a fault's remediation), teaches nothing.
+    r = Rhythm()
+    t = feed(r, "b" * 5 + "iii" + "b")
+    feed(r, "bbb", start=t + 3600)
+    assert by_name(r)["accel_gang_rhythm_pauses"] == 0
+
+
+def test_new_pods_reading_a_checkpoint_are_at_work_and_stopping_the_load_is_a_dip() -> None:
+    r = Rhythm()
+    t = feed_io(r, "b" * 5 + "ww" + "b" * 28 + "www" + "b" * 5)
+    # Restarted: the new pods idle, reading their checkpoint at the pace the
+    # pauses wrote (2 GB/s), then stop with nothing moving.
+    for c in "wqq":
+        io = 2e9 if c == "w" else 3e5
+        r.observe(t, {GANG: 0.01}, {GANG: t - 60}, {GANG: io})
+        t += 60
+    got = by_name(r)
+    assert got["accel_gang_rhythm_idle_start_timestamp_seconds"] == t - 120
+    assert got["accel_gang_rhythm_io_bytes_per_second"] == 3e5
+    # Without a figure for the load (or pauses that moved little), nothing: the
+    # loading idle of new pods is no dip.
+    r2 = Rhythm()
+    r2.observe(0, {GANG: 0.01}, {GANG: -60}, {})
+    r2.observe(60, {GANG: 0.01}, {GANG: -60}, {GANG: 3e5})
+    assert "accel_gang_rhythm_idle_start_timestamp_seconds" not in by_name(r2)
+
+
 def test_a_restart_is_not_a_pause_and_its_loading_idle_is_not_learned() -> None:
     r = Rhythm()
     t = feed(r, "b" * 5 + "ii" + "b" * 28 + "iii" + "b" * 5)
@@ -126,9 +161,10 @@ def test_a_restart_is_not_a_pause_and_its_loading_idle_is_not_learned() -> None:
 
 def test_hostile_or_missing_data_teaches_nothing() -> None:
     r = Rhythm()
-    for t, u in enumerate([0.9, math.nan, 0.01, math.inf, -math.inf, 0.9]):
+    for t, u in enumerate([0.9, math.nan, 0.01, math.inf, -math.inf, 0.9, 0.9]):
         r.observe(t * 60.0, {GANG: u}, {GANG: BORN})
-    # NaN and the infinities are no observation: one dip, from 120 s to 300 s.
+    # NaN and the infinities are no observation: one dip, from 120 s to 300 s
+    # (a pause once the look after its end finds the job busy still).
     got = by_name(r)
     assert got["accel_gang_rhythm_pauses"] == 1
     assert got["accel_gang_rhythm_longest_pause_seconds"] == 180
