@@ -113,6 +113,7 @@ from accel_common.names import (
     TIMEOUT_ANNOTATION,
     is_device_resource,
 )
+from autoscaler import queues
 from autoscaler.kube.dra import read_dra
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Kube, Obj
@@ -591,7 +592,7 @@ def node_rows(nodes: Sequence[Obj]) -> list[Row]:
 async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> list[Row]:
     """Every cluster-state series at ``now`` (unix seconds): the job series for
     running device-using pods, every node's readiness and, with a pool provider,
-    the pool series. API
+    the pool series, and Kueue's queue series where it is installed. API
     errors from the node, pod and pool lists propagate (the caller keeps nothing
     half-made); an unreadable Job only loses that Job's timeout, and says so."""
 
@@ -609,6 +610,8 @@ async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> lis
     pool_dra = None if dra is None else DraView(dra.offers, dra.requests)
     rows.extend(pool_rows(pool_list, nodes, pods, now, dra=pool_dra))
     rows.extend(node_rows(nodes))
+    # Kueue's queues, where it is installed (autoscaler/queues.py).
+    rows.extend(await queues.collect(kube, device_requests, pool_list, nodes))
     return rows
 
 

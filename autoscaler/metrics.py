@@ -304,6 +304,54 @@ JOB_RHYTHM: tuple[ClusterMetric, ...] = tuple(
     )
     for n, h in _RHYTHM
 )
+# Kueue's queues (autoscaler/queues.py; only where Kueue is installed).
+QUEUE_INFO = _gauge(
+    "accel_queue_info",
+    "A Kueue ClusterQueue and its cohort (empty when it has none); always 1.",
+    *("cluster_queue", "cohort"),
+)
+QUEUE_NOMINAL_QUOTA = _gauge(
+    "accel_queue_nominal_quota",
+    "A ClusterQueue's nominal quota of one device resource in one ResourceFlavor.",
+    *("cluster_queue", "flavor", "resource"),
+)
+QUEUE_BORROWING_LIMIT = _gauge(
+    "accel_queue_borrowing_limit",
+    "How much of one device resource in one flavor a ClusterQueue may borrow from its "
+    "cohort beyond its nominal quota (only when the ClusterQueue sets one).",
+    *("cluster_queue", "flavor", "resource"),
+)
+QUEUE_WORKLOADS = _gauge(
+    "accel_queue_workloads",
+    "Device-using Kueue Workloads by ClusterQueue, flavor and state: pending (no quota "
+    "yet; the flavor is the one quota would give), reserved (quota reserved, waiting "
+    "for admission checks), admitted.",
+    *("cluster_queue", "flavor", "state"),
+)
+QUEUE_DEVICE_REQUESTS = _gauge(
+    "accel_queue_device_requests",
+    "Devices of one resource that Kueue Workloads ask for (pods per pod set times each "
+    "pod's request), by ClusterQueue, flavor and state.",
+    *("cluster_queue", "flavor", "resource", "state"),
+)
+FLAVOR_POOL = _gauge(
+    "accel_flavor_pool_info",
+    "A node pool whose nodes (or declared node shape) carry every node label of a "
+    "Kueue ResourceFlavor; always 1.",
+    *("flavor", "pool"),
+)
+POOL_QUEUED = _gauge(
+    "accel_pool_queued_device_requests",
+    "Devices of one resource that suspended Kueue Workloads wait for and that quota "
+    "admits (reserved, or pending within the room quota leaves), by the pool of their "
+    "flavor; they have no pods yet, so no pending pod counts them.",
+    *("pool", "resource"),
+)
+KUEUE_SKIPPED = _gauge(
+    "accel_kueue_objects_skipped",
+    "Kueue objects left out of the last read, by kind: malformed, or beyond the read's bound.",
+    "kind",
+)
 NODE_READY = _gauge(
     "accel_node_ready",
     "1 while the node's Ready condition is True, 0 while it is False or Unknown "
@@ -331,6 +379,14 @@ CLUSTER: tuple[Metric, ...] = check_catalogue(
         *GANG_RHYTHM,
         *JOB_RHYTHM,
         NODE_READY,
+        QUEUE_INFO,
+        QUEUE_NOMINAL_QUOTA,
+        QUEUE_BORROWING_LIMIT,
+        QUEUE_WORKLOADS,
+        QUEUE_DEVICE_REQUESTS,
+        FLAVOR_POOL,
+        POOL_QUEUED,
+        KUEUE_SKIPPED,
     )
 )
 

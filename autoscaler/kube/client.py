@@ -413,7 +413,9 @@ class ClientKube:
         plural: str,
         label_selector: str | None = None,
     ) -> list[Obj]:
-        path = _ns_path(f"/apis/{group}/{version}", namespace, plural)
+        prefix = f"/apis/{group}/{version}"
+        # No namespace: a cluster-scoped kind, or a namespaced one across namespaces.
+        path = _ns_path(prefix, namespace, plural) if namespace else f"{prefix}/{plural}"
         query = [("labelSelector", label_selector)] if label_selector else []
         return await self._list(f"{group}/{plural}", path, query)
 
@@ -422,6 +424,12 @@ class ClientKube:
     ) -> Obj:
         path = _ns_path(f"/apis/{group}/{version}", namespace, plural, name)
         return await self._patch(f"{group}/{plural}", path, patch)
+
+    async def patch_custom_status(
+        self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
+    ) -> Obj:
+        path = _ns_path(f"/apis/{group}/{version}", namespace, plural, name) + "/status"
+        return await self._patch(f"{group}/{plural}/status", path, patch)
 
     async def create_custom(
         self, group: str, version: str, namespace: str, plural: str, body: Obj

@@ -25,7 +25,7 @@ from typing import Any
 
 from autoscaler.kube import names
 from autoscaler.kube.jsonmerge import copy_obj, merge_patch
-from autoscaler.kube.protocol import CountsRequests, Kube, Obj, ServerDryRun
+from autoscaler.kube.protocol import CountsRequests, Kube, Obj, PatchesStatus, ServerDryRun
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +189,31 @@ class DryRunKube:
             patch,
             lambda: self.inner.patch_custom(group, version, namespace, plural, name, patch),
         )
+
+    async def patch_custom_status(
+        self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
+    ) -> Obj:
+        _named(namespace, plural.removesuffix("s"), name)
+        self._record(
+            "patch_custom_status",
+            f"patch {plural}.{group} {namespace}/{name} status: {json.dumps(patch)}",
+            group=group,
+            version=version,
+            namespace=namespace,
+            plural=plural,
+            name=name,
+            patch=patch,
+        )
+        inner = self.inner
+        if self._server_side and isinstance(inner, PatchesStatus):
+            sent: Obj = await inner.patch_custom_status(
+                group, version, namespace, plural, name, patch
+            )
+            return sent
+        patched: Obj = merge_patch(
+            await inner.get_custom(group, version, namespace, plural, name), patch
+        )
+        return patched
 
     async def patch_scale(
         self, group: str, version: str, namespace: str, plural: str, name: str, replicas: int

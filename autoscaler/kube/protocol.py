@@ -55,6 +55,14 @@ MACHINES = "machines"
 MACHINE_SETS = "machinesets"
 MACHINE_HEALTH_CHECKS = "machinehealthchecks"
 
+# Kueue (autoscaler/kube/kueue.py reads it; its names are listed there).
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta1"
+WORKLOADS = "workloads"
+CLUSTER_QUEUES = "clusterqueues"
+LOCAL_QUEUES = "localqueues"
+RESOURCE_FLAVORS = "resourceflavors"
+
 
 @runtime_checkable
 class Kube(Protocol):
@@ -143,7 +151,11 @@ class Kube(Protocol):
         namespace: str,
         plural: str,
         label_selector: str | None = None,
-    ) -> list[Obj]: ...
+    ) -> list[Obj]:
+        """``namespace`` empty: a cluster-scoped kind, or every namespace's objects of
+        a namespaced one (Kueue's ClusterQueues and Workloads)."""
+        ...
+
     async def patch_custom(
         self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
     ) -> Obj: ...
@@ -205,6 +217,18 @@ class ServerDryRun(Protocol):
     the server validate what a dry run would write."""
 
     dry_run: bool
+
+
+@runtime_checkable
+class PatchesStatus(Protocol):
+    """A handle that can write a custom object's ``status`` subresource (``ClientKube``
+    and the dry-run wrapper): a Workload is evicted through its status, which a
+    write to the object itself leaves alone. A handle without it (the simulator's)
+    cannot requeue through Kueue, and an action says so."""
+
+    async def patch_custom_status(
+        self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
+    ) -> Obj: ...
 
 
 @runtime_checkable
@@ -317,6 +341,24 @@ VERBS: dict[str, dict[str, str]] = {
     f"{DRA_GROUP}/deviceclasses": {
         "list": "pool pressure maps a claim's DeviceClass to the vendor of its devices",
     },
+    # Kueue (autoscaler/kube/kueue.py): read for the queue series; a Workload's status
+    # written only to evict it for a requeue through its queue.
+    f"{KUEUE_GROUP}/{CLUSTER_QUEUES}": {
+        "list": "queue series: quotas per ClusterQueue, flavor and resource",
+    },
+    f"{KUEUE_GROUP}/{LOCAL_QUEUES}": {
+        "list": "queue series: which ClusterQueue a pending Workload waits in",
+    },
+    f"{KUEUE_GROUP}/{RESOURCE_FLAVORS}": {
+        "list": "queue series: which node pool a flavor's node labels select",
+    },
+    f"{KUEUE_GROUP}/{WORKLOADS}": {
+        "list": "queue series: pending and admitted Workloads and their devices; "
+        "requeue_job finds a Kueue-managed job's Workload",
+    },
+    f"{KUEUE_GROUP}/{WORKLOADS}/status": {
+        "patch": "requeue_job evicts a Kueue-managed job's Workload (Evicted, requeueState)",
+    },
     f"{SNR_GROUP}/selfnoderemediations": {
         "get": "reboot_node finds the SelfNodeRemediation it created, after a restart",
         "list": "reboot_node (method auto) learns whether Self Node Remediation is served",
@@ -328,14 +370,21 @@ VERBS: dict[str, dict[str, str]] = {
 __all__ = [
     "CAPI_GROUP",
     "CAPI_VERSION",
+    "CLUSTER_QUEUES",
+    "KUEUE_GROUP",
+    "KUEUE_VERSION",
+    "LOCAL_QUEUES",
     "MACHINES",
     "MACHINE_DEPLOYMENTS",
     "MACHINE_HEALTH_CHECKS",
     "MACHINE_SETS",
+    "RESOURCE_FLAVORS",
     "VERBS",
+    "WORKLOADS",
     "Closable",
     "CountsRequests",
     "Kube",
     "Obj",
+    "PatchesStatus",
     "ServerDryRun",
 ]

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from accel_common.names import STATE_CONFIGMAP_SUFFIX
-from autoscaler.kube.protocol import CAPI_GROUP, CAPI_VERSION, VERBS, Kube
+from autoscaler.kube.protocol import CAPI_GROUP, CAPI_VERSION, VERBS, Kube, PatchesStatus
 from tests.support.paths import REPO
 
 # Slow (renders every overlay and runs Alertmanager against the controller):
@@ -307,6 +307,10 @@ COMMANDS = "bus.volcano.sh/commands"
 # reboot_node's Self Node Remediation CR (medik8s): found, listed, created, deleted.
 SNR_GROUP = "self-node-remediation.medik8s.io"
 SNR = f"{SNR_GROUP}/selfnoderemediations"
+# Kueue (autoscaler/kube/kueue.py): four lists for the queue series, and a
+# Workload's status patched to evict it (autoscaler/actions/ops/kueue.py).
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_LISTS = ("clusterqueues", "localqueues", "resourceflavors", "workloads")
 METHOD_VERBS: dict[str, set[tuple[str, str]]] = {
     "get_node": {("nodes", "get")},
     "list_nodes": {("nodes", "list")},
@@ -330,7 +334,9 @@ METHOD_VERBS: dict[str, set[tuple[str, str]]] = {
     | {(r, "get") for r in GANG_RESOURCES},
     "list_custom": {(MACHINE_DEPLOYMENTS, "list"), (MACHINES, "list"), (MACHINE_SETS, "list")}
     | {(MACHINE_HEALTH_CHECKS, "list")}
-    | {(SNR, "list")},
+    | {(SNR, "list")}
+    | {(f"{KUEUE_GROUP}/{p}", "list") for p in KUEUE_LISTS},
+    "patch_custom_status": {(f"{KUEUE_GROUP}/workloads/status", "patch")},
     "delete_custom": {(MACHINES, "delete"), (SNR, "delete")},
     "patch_custom": {(MACHINES, "patch"), (MACHINE_DEPLOYMENTS, "patch")}
     | {(r, "patch") for r in GANG_RESOURCES},
@@ -357,7 +363,8 @@ INFORMERS: set[tuple[str, str]] = {
 def protocol_methods() -> set[str]:
     return {
         name
-        for name, member in vars(Kube).items()
+        for protocol in (Kube, PatchesStatus)  # what the acting handle also offers
+        for name, member in vars(protocol).items()
         if inspect.iscoroutinefunction(member) and not name.startswith("_")
     }
 
@@ -420,6 +427,11 @@ def _bind(
     """``call`` with one gang owner's group, version and plural fixed (a lambda in
     a loop would see only the last)."""
     return lambda k: call(k, g, v, p)
+
+
+async def _evict_workload(k: Kube, ns: str) -> object:
+    assert isinstance(k, PatchesStatus)
+    return await k.patch_custom_status(KUEUE_GROUP, "v1beta1", ns, "workloads", "w1", {})
 
 
 def _protocol_calls() -> list[tuple[str, Callable[[Kube], Awaitable[object]]]]:
@@ -544,6 +556,11 @@ def _protocol_calls() -> list[tuple[str, Callable[[Kube], Awaitable[object]]]]:
                 ("delete_custom", lambda k, g, v, p: k.delete_custom(g, v, ns, p, "n1")),
             )
         ],
+        *[
+            ("list_custom", _bind(lambda k, g, v, p: k.list_custom(g, v, "", p), *kueue))
+            for kueue in ((KUEUE_GROUP, "v1beta1", p) for p in KUEUE_LISTS)
+        ],
+        ("patch_custom_status", functools.partial(_evict_workload, ns=ns)),
         ("get_scale", lambda k: k.get_scale(CAPI_GROUP, CAPI_VERSION, ns, md, "md1")),
         ("patch_scale", lambda k: k.patch_scale(CAPI_GROUP, CAPI_VERSION, ns, md, "md1", 3)),
         ("list_resource_claims", lambda k: k.list_resource_claims()),

@@ -419,8 +419,9 @@ async def test_collect_against_the_api_for_a_thousand_nodes(
         f"{len(calls)} API calls, {len(rows)} series"
     )
     # nodes, pods, machinedeployments, machines, and one scale per pool; and the
-    # DRA lists: ResourceClaims, DeviceClasses, ResourceSlices.
-    assert len(calls) == 4 + 10 + 3, [c.path for c in calls]
+    # DRA lists: ResourceClaims, DeviceClasses, ResourceSlices; and Kueue's
+    # ClusterQueues (none here, so no other Kueue list).
+    assert len(calls) == 4 + 10 + 3 + 1, [c.path for c in calls]
     assert len(pick(rows, "accel_job_age_seconds")) == 6000
     assert len(pick(rows, "accel_job_timeout_seconds")) == 100
     assert took < 20.0

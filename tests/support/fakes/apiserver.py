@@ -62,7 +62,13 @@ What it serves (everything else answers a 404 ``Status``):
   ``kubeflow.org`` PyTorchJobs (v1) and MPIJobs (v2beta1),
   ``trainer.kubeflow.org/v1alpha1`` TrainJobs, Volcano's ``batch.volcano.sh/v1alpha1``
   Jobs (``api.objects("jobs.batch.volcano.sh")``) and ``bus.volcano.sh/v1alpha1``
-  Commands. No operator runs here: ``tests/support/fakes/gangops.py`` plays them.
+  Commands. No operator runs here: ``tests/support/fakes/gangops.py`` plays them;
+- Kueue, ``kueue.x-k8s.io/v1beta1``: Workloads and LocalQueues (namespaced),
+  ClusterQueues (cluster-scoped), each with a real ``status`` subresource, and
+  ResourceFlavors (cluster-scoped, no status: ``.../status`` answers 404); and
+  ``autoscaling.x-k8s.io/v1`` ProvisioningRequests (namespaced, ``status``
+  subresource), as their CRDs declare them. Kueue itself is
+  ``tests/support/fakes/kueueops.py``.
 
 Every kind supports get, list (label and field selectors), watch (JSON lines,
 ``resourceVersion`` and ``timeoutSeconds`` honoured), create, replace (PUT),
@@ -137,6 +143,9 @@ class _Kind:
     # A status subresource as the real server keeps it: writes to the object itself
     # leave its status alone, and a create starts with none.
     status_subresource: bool = False
+    # A CRD that declares no status subresource: ``.../status`` is not served
+    # (Kueue's ResourceFlavor).
+    no_status: bool = False
 
     @property
     def store(self) -> str:
@@ -195,6 +204,54 @@ _KINDS = [
         alias="jobs.batch.volcano.sh",
     ),
     _Kind("bus.volcano.sh", "v1alpha1", "commands", "Command", namespaced=True, custom=True),
+    # Kueue (kueue.x-k8s.io/v1beta1) and the ProvisioningRequest (autoscaling.x-k8s.io/v1),
+    # scoped and with subresources as their CRDs declare (kubebuilder markers of
+    # apis/kueue/v1beta1/*_types.go and cluster-autoscaler's provisioningrequest types).
+    _Kind(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "workloads",
+        "Workload",
+        namespaced=True,
+        custom=True,
+        status_subresource=True,
+    ),
+    _Kind(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "localqueues",
+        "LocalQueue",
+        namespaced=True,
+        custom=True,
+        status_subresource=True,
+    ),
+    _Kind(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "clusterqueues",
+        "ClusterQueue",
+        namespaced=False,
+        custom=True,
+        status_subresource=True,
+    ),
+    _Kind(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "resourceflavors",
+        "ResourceFlavor",
+        namespaced=False,
+        custom=True,
+        no_status=True,
+    ),
+    _Kind(
+        "autoscaling.x-k8s.io",
+        "v1",
+        "provisioningrequests",
+        "ProvisioningRequest",
+        namespaced=True,
+        custom=True,
+        status_subresource=True,
+    ),
     # medik8s Self Node Remediation (autoscaler/actions/reboot_node.py).
     _Kind(
         "self-node-remediation.medik8s.io",
@@ -824,6 +881,9 @@ class FakeApiServer:
         self.faults = Faults()
         # Pods removed by a successful eviction, as (namespace, name), in order.
         self.evicted: list[tuple[str, str]] = []
+        # API groups served as if their CRDs were not installed: every path under them
+        # answers 404, as a cluster without Kueue answers for kueue.x-k8s.io.
+        self.unserved: set[str] = set()
         self._lock = threading.RLock()
         self._store: dict[str, dict[tuple[str, str], JSON]] = {k.store: {} for k in _KINDS}
         self._rv = 0
@@ -957,7 +1017,9 @@ class FakeApiServer:
         meta = obj["metadata"]
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", now_rfc3339())
-        if kind.plural in ("poddisruptionbudgets", "jobs", "machinedeployments"):
+        if kind.plural in ("poddisruptionbudgets", "jobs", "machinedeployments") or (
+            kind.custom and kind.status_subresource
+        ):
             meta.setdefault("generation", 1)
         meta["resourceVersion"] = str(self._rv + 1)
         if self.validate and not kind.custom:
@@ -1058,12 +1120,20 @@ class FakeApiServer:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         try:
             route = _parse_path(request.path)
+            if route.kind.group in self.unserved:
+                raise ApiError(
+                    404, f"the server could not find the requested resource ({request.path})"
+                )
             if route.subresource == "eviction" and route.kind.plural == "pods":
                 if request.method != "POST":
                     raise ApiError(405, f"{request.method} is not allowed on pods/eviction")
                 return self._json(201, self._evict(route, request))
             if route.subresource == "scale" and route.kind.plural == "machinedeployments":
                 return self._json(200, self._scale(route, request))
+            if route.subresource == "status" and route.kind.no_status:
+                raise ApiError(
+                    404, f"the server could not find the requested resource ({request.path})"
+                )
             if route.subresource == "status" and request.method in ("GET", "PATCH"):
                 if request.method == "GET":
                     return self._json(200, self._get(route))
