@@ -34,7 +34,16 @@ Parameters:
                  as failures against ``backoffLimit``)
 ===============  ===========================================  =======
 
-Execution: a member of a gang (a JobSet, TrainJob, PyTorchJob, MPIJob or Volcano
+Execution: a pod whose job Kueue manages (the Job, or the gang's owner, carries
+``kueue.x-k8s.io/queue-name`` and a Workload owns it) goes back through its queue:
+its Workload is evicted the way Kueue evicts a job that stopped making progress
+(``Evicted``, reason ``PodsReadyTimeout``, and ``status.requeueState`` one more
+``count`` and ``requeueAt`` = now + the backoff after that many requeues), once per
+incident; Kueue then suspends the job, frees its quota and admits it again after
+``requeueAt`` (``autoscaler/actions/ops/kueue.py``). No pod is deleted; ``maxRequeues``
+counts Kueue's ``requeueState.count``, and ``via`` does not apply.
+
+Otherwise, a member of a gang (a JobSet, TrainJob, PyTorchJob, MPIJob or Volcano
 Job, or pods sharing an ``accel-fleet.io/gang`` label) is requeued by restarting
 its whole gang once, the way its operator expects (``autoscaler/actions/ops/gangs.py``;
 ``maxRequeues`` and the backoff count the gang's restarts, recorded on its owner).
@@ -71,7 +80,7 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome, Status
-from autoscaler.actions.ops import gangs, unknown
+from autoscaler.actions.ops import gangs, kueue, unknown
 from autoscaler.actions.ops.ownership import REQUEUES, event, iso, parse_iso
 from autoscaler.actions.ops.pods import claimed_devices, controller_owner
 from autoscaler.actions.ops.unknown import answering_unknown
@@ -145,12 +154,19 @@ def _record(job: Obj) -> dict[str, Any]:
 
 
 async def _count(
-    ctx: ActionContext, namespace: str, job_name: str, pod_uid: str, params: RequeueJobParams
+    ctx: ActionContext,
+    namespace: str,
+    job_name: str,
+    pod_uid: str,
+    params: RequeueJobParams,
+    read: Obj | None = None,
 ) -> tuple[Obj, str | None, bool]:
-    """Record this requeue on the Job, conditionally on its resourceVersion.
-    Returns (job, why not, whether it was already recorded)."""
+    """Record this requeue on the Job, conditionally on its resourceVersion, from
+    ``read`` (the Job as just read) or a new read. Returns (job, why not, whether
+    it was already recorded)."""
     for _ in range(8):
-        job = await ctx.kube.get_job(namespace, job_name)
+        job = read if read is not None else await ctx.kube.get_job(namespace, job_name)
+        read = None
         rec = _record(job)
         pods = [str(u) for u in rec.get("pods") or []]
         if pod_uid in pods:
@@ -213,6 +229,12 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
         return Outcome("skipped", f"pod {namespace}/{pod_name} is gone already")
     except KubeError as e:
         return Outcome("unknown", f"pod {namespace}/{pod_name}: {e}")
+    try:
+        lookup = await kueue.managed(ctx, pod)
+    except KubeError as e:
+        return Outcome("unknown", f"pod {namespace}/{pod_name}: its Kueue Workload: {e}")
+    if lookup.managed is not None:
+        return await _requeue_workload(ctx, decision, pod, lookup.managed, params)
     if gang_of(pod) is not None:
         return await _requeue_gang(ctx, decision, pod, params)
     owner = controller_owner(pod)
@@ -227,7 +249,7 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     job_name = str(owner.get("name"))
     uid = str((pod.get("metadata") or {}).get("uid") or "")
     try:
-        job, refused, resumed = await _count(ctx, namespace, job_name, uid, params)
+        job, refused, resumed = await _count(ctx, namespace, job_name, uid, params, lookup.job)
     except NotFound:
         return Outcome("skipped", f"job {namespace}/{job_name} is gone")
     except KubeError as e:
@@ -268,6 +290,54 @@ async def execute(ctx: ActionContext, decision: Decision) -> Outcome:
     if freed:
         details["devices"] = freed
     return Outcome("done", message, details)
+
+
+async def _requeue_workload(
+    ctx: ActionContext,
+    decision: Decision,
+    pod: Obj,
+    queued: kueue.Managed,
+    params: RequeueJobParams,
+) -> Outcome:
+    """A Kueue-managed job goes back through its queue: its Workload is evicted
+    (``autoscaler/actions/ops/kueue.py``) and Kueue suspends the job, frees its
+    quota and admits it again after the backoff. Nothing here deletes a pod."""
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    why = f"rule {decision.rule} requeues the job" + (
+        f": {decision.reason}" if decision.reason else ""
+    )
+    try:
+        done = await kueue.evict(
+            ctx,
+            queued,
+            pod_uid=uid,
+            why=why,
+            max_requeues=params.max_requeues,
+            backoff=lambda n: backoff_after(n, params),
+        )
+    except KubeError as e:
+        return Outcome("unknown", f"Workload {queued.name}: {e}")
+    details: dict[str, object] = {
+        "workload": queued.name,
+        "eviction": done.status,
+        "attempt": done.count,
+    }
+    if done.status == "unsupported":
+        return Outcome("failed", f"cannot requeue through Workload {queued.name}: {done.message}")
+    if done.status == "refused":
+        message = f"not requeuing Workload {queued.name}: {done.message}"
+        await event(ctx, queued.job, "RequeueLimitReached", message, warning=True, action=NAME)
+        return Outcome("skipped", message, {**details, "limit": True})
+    if done.status not in ("evicted", "resumed"):
+        return Outcome("skipped", f"not requeuing: {done.message}", details)
+    message = (
+        f"requeued through Kueue: {done.message} (requeue {done.count} of "
+        f"{params.max_requeues}; back in its queue after {done.requeue_at}) for rule "
+        f"{decision.rule}" + (f": {decision.reason}" if decision.reason else "")
+    )
+    if done.status == "evicted":
+        await event(ctx, queued.job, "Requeued", message, action=NAME)
+    return Outcome("done", message, {**details, "resumed": done.status == "resumed"})
 
 
 async def _requeue_gang(
