@@ -67,8 +67,9 @@ _ROW_ARRAYS = (
     "had_value",
     "last_drop",
     "last_change",
+    "last_t",
 )
-_ROW_FILL = {"last_drop": _MIN, "last_change": _MIN}
+_ROW_FILL = {"last_drop": _MIN, "last_change": _MIN, "last_t": _MIN}
 
 
 def _room_for(samples: int) -> int:
@@ -147,6 +148,9 @@ class Family:
         """When each row last fell below its previous value (a counter reset)."""
         self.last_change: I64 = np.zeros(0, dtype=np.int64)
         """When each row last differed from its previous value."""
+        self.last_t: I64 = np.zeros(0, dtype=np.int64)
+        """The time of each row's newest sample (stale markers too), where it has
+        any (``count > 0``): ``append``'s order check without a gather."""
         self._searches: dict[tuple[int, bool], I64] = {}
 
     @property
@@ -176,6 +180,35 @@ class Family:
         self.n += 1
         self._searches.clear()
         return row
+
+    def add_rows(self, labels: Sequence[Labels], refs: Sequence[int]) -> None:
+        """``add_row`` for many new series at once (a node's devices coming up)."""
+        k = len(labels)
+        if k == 0:
+            return
+        start = self.n
+        if start + k > self.ts.shape[0]:
+            self._resize(max(16, 2 * self.ts.shape[0], start + k), self.cap)
+        self.ts[start : start + k] = _PAD
+        self.vals[start : start + k] = np.nan
+        intern = self.symbols.intern
+        by_name: dict[str, list[tuple[int, int]]] = {}
+        for i, pairs in enumerate(labels):
+            for name, value in pairs:
+                if name != "__name__":
+                    by_name.setdefault(name, []).append((start + i, intern(value)))
+        for name, cells in by_name.items():
+            col = self.codes.get(name)
+            if col is None:
+                col = self.codes[name] = np.zeros(self.ts.shape[0], dtype=np.int64)
+            at, codes = zip(*cells, strict=True)
+            col[list(at)] = codes
+        for i, pairs in enumerate(labels):
+            self.index[pairs] = start + i
+        self.labels.extend(labels)
+        self.refs[start : start + k] = refs
+        self.n += k
+        self._searches.clear()
 
     def _resize(self, rows: int, cap: int) -> None:
         """New arrays of ``rows`` x ``cap``: the first ``n`` rows copied and padded,
@@ -208,42 +241,58 @@ class Family:
         Rows whose newest sample is at or after t are skipped. Returns how many
         samples were stored.
         """
-        # Flat indices into the C-ordered arrays: numpy's 2-D fancy indexing costs
-        # several times more per element.
-        cnt = self.count[rows]
-        last = np.where(cnt > 0, np.take(self.ts, rows * self.cap + np.maximum(cnt - 1, 0)), _MIN)
-        fresh = last < t
+        # A scrape of the whole family writes every row in order: the per-row
+        # arrays are then read and written as slices, not gathered and scattered.
+        at: I64 | slice = slice(0, self.n) if self._every_row(rows) else rows
+        cnt = self.count[at]
+        # last_t holds each row's newest time; it is only meaningful where cnt > 0.
+        fresh = (cnt == 0) | (self.last_t[at] < t)
         if not fresh.all():
             rows, cnt = rows[fresh], cnt[fresh]
+            at = rows
             if values is not None:
                 values = values[fresh]
         if rows.size == 0:
             return 0
         if int(cnt.max()) >= self.cap:
             self.make_room(cutoff)
-            cnt = self.count[rows]
+            cnt = self.count[at]
+        # Flat indices into the C-ordered arrays: numpy's 2-D fancy indexing costs
+        # several times more per element.
         flat = rows * self.cap + cnt
         np.put(self.ts, flat, t)
         if values is None:
             np.put(self.vals.view(np.uint64), flat, STALE_NAN_BITS)
-            self.nstale[rows] += 1
+            self.nstale[at] += 1
         else:
             np.put(self.vals, flat, values)
             # Stale markers are skipped in windows, so each value is compared with
             # the previous one that is not a marker, as a window would pair them.
-            previous = self.last_value[rows]
-            had = self.had_value[rows]
+            previous = self.last_value[at]
+            had = self.had_value[at]
             with np.errstate(invalid="ignore"):
                 dropped = had & (values < previous)
                 changed = had & (values != previous) & ~(np.isnan(values) & np.isnan(previous))
             self.last_drop[rows[dropped]] = t
             self.last_change[rows[changed]] = t
-            self.last_value[rows] = values
-            self.had_value[rows] = True
-        self.count[rows] = cnt + 1
-        self.had_samples[rows] = True
+            self.last_value[at] = values
+            self.had_value[at] = True
+        self.count[at] = cnt + 1
+        self.last_t[at] = t
+        self.had_samples[at] = True
         self._searches.clear()
         return int(rows.size)
+
+    def _every_row(self, rows: I64) -> bool:
+        """Whether ``rows`` is every row of the family, in order."""
+        n = self.n
+        return (
+            rows.size == n
+            and n > 0
+            and int(rows[0]) == 0
+            and int(rows[-1]) == n - 1
+            and bool(np.array_equal(rows, np.arange(n)))
+        )
 
     def make_room(self, cutoff: int) -> None:
         """Trims samples before ``cutoff``; grows the buffer if it stays 3/4 full,
