@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from accel_common.names import GANG_RESTARTS_ANNOTATION
 from autoscaler.actions import ACTIONS
 from autoscaler.actions.context import ActionContext, Outcome
 from autoscaler.decision import Decision
@@ -17,6 +18,7 @@ from autoscaler.kube.client import ClientKube
 from autoscaler.kube.kueue import QUOTA_RESERVED, is_true
 from tests.autoscaler.test_kueue_queues import (
     H100,
+    QUEUE,
     cluster_queue,
     flavor,
     local_queue,
@@ -51,9 +53,15 @@ async def requeue(kube: Any, clock: Clock, pod: str, **raw: Any) -> Outcome:
     return await execute(ctx, decide({"namespace": "ml", "pod": pod}, **raw))
 
 
+def h100_node(name: str) -> dict[str, Any]:
+    n = node(name)
+    n["metadata"]["labels"].update(H100)
+    return n
+
+
 def setup(api: FakeApiServer, clock: Clock) -> KueueOperators:
     for i in (1, 2):
-        api.add(node(f"n{i}", **H100))
+        api.add(h100_node(f"n{i}"))
     api.add(flavor("h100", H100))
     api.add(cluster_queue("team-a", {"h100": 16}))
     api.add(local_queue("a", "team-a"))
@@ -189,3 +197,50 @@ async def test_without_kueue_the_queue_label_changes_nothing(
     done = await requeue(kube, Clock(), "train-0")
     assert done.status == "done", done.message
     assert len(api.requests_for("DELETE", "/pods/train-0$")) == 1
+
+
+async def test_a_kueue_jobset_gang_is_requeued_through_its_workload_not_restarted(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    """A JobSet member's stall evicts the JobSet's Workload: no member is deleted by
+    the controller and no gang restart is counted; Kueue suspends the JobSet, whose
+    child Jobs and pods go, and the quota is free."""
+    clock = Clock()
+    for i in (1, 2):
+        api.add(h100_node(f"n{i}"))
+    api.add(flavor("h100", H100))
+    api.add(cluster_queue("team-a", {"h100": 16}))
+    api.add(local_queue("a", "team-a"))
+    template = queued_job("x", "a", 1)["spec"]
+    api.add(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "llm", "namespace": "ml", "labels": {QUEUE: "a"}},
+            "spec": {
+                "failurePolicy": {"maxRestarts": 3},
+                "replicatedJobs": [
+                    {
+                        "name": "workers",
+                        "replicas": 2,
+                        "template": {"spec": {"backoffLimit": 0, "template": template["template"]}},
+                    }
+                ],
+            },
+        }
+    )
+    kueue = KueueOperators(api, clock)
+    kueue.reconcile()
+    members = sorted(p["metadata"]["name"] for p in api.objects("pods"))
+    assert len(members) == 2
+    done = await requeue(kube, clock, members[0])
+    assert done.status == "done" and done.details["eviction"] == "evicted", done.message
+    assert api.requests_for("DELETE", "/pods/") == []
+    jobset = api.get("jobsets", "ml", "llm") or {}
+    assert GANG_RESTARTS_ANNOTATION not in (jobset["metadata"].get("annotations") or {})
+    kueue.reconcile()
+    assert (api.get("jobsets", "ml", "llm") or {})["spec"]["suspend"] is True
+    assert api.objects("pods") == [] and api.objects("jobs") == []
+    wl = kueue.workload_of(api.get("jobsets", "ml", "llm") or {})
+    assert wl is not None and not is_true(wl, QUOTA_RESERVED)
+    assert kueue.usage("team-a") == {}

@@ -19,7 +19,9 @@ What it emulates, from the real controllers' behaviour:
   When a child Job of the current attempt fails, the JobSet restarts: with
   ``spec.failurePolicy.maxRestarts`` not reached, ``status.restarts`` and
   ``status.restartsCountTowardsMax`` + 1 and every child Job of the older attempt
-  is deleted with its pods and recreated; otherwise the JobSet is Failed.
+  is deleted with its pods and recreated; otherwise the JobSet is Failed. A
+  suspended JobSet (``spec.suspend``, as Kueue holds one in its queue) has no child
+  Jobs: they go with their pods, and come back when it is resumed.
 - **Job** (batch/v1, one pod each, as a JobSet's child with parallelism 1): a Job
   whose pod was deleted or Failed, with ``backoffLimit: 0``, fails; with a backoff
   left, it makes a new pod.
@@ -106,6 +108,12 @@ class GangOperators:
                 continue
             attempt = int(status.get("restarts") or 0)
             jobs = [j for j in self.api.objects("jobs") if _owned(j, js)]
+            if (js.get("spec") or {}).get("suspend"):
+                # Suspended (Kueue holds it in its queue): no child Job runs.
+                for j in jobs:
+                    self._delete_job(j)
+                changed |= bool(jobs)
+                continue
             current = [
                 j
                 for j in jobs
