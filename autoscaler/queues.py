@@ -368,10 +368,14 @@ def queue_rows(
             for r, n in d.devices.items():
                 if (d.flavor, r) in q.quota:
                     q.quota[(d.flavor, r)].used += n
+    cohorts: dict[str, list[_Queue]] = {}
+    for q in queues.values():
+        if q.cohort:
+            cohorts.setdefault(q.cohort, []).append(q)
     for d in sorted((d for d in demands if d.state == "pending"), key=lambda d: (d.order, d.key)):
         q = queues.get(d.queue)
         if q is not None:
-            peers = [p for p in queues.values() if p.cohort == q.cohort and p is not q]
+            peers = [p for p in cohorts.get(q.cohort, ()) if p is not q]
             _place(d, q, peers, flavors)
     rows: list[Row] = []
     workloads: dict[tuple[str, str, str], int] = {}
