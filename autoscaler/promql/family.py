@@ -181,35 +181,6 @@ class Family:
         self._searches.clear()
         return row
 
-    def add_rows(self, labels: Sequence[Labels], refs: Sequence[int]) -> None:
-        """``add_row`` for many new series at once (a node's devices coming up)."""
-        k = len(labels)
-        if k == 0:
-            return
-        start = self.n
-        if start + k > self.ts.shape[0]:
-            self._resize(max(16, 2 * self.ts.shape[0], start + k), self.cap)
-        self.ts[start : start + k] = _PAD
-        self.vals[start : start + k] = np.nan
-        intern = self.symbols.intern
-        by_name: dict[str, list[tuple[int, int]]] = {}
-        for i, pairs in enumerate(labels):
-            for name, value in pairs:
-                if name != "__name__":
-                    by_name.setdefault(name, []).append((start + i, intern(value)))
-        for name, cells in by_name.items():
-            col = self.codes.get(name)
-            if col is None:
-                col = self.codes[name] = np.zeros(self.ts.shape[0], dtype=np.int64)
-            at, codes = zip(*cells, strict=True)
-            col[list(at)] = codes
-        for i, pairs in enumerate(labels):
-            self.index[pairs] = start + i
-        self.labels.extend(labels)
-        self.refs[start : start + k] = refs
-        self.n += k
-        self._searches.clear()
-
     def _resize(self, rows: int, cap: int) -> None:
         """New arrays of ``rows`` x ``cap``: the first ``n`` rows copied and padded,
         each page written once (a fill and then a copy wrote the kept part twice);
