@@ -506,13 +506,24 @@ class Family:
                 return [(np.arange(rows.size), self.vals[: self.n, lo0 : lo0 + c0])]
             return [(np.arange(rows.size), self.vals[rows, lo0 : lo0 + c0])]
         key = lo * (self.cap + 1) + cnt
-        shapes, which = np.unique(key, return_inverse=True)
-        if len(shapes) > _MAX_PARTS:
+        # Usually most rows share the first row's shape (scraped together) and a
+        # few do not: only those few are sorted into their shapes.
+        same = key == key[0]
+        groups: list[I64] = []
+        if 2 * int(np.count_nonzero(same)) > key.size:
+            groups.append(np.flatnonzero(same))
+            others = np.flatnonzero(~same)
+        else:
+            others = np.arange(key.size)
+        shapes, which = np.unique(key[others], return_inverse=True)
+        if len(shapes) + len(groups) > _MAX_PARTS:
             return None
         order = np.argsort(which, kind="stable")
         bounds = np.flatnonzero(np.diff(which[order])) + 1
+        if others.size:
+            groups.extend(np.split(others[order], bounds))
         parts: list[tuple[I64, F64]] = []
-        for positions in np.split(order, bounds):
+        for positions in groups:
             start = int(lo[positions[0]])
             width = int(cnt[positions[0]])
             parts.append((positions, self.vals[rows[positions], start : start + width]))
