@@ -204,7 +204,9 @@ def _pod_sets(wl: Obj, devices: DeviceCount) -> tuple[dict[str, int], dict[str, 
         pod_spec = _dict(_dict(ps.get("template"), "podSets[].template").get("spec"), "spec")
         for part in ("containers", "initContainers"):
             for c in _list(pod_spec.get(part), f"template {part}", MAX_RESOURCES):
-                resources = _dict(_dict(c, f"template {part}[]").get("resources"), "resources")
+                if not isinstance(c, dict):
+                    raise _Malformed(f"template {part}[]: expected an object")
+                resources = _dict(c.get("resources"), "resources")
                 for kind in ("limits", "requests"):
                     _dict(resources.get(kind), f"resources.{kind}")
         for resource, n in devices({"spec": pod_spec}).items():
