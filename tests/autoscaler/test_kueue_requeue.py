@@ -244,3 +244,37 @@ async def test_a_kueue_jobset_gang_is_requeued_through_its_workload_not_restarte
     wl = kueue.workload_of(api.get("jobsets", "ml", "llm") or {})
     assert wl is not None and not is_true(wl, QUOTA_RESERVED)
     assert kueue.usage("team-a") == {}
+
+
+async def test_the_emulated_kueue_never_requeues_a_deactivated_workload(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    """Why the requeue does not set ``spec.active: false``: Kueue evicts the Workload
+    (reason Deactivated), clears its requeueState, and admits it again only once
+    someone sets it active, whatever the time."""
+    clock = Clock()
+    kueue = setup(api, clock)
+    name = workload(kueue, api, "train")["metadata"]["name"]
+    await kube.patch_custom("kueue.x-k8s.io", "v1beta1", "ml", "workloads", name, INACTIVE)
+    kueue.reconcile()
+    wl = workload(kueue, api, "train")
+    assert not is_true(wl, QUOTA_RESERVED) and "requeueState" not in wl["status"]
+    assert kueue.evictions == [(name, "Deactivated")]
+    assert pods_of(api, "train") == [] and len(pods_of(api, "next")) == 2
+    other = workload_name(kueue, api, "next")
+    api.remove("jobs", "ml", "next")
+    api.remove("workloads", "ml", other)
+    clock.now = T0 + 86_400
+    kueue.reconcile()
+    assert not is_true(workload(kueue, api, "train"), QUOTA_RESERVED)
+    await kube.patch_custom("kueue.x-k8s.io", "v1beta1", "ml", "workloads", name, ACTIVE)
+    kueue.reconcile()
+    assert is_true(workload(kueue, api, "train"), QUOTA_RESERVED)
+
+
+INACTIVE = {"spec": {"active": False}}
+ACTIVE = {"spec": {"active": True}}
+
+
+def workload_name(kueue: KueueOperators, api: FakeApiServer, job: str) -> str:
+    return str(workload(kueue, api, job)["metadata"]["name"])
