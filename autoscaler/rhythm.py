@@ -28,7 +28,14 @@ gang member: ``(namespace, pod)``), and published as ``accel_gang_rhythm_*``
 - ``_last_busy_timestamp_seconds``: when the current pods were last seen busy
   (the rules' "worked within the last 15 minutes", read here rather than from a
   15-minute window over every device: a scrape late changes nothing at 15
-  minutes).
+  minutes);
+- ``_io_bytes_per_second``: only in a dip, what the job's nodes move (the most of
+  any of them, bytes/s over 2 minutes, network and disk, both directions:
+  ``HOST_IO`` over node_exporter's counters), where every node has a figure;
+- ``_pause_io_min_bytes_per_second``: the least the job's nodes moved at any look
+  during its recovered pauses in ``HORIZON``, only when every look had a figure.
+  A checkpoint writes (a restore reads), a stall moves nothing: the rules tell
+  the two apart by this while both idle every device (docs/rules.md).
 
 Every figure is measured by one instrument: each evaluation cycle asks the source
 two instant queries per kind of job (gangs, other device pods): the job's largest
@@ -38,14 +45,22 @@ sees the job idle and ends at the first that sees it busy. A pause's length and 
 length are therefore measured alike (both late by the same scrape and window),
 so the rules may compare them directly.
 
+A dip is a recovered pause only once the look after its end (within ``CONFIRM``)
+finds the job busy still: one busy look inside a dip does not end it, and one
+before the job's pods go (a fault's remediation) teaches nothing. The host
+traffic is asked only in cycles where some job is idle.
+
 A restarted job is not a pause: the pods of a requeued gang or pod start idle
 (loading a checkpoint: minutes), so the learner watches the job's youngest pod
 (``accel_job_age_seconds``). A job whose pods are younger than before has
 restarted: the dip in progress is dropped, nothing is learned from the idle start
 of the new pods (a dip only begins after the job was seen busy), and the phase
 (last pause start and end) is forgotten; the pause lengths and spacing are kept,
-they are the same training run's. A dip longer than ``MAX_PAUSE`` is not learned
-either (a stall that ended by itself is no checkpoint).
+they are the same training run's. New pods that, before they are ever seen busy,
+move data at their pauses' pace (half their least or more, that least over
+``MOVING``) are loading a checkpoint: at work, so a stall that stops the load is
+a dip. A dip longer than ``MAX_PAUSE`` is not learned either (a stall that ended
+by itself is no checkpoint).
 
 Where it runs: inside ``engine/cycle.py``'s ``run_cycle``, after the source's
 refresh and the controller's ``prepare`` and before the rules are asked, so the
@@ -85,12 +100,14 @@ import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
-from autoscaler.clusterstate import render
+import numpy as np
+
 from autoscaler.metrics import (
     GANG_RHYTHM,
     JOB_RHYTHM,
     Row,
 )
+from autoscaler.promql.store import SeriesStore
 from autoscaler.sources.base import Source, StoreBacked
 from autoscaler.types import QueryResult, Vector
 
@@ -118,8 +135,6 @@ CONFIRM = 600.0
 # A youngest pod younger than before by more than this is a restart (ages are
 # read from a series stamped once per cycle: a minute of jitter is no restart).
 RESTART_SLACK = 90.0
-# The store target the rows are written under (stale markers for jobs that go).
-TARGET = "accel-rhythm"
 
 # The job's largest utilization over its devices in the last minute, per kind.
 GANG_QUERY = (
@@ -148,10 +163,14 @@ HOST_IO = (
     " + on (node) sum by (node) (rate(node_disk_read_bytes_total[2m]))"
     " + on (node) sum by (node) (rate(node_disk_written_bytes_total[2m]))"
 )
-# Each gang member's node's figure (a gang is known only when every member's is)
-# and each device pod's that is no gang member.
-GANG_IO_QUERY = f"accel_gang_info * on (node) group_left () ({HOST_IO})"
-GANG_MEMBERS_QUERY = "accel_gang_info"
+# The most of each gang's members' nodes, for gangs whose every member's node has
+# a figure (a gang with one unknown is unknown: no row), and of each device pod's
+# that is no gang member. Both answer one row per job: a row per member would be
+# thousands to decode each cycle.
+GANG_IO_QUERY = (
+    f"max by (namespace, gang) (accel_gang_info * on (node) group_left () ({HOST_IO}))"
+    f" unless on (namespace, gang) (accel_gang_info unless on (node) ({HOST_IO}))"
+)
 POD_IO_QUERY = (
     "max by (namespace, pod) ((accel_device_pod_info unless on (namespace, pod) accel_gang_info)"
     f" * on (node) group_left () ({HOST_IO}))"
@@ -212,6 +231,9 @@ class Rhythm:
         self.max_jobs = max_jobs
         self.refused = 0
         self.now: float | None = None
+        # The store the rows were last written to, and the handles written there.
+        self._store: SeriesStore | None = None
+        self._written: set[int] = set()
 
     def observe(
         self,
@@ -314,6 +336,21 @@ class Rhythm:
             pause_io_min=_least([p[3] for p in pauses]),
         )
 
+    def write(self, store: SeriesStore, now: float) -> None:
+        """The rows into ``store`` at ``now``, by handle (rendering them as text to
+        parse back cost more than the queries), and a stale marker on each series
+        written last time and not now, as a scrape's would be."""
+        if store is not self._store:
+            self._store, self._written = store, set()
+        rows = self.rows()
+        refs = store.refs({"__name__": m.name, **labels} for m, labels, _ in rows)
+        store.append(refs, now, np.fromiter((v for _, _, v in rows), dtype=np.float64))
+        current = set(refs.tolist())
+        gone = self._written - current
+        if gone:
+            store.append_stale(np.array(sorted(gone), dtype=np.int64), now)
+        self._written = current
+
     def rows(self) -> list[Row]:
         """The series of the jobs seen in the last cycle (module docstring): a job
         that went has none, at once."""
@@ -385,28 +422,10 @@ def _by_job(result: QueryResult, kind: str) -> dict[JobKey, float]:
 
 
 async def _host_io(source: Source, now: float) -> dict[JobKey, float]:
-    """The most that any node of each job moved (bytes/s); a gang only where every
-    member's node has a figure."""
+    """The most that any node of each job moved (bytes/s), where known."""
     out = _by_job(await source.query(POD_IO_QUERY, now), "pod")
-    members = await source.query(GANG_MEMBERS_QUERY, now)
-    moved = await source.query(GANG_IO_QUERY, now)
-    if not isinstance(members, Vector) or not isinstance(moved, Vector):
-        return out
-    figure = {(s.get("namespace"), s.get("pod")): s.value for s in moved.samples}
-    gangs: dict[JobKey, float] = {}
-    unknown: set[JobKey] = set()
-    for s in members.samples:
-        namespace, gang, pod = s.get("namespace"), s.get("gang"), s.get("pod")
-        if not namespace or not gang:
-            continue
-        key = ("gang", namespace, gang)
-        value = figure.get((namespace, pod))
-        if value is None or not math.isfinite(value):
-            unknown.add(key)
-        else:
-            gangs[key] = max(gangs.get(key, value), value)
-    out.update((k, v) for k, v in gangs.items() if k not in unknown)
-    return out
+    out.update(_by_job(await source.query(GANG_IO_QUERY, now), "gang"))
+    return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
 async def learn(rhythm: Rhythm, source: Source, now: float) -> None:
@@ -425,4 +444,4 @@ async def learn(rhythm: Rhythm, source: Source, now: float) -> None:
     io = await _host_io(source, now) if any(u <= IDLE for u in util.values()) else {}
     rhythm.observe(now, util, born, io)
     if isinstance(source, StoreBacked):
-        source.store.ingest_text(render(rhythm.rows()), now, target=TARGET)
+        rhythm.write(source.store, now)

@@ -2,7 +2,7 @@
 stall rules they replaced, over the Llama-3-like fleet's own store.
 
     .venv/bin/python bench/stall_rules.py [--scenario scenarios/llama3.yaml]
-        [--at 2h] [--instants 5] [--old-ref issue30-measure] [--json FILE]
+        [--at 2h] [--instants 5] [--old-ref 26ef636] [--json FILE]
 
 What is measured
 ----------------
@@ -11,8 +11,12 @@ What is measured
   ``git show REF:rules/remediation.yaml``; ``--old-rules FILE`` instead).
 * **New**: one evaluation of the same three rules as ``rules/`` ships them, plus
   the rhythm learner's work of one cycle (``autoscaler.rhythm.learn``: its four
-  queries, the observation and the rows written back into the store), on a copy
-  of the learner so that the simulation's own is not disturbed.
+  queries, in a cycle where some job is idle its three host-traffic queries, the
+  observation and the rows written back into the store), on a copy of the
+  learner so that the simulation's own is not disturbed; and, apart, the three
+  detection rules issue 31 added (``hung-collective``, ``lost-node``,
+  ``stalled-progress``), so that all of issue 31's work is set against the
+  stall rules it started from.
 
 The store is the simulator's: the scenario (16,384 H100 in gangs, 1-minute scrapes
 and evaluations, by default) is run with the shipped rules up to ``--at`` (so that
@@ -50,20 +54,22 @@ from autoscaler.simulate.scenario import load_scenario  # noqa: E402
 from autoscaler.sources.base import Source  # noqa: E402
 
 STALL_RULES = ("stalled-gang", "stalled-pod", "stalled-job")
+# The detection rules issue 31 added beside them, timed with the new set.
+DETECTION_RULES = ("hung-collective", "lost-node", "stalled-progress")
 
 
 class Done(Exception):
     """Stops the simulation once the instants are timed."""
 
 
-def stall_exprs(text: str, where: str) -> dict[str, str]:
-    """The expressions of the three stall rules in a rule file's text."""
+def stall_exprs(text: str, where: str, names: tuple[str, ...] = STALL_RULES) -> dict[str, str]:
+    """The expressions of the named rules (the three stall rules) in a rule file's text."""
     doc = yaml.safe_load(text)
     found = {r["name"]: r["expr"] for r in doc["spec"]["rules"] if "expr" in r}
-    missing = [n for n in STALL_RULES if n not in found]
+    missing = [n for n in names if n not in found]
     if missing:
         raise SystemExit(f"{where}: no rule named {', '.join(missing)}")
-    return {n: found[n] for n in STALL_RULES}
+    return {n: found[n] for n in names}
 
 
 def old_rules(args: argparse.Namespace) -> dict[str, str]:
@@ -84,30 +90,42 @@ async def _time_rules(source: Source, exprs: dict[str, str], now: float) -> floa
 
 
 async def _time_new(
-    source: Source, exprs: dict[str, str], state: object, now: float
-) -> tuple[float, float]:
-    """(the learner's cycle, the new rules' evaluation) at ``now``."""
+    source: Source, exprs: dict[str, str], more: dict[str, str], state: object, now: float
+) -> tuple[float, float, float]:
+    """(the learner's cycle, the new stall rules', the detection rules') at ``now``."""
     mine = copy.deepcopy(rhythm.learner(state))
     start = time.perf_counter()
     await rhythm.learn(mine, source, now)
     learned = time.perf_counter() - start
-    return learned, await _time_rules(source, exprs, now)
+    rules = await _time_rules(source, exprs, now)
+    return learned, rules, await _time_rules(source, more, now)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     scenario = load_scenario(args.scenario)
     old = old_rules(args)
-    new = stall_exprs((ROOT / "rules" / "remediation.yaml").read_text(), "rules/remediation.yaml")
+    shipped = (ROOT / "rules" / "remediation.yaml").read_text()
+    new = stall_exprs(shipped, "rules/remediation.yaml")
+    more = stall_exprs(shipped, "rules/remediation.yaml", DETECTION_RULES)
     at = parse_duration(args.at)
     scenario = dataclasses.replace(scenario, duration=at + (args.instants + 2) * 60.0)
-    times: dict[str, list[float]] = {"old": [], "new": [], "rules": [], "learner": []}
+    times: dict[str, list[float]] = {
+        "old": [],
+        "new": [],
+        "rules": [],
+        "learner": [],
+        "detection": [],
+        "all": [],
+    }
     start: list[float] = []
 
     async def both(source: Source, state: object, now: float) -> None:
-        learned, rules = await _time_new(source, new, state, now)
+        learned, rules, detection = await _time_new(source, new, more, state, now)
         times["learner"].append(learned)
         times["rules"].append(rules)
+        times["detection"].append(detection)
         times["new"].append(learned + rules)
+        times["all"].append(learned + rules + detection)
 
     # The simulation's run_cycle, wrapped: the module's namespace is patched for
     # this run only (run.py calls it by name) and restored after.
@@ -150,6 +168,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "median_seconds": med,
         "ratio_new_over_old": med["new"] / med["old"] if med["old"] > 0 else None,
         "ratio_rules_over_old": med["rules"] / med["old"] if med["old"] > 0 else None,
+        "ratio_all_over_old": med["all"] / med["old"] if med["old"] > 0 else None,
     }
 
 
@@ -158,7 +177,8 @@ def main() -> int:
     p.add_argument("--scenario", default=str(ROOT / "scenarios" / "llama3.yaml"))
     p.add_argument("--at", default="2h", help="simulated time before the first instant")
     p.add_argument("--instants", type=int, default=9)
-    p.add_argument("--old-ref", default="issue30-measure")
+    # The last commit before issue 31's stall rules (its learner is there, unused).
+    p.add_argument("--old-ref", default="26ef636")
     p.add_argument("--old-rules", default=None, metavar="FILE")
     p.add_argument("--json", default=None, metavar="FILE")
     args = p.parse_args()
@@ -169,9 +189,12 @@ def main() -> int:
     print(f"new stall rules + learner:        median {med['new'] * 1000:8.1f} ms")
     print(f"  the new stall rules alone:      median {med['rules'] * 1000:8.1f} ms")
     print(f"  the learner's cycle alone:      median {med['learner'] * 1000:8.1f} ms")
+    print(f"the three detection rules ({', '.join(DETECTION_RULES)}):")
+    print(f"                                  median {med['detection'] * 1000:8.1f} ms")
+    print(f"all of issue 31's (stall + detection + learner): {med['all'] * 1000:8.1f} ms")
     print(
         f"ratio new / old: {r['ratio_new_over_old']:.2f} (the rules alone: "
-        f"{r['ratio_rules_over_old']:.2f})"
+        f"{r['ratio_rules_over_old']:.2f}; all of issue 31's: {r['ratio_all_over_old']:.2f})"
     )
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=2))

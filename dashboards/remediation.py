@@ -432,3 +432,28 @@ def gang_signals(lay: Layout) -> None:
         ),
         w=12,
     )
+    lay.add(
+        timeseries(
+            "Gang data moved: this dip against its pauses",
+            "What the gang's nodes move in a dip (the most of any member's node, "
+            "network and disk, as node_exporter counts it) beside the least they "
+            "moved at any look during the pauses the gang recovered from "
+            "(autoscaler/rhythm.py). A checkpoint writes: a dip that moves under a "
+            "tenth of that least is a stall at once, one that moves half of it or "
+            "more is a checkpoint however long it lasts (docs/rules.md, the stall "
+            "detector). 0 where node_exporter's counters are missing (no figure: the "
+            "rules make no I/O call then), or no dip is under way.",
+            targets(
+                (
+                    _rhythm(f"accel_gang_rhythm_io_bytes_per_second{{{CLUSTER}}}"),
+                    "{{namespace}}/{{gang}} in this dip",
+                ),
+                (
+                    _rhythm(f"accel_gang_rhythm_pause_io_min_bytes_per_second{{{CLUSTER}}}"),
+                    "{{namespace}}/{{gang}} least in its pauses",
+                ),
+            ),
+            unit="Bps",
+        ),
+        w=24,
+    )
