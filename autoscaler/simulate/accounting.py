@@ -65,6 +65,8 @@ class Stats:
     remediation: list[float] = field(default_factory=list)
     remediation_by_kind: dict[str, list[float]] = field(default_factory=dict)
     queue_wait: list[float] = field(default_factory=list)
+    # Per completed job: submitted to done (its job completion time).
+    completion: list[float] = field(default_factory=list)
     faults: dict[str, int] = field(default_factory=dict)
     faults_total: int = 0
     actions: dict[str, int] = field(default_factory=dict)

@@ -513,6 +513,7 @@ class JobController:
         self._release(job, kept=job.total)
         job.state = "done"
         self.stats.completed += 1
+        self.stats.completion.append(self.time.now - job.submitted)
         assert job.pod is not None
         self.kube.remove_pod(job.namespace, job.pod)
         self.kube.remove_job(job.namespace, job.name)

@@ -36,6 +36,7 @@ SUMMARY_KEYS = (
     "false_requeues",
     "spare_node_hours",
     "queue_wait_seconds",
+    "job_completion_seconds",
     "actions",
     "actions_by_outcome",
     "breaker_trips",
@@ -123,6 +124,12 @@ def summary_section(result: RunResult) -> dict[str, Any]:
         "queue_wait_seconds": {
             "p50": _percentile(s.queue_wait, 50),
             "p95": _percentile(s.queue_wait, 95),
+        },
+        # None where no job completed: a time that was not measured, not 0.
+        "job_completion_seconds": {
+            "mean": round(float(np.mean(s.completion)), 3) if s.completion else None,
+            "p50": _percentile(s.completion, 50) if s.completion else None,
+            "p95": _percentile(s.completion, 95) if s.completion else None,
         },
         "actions": dict(sorted(s.actions.items())),
         "actions_by_outcome": dict(sorted(result.by_outcome.items())),

@@ -106,6 +106,10 @@ def test_summary_has_exactly_the_summary_keys_and_the_plots(
         assert tuple(section) == results.SUMMARY_KEYS
         assert set(section["time_to_remediate_seconds"]) == {"p50", "p99", "max"}
         assert set(section["queue_wait_seconds"]) == {"p50", "p95"}
+        jct = section["job_completion_seconds"]
+        assert set(jct) == {"mean", "p50", "p95"}
+        # Jobs complete in small.yaml's hours: each took at least its queue wait.
+        assert section["jobs_completed"] > 0 and 0 < jct["p50"] <= jct["p95"]
         assert set(section["lost_device_hours"]) == set(results.LOSS_KEYS.values())
         for kind, spread in section["time_to_remediate_seconds_by_kind"].items():
             assert kind in ("fatal", "ecc_uncorrected", "hang", "stall", "device_lost", "node_down")
