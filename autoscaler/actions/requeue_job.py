@@ -322,6 +322,8 @@ async def _requeue_workload(
         "eviction": done.status,
         "attempt": done.count,
     }
+    if done.status == "unknown":
+        return Outcome("unknown", f"not requeuing: {done.message}", details)
     if done.status == "unsupported":
         return Outcome("failed", f"cannot requeue through Workload {queued.name}: {done.message}")
     if done.status == "refused":

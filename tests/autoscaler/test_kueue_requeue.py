@@ -278,3 +278,18 @@ ACTIVE = {"spec": {"active": True}}
 
 def workload_name(kueue: KueueOperators, api: FakeApiServer, job: str) -> str:
     return str(workload(kueue, api, job)["metadata"]["name"])
+
+
+async def test_an_unreadable_requeue_state_leaves_the_workload_alone(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    """Read as "never requeued", a requeueState that is not what the API says would
+    lift maxRequeues: the answer is unknown, and nothing is written."""
+    clock = Clock()
+    kueue = setup(api, clock)
+    wl = workload(kueue, api, "train")
+    wl["status"]["requeueState"] = {"count": "many"}
+    api.add(wl)
+    done = await requeue(kube, clock, pods_of(api, "train")[0])
+    assert done.status == "unknown" and "requeueState" in done.message, done.message
+    assert api.requests_for("PATCH", r"/workloads/") == []

@@ -84,7 +84,8 @@ class Eviction:
     """What one requeue through Kueue did: ``evicted`` (written now), ``resumed`` (an
     earlier decision wrote it for this pod), ``already`` (evicted for another
     reason), ``pending`` (holds no quota: nothing to requeue), ``refused`` (at
-    ``maxRequeues``), ``unsupported`` (this Kube handle cannot write a status)."""
+    ``maxRequeues``), ``unsupported`` (this Kube handle cannot write a status),
+    ``unknown`` (its ``requeueState`` cannot be read: left alone)."""
 
     status: str
     message: str
@@ -142,17 +143,23 @@ async def managed(ctx: ActionContext, pod: Obj) -> Lookup:
     return Lookup(None, read)
 
 
-def _count(wl: Obj) -> tuple[int, str]:
-    """Kueue's requeue count and ``requeueAt`` of a Workload (0 and "" when unset
-    or not what the API says)."""
-    state = (wl.get("status") or {}).get("requeueState")
-    if not isinstance(state, dict):
+def _count(wl: Obj) -> tuple[int, str] | None:
+    """Kueue's requeue count and ``requeueAt`` of a Workload (0 and "" when unset);
+    None when they are there and not what the API says: read as "never requeued"
+    they would lift ``maxRequeues``, so the Workload is left as it is."""
+    status = wl.get("status") or {}
+    state = status.get("requeueState") if isinstance(status, dict) else None
+    if state is None:
         return 0, ""
-    count = state.get("count")
-    at = state.get("requeueAt")
+    if not isinstance(state, dict):
+        return None
+    count = state.get("count", 0)
+    at = state.get("requeueAt", "")
     if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < 2**31:
-        count = 0
-    return count, (at if isinstance(at, str) and len(at) <= 64 else "")
+        return None
+    if not isinstance(at, str) or len(at) > 64:
+        return None
+    return count, at
 
 
 def _later(at: str, ours: float) -> str:
@@ -199,7 +206,11 @@ async def evict(
     wl = found.workload
     for _ in range(8):
         evicted = condition(wl, EVICTED)
-        count, at = _count(wl)
+        counted = _count(wl)
+        if counted is None:
+            message = f"the requeueState of Workload {found.name} cannot be read"
+            return Eviction("unknown", message)
+        count, at = counted
         if evicted is not None and evicted.get("status") == "True":
             if f"{MARK} {pod_uid}" in str(evicted.get("message", "")):
                 return Eviction("resumed", f"Workload {found.name} is evicted already", count, at)
