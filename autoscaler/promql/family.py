@@ -281,7 +281,10 @@ class Family:
                 # No cadence to go by, or a retention far longer than what has
                 # come so far (math.inf keeps everything): amortised doubling.
                 cap = max(cap, 2 * self.cap)
-            self._resize(self.ts.shape[0], cap)
+            # Spare rows cost no memory until a series takes one (``_resize`` leaves
+            # them unwritten), and a family as wide as the fleet would otherwise be
+            # copied whole, at its new length, for the first node a scale-up adds.
+            self._resize(max(self.ts.shape[0], self.n + self.n // 4 + _INITIAL_CAP), cap)
 
     def _projected(self, cutoff: int) -> int:
         """The buffer that holds, with a quarter to spare, what the fullest row
