@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 import pytest
+import yaml
 
 from autoscaler import clusterstate as cs
 from autoscaler import queues
@@ -16,9 +17,13 @@ from autoscaler.kube.client import ClientKube
 from autoscaler.kube.kueue import KueueObjects
 from autoscaler.pools.base import NodeShape, Pool
 from autoscaler.pools.clusterapi import ClusterAPIProvider
+from autoscaler.promql.evaluator import Evaluator
+from autoscaler.promql.store import SeriesStore
+from autoscaler.types import Vector
 from tests.autoscaler.pools.test_pools import NS, add_pool
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.kueueops import API, KueueOperators
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.timeout(60)
 GPU = "nvidia.com/gpu"
@@ -313,3 +318,67 @@ def test_malformed_objects_are_left_out_and_counted(caplog: pytest.LogCaptureFix
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 6, warnings  # once each, not once per read
     assert any("lots" in w for w in warnings)
+
+
+async def test_the_shipped_pool_rules_grow_a_pool_for_a_suspended_workload_once(
+    api: FakeApiServer, kube: ClientKube, promtool_check: Any
+) -> None:
+    """The whole way: Kueue's objects read with the real client, the rows rendered
+    (promtool checks them) and ingested into the built-in evaluator, and the shipped
+    pool-scale-up expression over them. A Workload whose quota is reserved but that
+    waits for an admission check has no pods: its devices are queued, and the pool
+    grows for them. Once admitted it has pods: one runs on the pool's node, the
+    other is a pending pod, and the queued devices are gone, so the pool's demand
+    is that pod's 8 devices, never the Workload's 16 on top."""
+    add_pool(api, "h100-pool", replicas=1, nodes=1, bounds=(1, 8))
+    label_pool(api, "h100-pool", H100)
+    api.add(flavor("h100", H100))
+    checked = cluster_queue("team-a", {"h100": 64})
+    checked["spec"]["admissionChecks"] = ["provisioning"]
+    api.add(checked)
+    api.add(local_queue("a", "team-a"))
+    kueue = KueueOperators(api, clock=lambda: T0)
+    api.add(queued_job("train", "a", 2))
+    kueue.reconcile()
+    assert api.objects("pods") == []
+    provider = ClusterAPIProvider(kube, NS)
+    store = SeriesStore(retention=3600)
+    evaluator = Evaluator(store)
+    rule = rule_expr("pool-scale-up")
+    demand = "sum by (pool) (accel_pool_pending_device_requests) + on (pool) " + (
+        "sum by (pool) (accel_pool_queued_device_requests)"
+    )
+
+    rows = await cs.collect(kube, provider, T0)
+    promtool_check(cs.render(rows))
+    cs.ingest(store, rows, T0)
+    assert values(evaluator.instant(demand, T0)) == {"h100-pool": 16}
+    assert values(evaluator.instant(rule, T0)).keys() == {"h100-pool"}
+
+    wl = kueue.workload_of(api.get("jobs", "ml", "train") or {})
+    assert wl is not None
+    wl["status"]["admissionChecks"][0]["state"] = "Ready"
+    api.add(wl)
+    kueue.reconcile()
+    # One pod runs on the pool's one node; the other waits for a node.
+    rows = await cs.collect(kube, provider, T0 + 15)
+    cs.ingest(store, rows, T0 + 15)
+    assert values(evaluator.instant("accel_pool_queued_device_requests", T0 + 15)) == {
+        "h100-pool": 0
+    }
+    assert values(evaluator.instant(demand, T0 + 15)) == {"h100-pool": 8}
+    assert values(evaluator.instant(rule, T0 + 15)).keys() == {"h100-pool"}
+
+
+T0 = 1_800_000_000.0
+
+
+def rule_expr(name: str) -> str:
+    doc = yaml.safe_load((REPO / "rules" / "remediation.yaml").read_text())
+    (rule,) = [r for r in doc["spec"]["rules"] if r["name"] == name]
+    return str(rule["expr"])
+
+
+def values(result: object) -> dict[str, float]:
+    assert isinstance(result, Vector), result
+    return {str(s.get("pool")): s.value for s in result.samples}

@@ -35,8 +35,11 @@ What it emulates, from Kueue's code (``pkg/controller/jobframework/reconciler.go
   room: the nominal quota less what admitted Workloads use, plus, in a cohort, what
   the other ClusterQueues leave unused, at most the ``borrowingLimit``. Admission
   sets ``status.admission`` (``clusterQueue``, ``podSetAssignments[].flavors``,
-  ``resourceUsage``, ``count``), ``QuotaReserved`` and ``Admitted`` True and an
-  ``Evicted`` that was True to False. No admission checks.
+  ``resourceUsage``, ``count``), ``QuotaReserved`` True and an ``Evicted`` that
+  was True to False, and ``Admitted`` True at once, or, when the ClusterQueue
+  names ``spec.admissionChecks``, once every one of the Workload's
+  ``status.admissionChecks`` (``Pending`` at first; a test or a provisioner sets
+  them) is ``Ready``; an eviction sets them back to ``Pending``.
 - **Workload controller**: ``spec.active: false`` on a Workload that holds quota
   evicts it (``Evicted``, reason ``Deactivated``) and clears its
   ``requeueState``; it is not admitted again until it is active. After a
@@ -131,6 +134,7 @@ class KueueOperators:
                 | self._finish()
                 | self._backoff()
                 | self._admit()
+                | self._checks()
                 | self._start()
                 | self._job_pods()
             )
@@ -275,6 +279,8 @@ class KueueOperators:
                 wl, REQUEUED, requeued, evicted["reason"], now, evicted.get("message", "")
             )
             wl["status"].pop("admission", None)
+            for check in wl["status"].get("admissionChecks") or []:
+                check["state"] = "Pending"
             self.api.add(wl)
             self.evictions.append((wl["metadata"]["name"], evicted["reason"]))
             changed = True
@@ -419,11 +425,33 @@ class KueueOperators:
         }
         message = f"Quota reserved in ClusterQueue {cq['metadata']['name']}"
         set_condition(wl, QUOTA_RESERVED, True, "QuotaReserved", now, message)
-        set_condition(wl, ADMITTED, True, "Admitted", now, "The workload is admitted")
+        checks = [str(c) for c in cq["spec"].get("admissionChecks") or []]
+        if checks:  # admitted once every check is Ready (``_checks``)
+            status["admissionChecks"] = [
+                {"name": c, "state": "Pending", "lastTransitionTime": rfc3339(now), "message": ""}
+                for c in checks
+            ]
+        else:
+            set_condition(wl, ADMITTED, True, "Admitted", now, "The workload is admitted")
         if is_true(wl, EVICTED):
             set_condition(wl, EVICTED, False, "QuotaReserved", now)
         self.api.add(wl)
         self.admissions.append(wl["metadata"]["name"])
+
+    def _checks(self) -> bool:
+        """A Workload that holds quota is admitted once every admission check of its
+        ClusterQueue is Ready (a test, or a provisioner, sets their ``state``)."""
+        changed = False
+        for wl in self.api.objects("workloads"):
+            checks = (wl.get("status") or {}).get("admissionChecks") or []
+            if not checks or not is_true(wl, QUOTA_RESERVED) or is_true(wl, ADMITTED):
+                continue
+            if is_true(wl, EVICTED) or any(c.get("state") != "Ready" for c in checks):
+                continue
+            set_condition(wl, ADMITTED, True, "Admitted", self.clock(), "The workload is admitted")
+            self.api.add(wl)
+            changed = True
+        return changed
 
     def _start(self) -> bool:
         changed = False
