@@ -171,7 +171,7 @@ class _Demand:
 def _queue(cq: Obj) -> _Queue:
     spec = _dict(cq.get("spec"), "spec")
     q = _Queue(_str(_dict(cq.get("metadata"), "metadata").get("name"), "metadata.name"), "")
-    cohort = spec.get("cohort")
+    cohort = spec.get("cohort") or spec.get("cohortName")  # v1beta1, v1beta2
     q.cohort = _str(cohort, "spec.cohort") if cohort else ""
     for group in _list(spec.get("resourceGroups"), "spec.resourceGroups", MAX_GROUPS):
         flavors = _dict(group, "resourceGroups[]").get("flavors")
@@ -185,7 +185,8 @@ def _queue(cq: Obj) -> _Queue:
                     continue
                 where = f"{flavor}/{resource}"
                 q.quota[(flavor, resource)] = _Quota(
-                    _whole(rq.get("nominalQuota"), f"{where} nominalQuota"),
+                    # v1beta2 leaves a nominal quota of 0 out.
+                    _whole(rq.get("nominalQuota", 0), f"{where} nominalQuota"),
                     _limit(rq.get("borrowingLimit"), f"{where} borrowingLimit"),
                     _limit(rq.get("lendingLimit"), f"{where} lendingLimit"),
                 )

@@ -8,7 +8,9 @@ cluster may not serve. A cluster without Kueue's CRDs answers 404: no queues, no
 series, nothing logged. A controller that may not read them (403) says so once,
 not every cycle. Other API errors propagate, as for the node and pod lists.
 
-The names are those of Kueue's Go types (``apis/kueue/v1beta1/*_types.go``):
+The names are those of Kueue's Go types (``apis/kueue/v1beta1/*_types.go``; read
+at ``v1beta1``, else at ``v1beta2``, whose only difference in what is read here
+is ClusterQueue's ``spec.cohortName`` for ``spec.cohort``):
 Workload ``spec.podSets[].{name,count,template}``, ``spec.queueName``,
 ``spec.active``, ``spec.priority``; ``status.admission.clusterQueue`` and
 ``status.admission.podSetAssignments[].flavors`` (resource name to flavor);
@@ -34,6 +36,7 @@ from autoscaler.kube.protocol import (
     CLUSTER_QUEUES,
     KUEUE_GROUP,
     KUEUE_VERSION,
+    KUEUE_VERSIONS,
     LOCAL_QUEUES,
     RESOURCE_FLAVORS,
     WORKLOADS,
@@ -70,13 +73,15 @@ _REPORTED = Once()
 @dataclass(frozen=True)
 class KueueObjects:
     """One read of Kueue's objects. ``skipped`` counts, by kind, what a list held
-    beyond its bound (what was malformed is counted by whoever reads the fields)."""
+    beyond its bound (what was malformed is counted by whoever reads the fields);
+    ``version`` is the API version they were read at."""
 
     cluster_queues: tuple[Obj, ...]
     local_queues: tuple[Obj, ...]
     flavors: tuple[Obj, ...]
     workloads: tuple[Obj, ...]
     skipped: dict[str, int]
+    version: str = KUEUE_VERSION
 
 
 def condition(obj: Obj, kind: str) -> Obj | None:
@@ -97,15 +102,21 @@ def is_true(obj: Obj, kind: str) -> bool:
     return c is not None and c.get("status") == "True"
 
 
+class _Forbidden(Exception):
+    """The Role may not list a Kueue kind (logged once)."""
+
+
 async def read_kueue(kube: Kube) -> KueueObjects | None:
     """Kueue's objects, or None where Kueue is not installed (its ClusterQueue API
-    answers 404) or may not be read (403, logged once). The ClusterQueues are read
-    first: a cluster without any has nothing to queue, and the other three lists
-    are not made."""
+    answers 404 at every version of ``KUEUE_VERSIONS``) or may not be read (403,
+    logged once). The ClusterQueues are read first: a cluster without any has
+    nothing to queue, and the other three lists are not made."""
 
-    async def listed(plural: str) -> list[Obj] | None:
+    async def listed(version: str, plural: str) -> list[Obj] | None:
+        """The list; None when the API answers 404 (not installed, or not at this
+        version)."""
         try:
-            return await kube.list_custom(KUEUE_GROUP, KUEUE_VERSION, "", plural)
+            return await kube.list_custom(KUEUE_GROUP, version, "", plural)
         except NotFound:
             return None
         except Forbidden as e:
@@ -117,14 +128,20 @@ async def read_kueue(kube: Kube) -> KueueObjects | None:
                     KUEUE_GROUP,
                     e,
                 )
-            return None
+            raise _Forbidden() from e
 
-    queues = await listed(CLUSTER_QUEUES)
-    if not queues:
+    try:
+        for version in KUEUE_VERSIONS:
+            queues = await listed(version, CLUSTER_QUEUES)
+            if queues is not None:
+                break
+        if not queues:
+            return None
+        local, flavors, workloads = await asyncio.gather(
+            *(listed(version, p) for p in (LOCAL_QUEUES, RESOURCE_FLAVORS, WORKLOADS))
+        )
+    except _Forbidden:
         return None
-    local, flavors, workloads = await asyncio.gather(
-        listed(LOCAL_QUEUES), listed(RESOURCE_FLAVORS), listed(WORKLOADS)
-    )
     skipped: dict[str, int] = {}
 
     def bounded(kind: str, items: list[Obj] | None, most: int) -> tuple[Obj, ...]:
@@ -138,6 +155,7 @@ async def read_kueue(kube: Kube) -> KueueObjects | None:
         flavors=bounded("ResourceFlavor", flavors, MAX_FLAVORS),
         workloads=bounded("Workload", workloads, MAX_WORKLOADS),
         skipped=skipped,
+        version=version,
     )
 
 

@@ -58,6 +58,10 @@ MACHINE_HEALTH_CHECKS = "machinehealthchecks"
 # Kueue (autoscaler/kube/kueue.py reads it; its names are listed there).
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta1"
+# The versions tried, in order: v1beta1, which every Kueue release so far serves
+# (0.19 stores v1beta2 and serves v1beta1 deprecated), then v1beta2, for a Kueue
+# that no longer serves v1beta1.
+KUEUE_VERSIONS = (KUEUE_VERSION, "v1beta2")
 WORKLOADS = "workloads"
 CLUSTER_QUEUES = "clusterqueues"
 LOCAL_QUEUES = "localqueues"
@@ -373,6 +377,7 @@ __all__ = [
     "CLUSTER_QUEUES",
     "KUEUE_GROUP",
     "KUEUE_VERSION",
+    "KUEUE_VERSIONS",
     "LOCAL_QUEUES",
     "MACHINES",
     "MACHINE_DEPLOYMENTS",

@@ -176,8 +176,9 @@ async def test_no_kueue_no_series_no_log(
         rows = await cs.collect(kube, ClusterAPIProvider(kube, NS), 1_800_000_000.0)
         assert not [r for r in rows if r[0] in queues_metrics()]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-    # One list a cycle asks whether Kueue is there; nothing more.
-    assert len(api.requests_for("GET", r"/apis/kueue\.x-k8s\.io/")) == 2
+    # A cycle asks whether Kueue is there, at each version it may serve; nothing more.
+    asked = [r.path for r in api.requests_for("GET", r"/apis/kueue\.x-k8s\.io/")]
+    assert asked == [f"/apis/kueue.x-k8s.io/{v}/clusterqueues" for v in ("v1beta1", "v1beta2")] * 2
 
 
 async def test_kueue_forbidden_is_logged_once(
@@ -382,3 +383,33 @@ def rule_expr(name: str) -> str:
 def values(result: object) -> dict[str, float]:
     assert isinstance(result, Vector), result
     return {str(s.get("pool")): s.value for s in result.samples}
+
+
+async def test_a_kueue_that_serves_only_v1beta2_is_read_there(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    """v1beta2 names the cohort ``spec.cohortName`` and leaves a nominal quota of 0
+    out."""
+    add_pool(api, "h100-pool", replicas=1, nodes=1, bounds=(1, 8))
+    label_pool(api, "h100-pool", H100)
+    api.kueue_versions = {"v1beta2"}
+    api.add(flavor("h100", H100))
+    for name, nominal in (("team-a", 0), ("team-b", 16)):
+        cq = cluster_queue(name, {"h100": nominal}, borrowingLimit="8")
+        cq["spec"]["cohortName"] = "research"
+        if not nominal:
+            del cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"]
+        api.add(cq)
+    api.add(local_queue("a", "team-a"))
+    wl = workload("w", 8)
+    wl.update(apiVersion=API, kind="Workload")
+    api.add(wl)
+    rows = await cs.collect(kube, ClusterAPIProvider(kube, NS), T0)
+    assert rows_of(rows, "accel_queue_info") == {
+        ("team-a", "research"): 1,
+        ("team-b", "research"): 1,
+    }
+    assert rows_of(rows, "accel_queue_nominal_quota")[("team-a", "h100", GPU)] == 0
+    # team-a borrows its 8 from team-b.
+    assert rows_of(rows, "accel_pool_queued_device_requests") == {("h100-pool", GPU): 8}
+    assert api.requests_for("GET", r"/v1beta2/workloads$")

@@ -293,3 +293,16 @@ async def test_an_unreadable_requeue_state_leaves_the_workload_alone(
     done = await requeue(kube, clock, pods_of(api, "train")[0])
     assert done.status == "unknown" and "requeueState" in done.message, done.message
     assert api.requests_for("PATCH", r"/workloads/") == []
+
+
+async def test_under_a_kueue_that_serves_only_v1beta2_the_eviction_goes_there(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    clock = Clock()
+    api.kueue_versions = {"v1beta2"}
+    kueue = setup(api, clock)
+    done = await requeue(kube, clock, pods_of(api, "train")[0])
+    assert done.status == "done", done.message
+    assert len(api.requests_for("PATCH", r"/v1beta2/namespaces/ml/workloads/[^/]+/status$")) == 1
+    kueue.reconcile()
+    assert not is_true(workload(kueue, api, "train"), QUOTA_RESERVED)

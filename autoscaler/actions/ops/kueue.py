@@ -49,7 +49,14 @@ from autoscaler.kube.kueue import (
     condition,
     is_true,
 )
-from autoscaler.kube.protocol import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, Obj, PatchesStatus
+from autoscaler.kube.protocol import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    KUEUE_VERSIONS,
+    WORKLOADS,
+    Obj,
+    PatchesStatus,
+)
 
 # Conditions kept when the list is written back (Kueue's own hold a handful).
 MAX_CONDITIONS = 64
@@ -63,6 +70,8 @@ class Managed:
 
     job: Obj
     workload: Obj
+    # The API version the Workload was read at (KUEUE_VERSIONS).
+    version: str = KUEUE_VERSION
 
     @property
     def name(self) -> str:
@@ -130,16 +139,19 @@ async def managed(ctx: ActionContext, pod: Obj) -> Lookup:
     if job is None:
         return Lookup(None, read)
     uid = meta(job).get("uid")
-    try:
-        workloads = await ctx.kube.list_custom(
-            KUEUE_GROUP, KUEUE_VERSION, str(meta(pod).get("namespace", "")), WORKLOADS
-        )
-    except NotFound:
-        return Lookup(None, read)
-    for wl in workloads:
-        refs = meta(wl).get("ownerReferences") or []
-        if any(isinstance(r, dict) and r.get("controller") and r.get("uid") == uid for r in refs):
-            return Lookup(Managed(job, wl), read)
+    ns = str(meta(pod).get("namespace", ""))
+    for version in KUEUE_VERSIONS:
+        try:
+            workloads = await ctx.kube.list_custom(KUEUE_GROUP, version, ns, WORKLOADS)
+        except NotFound:
+            continue
+        for wl in workloads:
+            refs = meta(wl).get("ownerReferences") or []
+            if any(
+                isinstance(r, dict) and r.get("controller") and r.get("uid") == uid for r in refs
+            ):
+                return Lookup(Managed(job, wl, version), read)
+        break
     return Lookup(None, read)
 
 
@@ -234,9 +246,9 @@ async def evict(
             },
         }
         try:
-            await kube.patch_custom_status(KUEUE_GROUP, KUEUE_VERSION, ns, WORKLOADS, name, patch)
+            await kube.patch_custom_status(KUEUE_GROUP, found.version, ns, WORKLOADS, name, patch)
         except Conflict:
-            wl = await kube.get_custom(KUEUE_GROUP, KUEUE_VERSION, ns, WORKLOADS, name)
+            wl = await kube.get_custom(KUEUE_GROUP, found.version, ns, WORKLOADS, name)
             continue
         return Eviction("evicted", f"evicted Workload {found.name}", count + 1, requeue_at)
     raise Conflict(f"Workload {found.name} kept changing while we evicted it")

@@ -298,6 +298,9 @@ _KINDS = [
 ]
 _BY_PLURAL = {k.store: k for k in _KINDS}
 _BY_PATH = {(k.group, k.version, k.plural): k for k in _KINDS}
+# Kueue serves its kinds at v1beta2 too (its storage version since 0.15): one store,
+# either version's path (FakeApiServer.kueue_versions says which are served).
+_BY_PATH.update({(k.group, "v1beta2", k.plural): k for k in _KINDS if k.group == "kueue.x-k8s.io"})
 _BY_TYPE = {(k.api_version, k.kind): k for k in _KINDS}
 
 # Field selectors the real server accepts, beyond metadata.name/namespace.
@@ -836,6 +839,7 @@ def pdb_status(pdb: JSON, pods: list[JSON]) -> JSON:
 @dataclass
 class _Route:
     kind: _Kind
+    version: str
     namespace: str | None  # None: cluster-scoped, or a list across all namespaces
     name: str | None
     subresource: str | None
@@ -861,7 +865,7 @@ def _parse_path(path: str) -> _Route:
     sub = rest[2] if len(rest) == 3 else None
     if kind.namespaced and name is not None and namespace is None:
         raise ApiError(404, f"the server could not find the requested resource ({path})")
-    return _Route(kind, namespace, name, sub)
+    return _Route(kind, version, namespace, name, sub)
 
 
 @dataclass(eq=False)
@@ -884,6 +888,11 @@ class FakeApiServer:
         # API groups served as if their CRDs were not installed: every path under them
         # answers 404, as a cluster without Kueue answers for kueue.x-k8s.io.
         self.unserved: set[str] = set()
+        # The versions of kueue.x-k8s.io served: v1beta1 alone, as Kueue up to 0.14;
+        # {"v1beta2"} plays a Kueue that no longer serves v1beta1. Objects are stored
+        # once and answered as stored (no conversion: the fields read are the same
+        # but for ClusterQueue's spec.cohort, spec.cohortName in v1beta2).
+        self.kueue_versions: set[str] = {"v1beta1"}
         self._lock = threading.RLock()
         self._store: dict[str, dict[tuple[str, str], JSON]] = {k.store: {} for k in _KINDS}
         self._rv = 0
@@ -1120,7 +1129,9 @@ class FakeApiServer:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         try:
             route = _parse_path(request.path)
-            if route.kind.group in self.unserved:
+            if route.kind.group in self.unserved or (
+                route.kind.group == "kueue.x-k8s.io" and route.version not in self.kueue_versions
+            ):
                 raise ApiError(
                     404, f"the server could not find the requested resource ({request.path})"
                 )
