@@ -167,9 +167,11 @@ HOST_IO = (
 # a figure (a gang with one unknown is unknown: no row), and of each device pod's
 # that is no gang member. Both answer one row per job: a row per member would be
 # thousands to decode each cycle.
+# A member's node without a figure counts as +Inf, so its gang's maximum is +Inf:
+# not finite, no figure (``_host_io``), with the node traffic computed once.
 GANG_IO_QUERY = (
-    f"max by (namespace, gang) (accel_gang_info * on (node) group_left () ({HOST_IO}))"
-    f" unless on (namespace, gang) (accel_gang_info unless on (node) ({HOST_IO}))"
+    "max by (namespace, gang) (accel_gang_info * on (node) group_left () "
+    f"({HOST_IO} or on (node) max by (node) (accel_gang_info) * +Inf))"
 )
 POD_IO_QUERY = (
     "max by (namespace, pod) ((accel_device_pod_info unless on (namespace, pod) accel_gang_info)"
@@ -233,7 +235,7 @@ class Rhythm:
         self.now: float | None = None
         # The store the rows were last written to, and the handles written there.
         self._store: SeriesStore | None = None
-        self._written: set[int] = set()
+        self._refs: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
 
     def observe(
         self,
@@ -339,17 +341,28 @@ class Rhythm:
     def write(self, store: SeriesStore, now: float) -> None:
         """The rows into ``store`` at ``now``, by handle (rendering them as text to
         parse back cost more than the queries), and a stale marker on each series
-        written last time and not now, as a scrape's would be."""
+        written last time and not now, as a scrape's would be. Handles are kept
+        while their series are written every cycle (a store keeps a handle while
+        its series has samples), and taken again after a stale marker."""
         if store is not self._store:
-            self._store, self._written = store, set()
+            self._store, self._refs = store, {}
         rows = self.rows()
-        refs = store.refs({"__name__": m.name, **labels} for m, labels, _ in rows)
-        store.append(refs, now, np.fromiter((v for _, _, v in rows), dtype=np.float64))
-        current = set(refs.tolist())
-        gone = self._written - current
+        refs = self._refs
+        now_refs: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        values = np.empty(len(rows), dtype=np.float64)
+        handles = np.empty(len(rows), dtype=np.int64)
+        for i, (metric, labels, value) in enumerate(rows):
+            key = (metric.name, tuple(labels.items()))
+            ref = refs.get(key)
+            if ref is None:
+                ref = store.ref({"__name__": metric.name, **labels})
+            now_refs[key] = handles[i] = ref
+            values[i] = value
+        store.append(handles, now, values)
+        gone = [ref for key, ref in refs.items() if key not in now_refs]
         if gone:
-            store.append_stale(np.array(sorted(gone), dtype=np.int64), now)
-        self._written = current
+            store.append_stale(np.array(gone, dtype=np.int64), now)
+        self._refs = now_refs
 
     def rows(self) -> list[Row]:
         """The series of the jobs seen in the last cycle (module docstring): a job
