@@ -23,7 +23,10 @@ and evaluations, by default) is run with the shipped rules up to ``--at`` (so th
 the jobs have a rhythm and the rhythm series exist), and at each of the next
 ``--instants`` evaluations both sets are timed through the simulation's source
 (``Evaluator.instant`` underneath), the old first at even instants and the new
-first at odd ones, so that neither always finds the other's work in a cache.
+first at odd ones, each from a cold start: the evaluator's per-time results and
+the store's window searches are dropped before each set (a new scrape drops them
+in a real cycle), so a set shares only among its own queries, the learner's with
+the rules' as in ``run_cycle``.
 Figures: the median over the instants of each, and their ratio. One process, one
 thread, on whatever else the machine is doing: read the ratio, not the absolutes.
 """
@@ -34,6 +37,7 @@ import argparse
 import asyncio
 import copy
 import dataclasses
+import gc
 import json
 import statistics
 import subprocess
@@ -82,7 +86,24 @@ def old_rules(args: argparse.Namespace) -> dict[str, str]:
     return stall_exprs(proc.stdout, ref)
 
 
-async def _time_rules(source: Source, exprs: dict[str, str], now: float) -> float:
+def _cold(source: Source) -> None:
+    """Forgets what the evaluator and the store keep between queries at one time
+    (range results, selections, window searches), as a new scrape would, and
+    collects garbage now rather than inside a timing: each set is timed as the
+    first to ask at its instant, sharing only among its own queries."""
+    store = getattr(source, "store", None)
+    if store is not None:
+        store.generation += 1
+        for family in store.families.values():
+            family._searches.clear()
+    gc.collect()
+
+
+async def _time_rules(
+    source: Source, exprs: dict[str, str], now: float, *, cold: bool = True
+) -> float:
+    if cold:
+        _cold(source)
     start = time.perf_counter()
     for expr in exprs.values():
         await source.query(expr, now)
@@ -93,12 +114,18 @@ async def _time_new(
     source: Source, exprs: dict[str, str], more: dict[str, str], state: object, now: float
 ) -> tuple[float, float, float]:
     """(the learner's cycle, the new stall rules', the detection rules') at ``now``."""
-    mine = copy.deepcopy(rhythm.learner(state))
+    # A copy of the simulation's learner, its jobs deep and its store handles
+    # shared (a deep copy would copy the store the handles point into).
+    real = rhythm.learner(state)
+    mine = copy.copy(real)
+    mine.jobs = copy.deepcopy(real.jobs)
+    mine._refs = dict(real._refs)
+    _cold(source)
     start = time.perf_counter()
     await rhythm.learn(mine, source, now)
     learned = time.perf_counter() - start
-    rules = await _time_rules(source, exprs, now)
-    return learned, rules, await _time_rules(source, more, now)
+    rules = await _time_rules(source, exprs, now, cold=False)
+    return learned, rules, await _time_rules(source, more, now, cold=False)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
