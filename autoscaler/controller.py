@@ -75,6 +75,7 @@ from autoscaler.engine.state import EngineState
 from autoscaler.kube.errors import Conflict, KubeError, NotFound
 from autoscaler.kube.protocol import Kube, Obj
 from autoscaler.metrics import Row
+from autoscaler.provisioning import Provisioner
 from autoscaler.ruleset.model import RuleSet
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
@@ -119,6 +120,8 @@ class CycleStats:
     last_record_failure: str = ""
     # State record entries refused when read (and dropped, never written back).
     record_refused: int = 0
+    # Passes over the ProvisioningRequests that an API error ended.
+    provisioning_errors: int = 0
 
 
 # The cluster-state series as (metric, labels, value) rows (autoscaler/clusterstate.py).
@@ -277,6 +280,7 @@ class Controller:
         cluster_state: ClusterState | None = None,
         record: StateRecord | None = None,
         lost_watches: Callable[[], list[str]] = no_watches,
+        provisioner: Provisioner | None = None,
     ) -> None:
         """``wiring`` (``autoscaler/wiring.py``'s ``wire`` over the same ``source``
         and ``watcher``): the engine state and the executor; without it, a fresh
@@ -320,6 +324,11 @@ class Controller:
         self._wake = asyncio.Event()
         self._reload_requested = asyncio.Event()
         self._clamped: str | None = None
+        # ProvisioningRequests answered after each cycle's rules (not in dry-run);
+        # no scale-up starts while the breaker is open.
+        self.provisioner = provisioner
+        if provisioner is not None:
+            provisioner.blocked = self._breaker_says
 
     @property
     def ruleset(self) -> RuleSet:
@@ -602,7 +611,22 @@ class Controller:
             self.stats.last_duration = time.perf_counter() - start
             self.stats.last_timestamp = now
             await self._persist()
+            await self._provision()
             return result.decisions
+
+    def _breaker_says(self) -> str | None:
+        return "the circuit breaker is open" if self.state.breaker_open else None
+
+    async def _provision(self) -> None:
+        """One pass over the ProvisioningRequests (autoscaler/provisioning.py): an
+        API error is counted and logged, never fatal; the next cycle resumes."""
+        if self.provisioner is None or self.dry_run:
+            return
+        try:
+            await self.provisioner.reconcile()
+        except (KubeError, ValueError) as e:
+            self.stats.provisioning_errors += 1
+            log.warning("cannot answer the ProvisioningRequests this cycle: %s", e)
 
     async def run_forever(self) -> None:
         """Cycles every ``interval()``, and at once when woken (new rules, SIGHUP),

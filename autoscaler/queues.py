@@ -31,8 +31,13 @@ simplifications chosen:
 - ``accel_pool_queued_device_requests{pool,resource}`` is what more nodes would
   help: reserved Workloads and pending ones that fit. A pending Workload beyond
   every quota waits for quota, not nodes; an admitted one has pods, which the pod
-  series count. A flavor's pool is the one whose registered nodes, or declared
-  node shape (scale from zero), carry all of the flavor's ``spec.nodeLabels`` and
+  series count. A reserved Workload whose ClusterQueue has a ProvisioningRequest
+  admission check (an AdmissionCheck whose ``spec.controllerName`` is
+  ``kueue.x-k8s.io/provisioning-request``) is left out too: its capacity comes
+  through that ProvisioningRequest (``autoscaler/provisioning.py``), and
+  ``pool-scale-up`` growing the pool for it as well would add its nodes twice.
+  A flavor's pool is the one whose registered nodes, or declared node shape
+  (scale from zero), carry all of the flavor's ``spec.nodeLabels`` and
   offer the resource; of several, the one with the most room below its maximum
   (as ``clusterstate.pool_rows`` chooses for a pending pod).
 - Only device resources have quota series: CPU and memory quotas are left out.
@@ -45,7 +50,7 @@ simplifications chosen:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +59,7 @@ from accel_common.names import is_device_resource
 from autoscaler.kube.kueue import (
     ADMITTED,
     FINISHED,
+    PROVISIONING_CHECK_CONTROLLER,
     QUOTA_RESERVED,
     KueueObjects,
     is_true,
@@ -80,7 +86,7 @@ log = logging.getLogger(__name__)
 DeviceCount = Callable[[Obj], dict[str, int]]
 
 STATES = ("pending", "reserved", "admitted")
-KINDS = ("ClusterQueue", "LocalQueue", "ResourceFlavor", "Workload")
+KINDS = ("ClusterQueue", "LocalQueue", "ResourceFlavor", "Workload", "AdmissionCheck")
 # The API's own bounds (kubebuilder MaxItems of Kueue's types), a little wider.
 MAX_POD_SETS = 18
 MAX_GROUPS = 16
@@ -154,6 +160,11 @@ class _Queue:
     # Per device resource, the flavors that cover it, in the ClusterQueue's order.
     order: dict[str, list[str]] = field(default_factory=dict)
     quota: dict[tuple[str, str], _Quota] = field(default_factory=dict)
+    # The names of its admission checks (spec.admissionChecks, or v1beta1's
+    # spec.admissionChecksStrategy.admissionChecks[].name).
+    checks: tuple[str, ...] = ()
+    # One of them is a ProvisioningRequest's: its reserved Workloads get capacity there.
+    provisioned: bool = False
 
 
 @dataclass
@@ -191,6 +202,14 @@ def _queue(cq: Obj) -> _Queue:
                     _limit(rq.get("lendingLimit"), f"{where} lendingLimit"),
                 )
                 q.order.setdefault(resource, []).append(flavor)
+    checks = [
+        _str(c, "spec.admissionChecks[]")
+        for c in _list(spec.get("admissionChecks"), "spec.admissionChecks", MAX_RESOURCES)
+    ]
+    strategy = _dict(spec.get("admissionChecksStrategy"), "spec.admissionChecksStrategy")
+    for rule in _list(strategy.get("admissionChecks"), "admissionChecksStrategy", MAX_RESOURCES):
+        checks.append(_str(_dict(rule, "admissionChecks[]").get("name"), "admissionChecks[].name"))
+    q.checks = tuple(checks)
     return q
 
 
@@ -324,6 +343,14 @@ def _parsed(objs: KueueObjects, devices: DeviceCount) -> _Read:
         name = _str(_dict(rf.get("metadata"), "metadata").get("name"), "metadata.name")
         return name, _labels(_dict(rf.get("spec"), "spec").get("nodeLabels"), "nodeLabels")
 
+    def check(ac: Obj) -> tuple[str, bool]:
+        name = _str(_dict(ac.get("metadata"), "metadata").get("name"), "metadata.name")
+        controller = _dict(ac.get("spec"), "spec").get("controllerName")
+        return name, _str(controller, "spec.controllerName") == PROVISIONING_CHECK_CONTROLLER
+
+    provisioning = {n for n, ours in each("AdmissionCheck", objs.admission_checks, check) if ours}
+    for q in queues.values():
+        q.provisioned = any(c in provisioning for c in q.checks)
     locals_ = dict(each("LocalQueue", objs.local_queues, local))
     flavors = dict(each("ResourceFlavor", objs.flavors, flavor))
     demands = [
@@ -334,7 +361,7 @@ def _parsed(objs: KueueObjects, devices: DeviceCount) -> _Read:
     return _Read(queues, flavors, demands, skipped)
 
 
-def _flavor_pools(
+def flavor_pools(
     flavors: Mapping[str, dict[str, str]], pools: Sequence[Pool], nodes: Sequence[Obj]
 ) -> dict[str, list[tuple[Pool, set[str]]]]:
     """Per flavor, the pools that carry its node labels, with the device resources
@@ -404,7 +431,8 @@ def queue_rows(
     for (cq, flavor, resource, state), n in sorted(requested.items()):
         labels = {"cluster_queue": cq, "flavor": flavor, "resource": resource, "state": state}
         rows.append((QUEUE_DEVICE_REQUESTS, labels, float(n)))
-    rows.extend(_pool_rows(demands, flavors, pools, nodes))
+    booked = {q.name for q in queues.values() if q.provisioned}
+    rows.extend(_pool_rows(demands, flavors, pools, nodes, booked))
     for kind in KINDS:
         rows.append((KUEUE_SKIPPED, {"kind": kind}, float(read.skipped.get(kind, 0))))
     return rows
@@ -415,9 +443,12 @@ def _pool_rows(
     flavors: Mapping[str, dict[str, str]],
     pools: Sequence[Pool],
     nodes: Sequence[Obj],
+    booked: Collection[str] = (),
 ) -> list[Row]:
-    """``accel_flavor_pool_info`` and ``accel_pool_queued_device_requests``."""
-    matches = _flavor_pools(flavors, pools, nodes)
+    """``accel_flavor_pool_info`` and ``accel_pool_queued_device_requests``;
+    reserved Workloads of the ``booked`` ClusterQueues (a ProvisioningRequest
+    check) are left out of the latter."""
+    matches = flavor_pools(flavors, pools, nodes)
     room = {p.name: p.max_size - len(p.nodes) - p.provisioning for p in pools}
     queued: dict[tuple[str, str], int] = {}
     rows: list[Row] = []
@@ -428,6 +459,8 @@ def _pool_rows(
                 queued.setdefault((p.name, r), 0)
     for d in demands:
         if d.state == "admitted" or not d.fits:
+            continue
+        if d.state == "reserved" and d.queue in booked:
             continue
         for r, n in d.devices.items():
             fitting = [p.name for p, offered in matches.get(d.flavor, ()) if r in offered]
@@ -450,4 +483,4 @@ async def collect(
     return queue_rows(objs, devices, pools, nodes)
 
 
-__all__ = ["KINDS", "STATES", "DeviceCount", "collect", "queue_rows"]
+__all__ = ["KINDS", "STATES", "DeviceCount", "collect", "flavor_pools", "queue_rows"]

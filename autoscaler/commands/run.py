@@ -60,6 +60,7 @@ from autoscaler.kube.leader import ElectionThread, LeaderElector
 from autoscaler.kube.protocol import Kube
 from autoscaler.pools.base import NodePoolProvider
 from autoscaler.pools.clusterapi import ClusterAPIProvider
+from autoscaler.provisioning import Provisioner
 from autoscaler.ruleset.loader import RuleSetError
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.server import make_app
@@ -559,6 +560,10 @@ async def _main(
                 args.controller_name + STATE_CONFIGMAP_SUFFIX,
             ),
             lost_watches=cached.lost,
+            # ProvisioningRequests of accel-fleet.io/atomic-scale-up (docs/kueue.md).
+            provisioner=Provisioner(kube, pools, controller=args.controller_name)
+            if isinstance(pools, ClusterAPIProvider)
+            else None,
         )
         return await _serve(controller, args, elector)
     finally:

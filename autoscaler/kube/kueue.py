@@ -19,8 +19,9 @@ Workload ``spec.podSets[].{name,count,template}``, ``spec.queueName``,
 ClusterQueue ``spec.cohort`` and ``spec.resourceGroups[].flavors[].{name,
 resources[].{name,nominalQuota,borrowingLimit,lendingLimit}}`` (cluster-scoped),
 LocalQueue ``spec.clusterQueue`` (namespaced), ResourceFlavor ``spec.nodeLabels``
-(cluster-scoped). A job joins a queue through the label
-``kueue.x-k8s.io/queue-name``.
+(cluster-scoped), AdmissionCheck ``spec.controllerName`` (cluster-scoped: which
+of a ClusterQueue's ``spec.admissionChecks`` are ProvisioningRequests). A job
+joins a queue through the label ``kueue.x-k8s.io/queue-name``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ from autoscaler.kube.protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+# AdmissionChecks: their plural, and the controller name of Kueue's provisioning
+# admission check (a ProvisioningRequest per Workload, autoscaler/provisioning.py).
+ADMISSION_CHECKS: Final = "admissionchecks"
+PROVISIONING_CHECK_CONTROLLER: Final = "kueue.x-k8s.io/provisioning-request"
 
 # The label that puts a Job, JobSet or other job into a LocalQueue (Kueue's
 # constants.QueueLabel).
@@ -82,6 +88,8 @@ class KueueObjects:
     workloads: tuple[Obj, ...]
     skipped: dict[str, int]
     version: str = KUEUE_VERSION
+    # Absent (404) or not readable: none, and every check counts as some other kind.
+    admission_checks: tuple[Obj, ...] = ()
 
 
 def condition(obj: Obj, kind: str) -> Obj | None:
@@ -140,6 +148,7 @@ async def read_kueue(kube: Kube) -> KueueObjects | None:
         local, flavors, workloads = await asyncio.gather(
             *(listed(version, p) for p in (LOCAL_QUEUES, RESOURCE_FLAVORS, WORKLOADS))
         )
+        checks = await listed(version, ADMISSION_CHECKS)
     except _Forbidden:
         return None
     skipped: dict[str, int] = {}
@@ -156,10 +165,12 @@ async def read_kueue(kube: Kube) -> KueueObjects | None:
         workloads=bounded("Workload", workloads, MAX_WORKLOADS),
         skipped=skipped,
         version=version,
+        admission_checks=bounded("AdmissionCheck", checks, MAX_QUEUES),
     )
 
 
 __all__ = [
+    "ADMISSION_CHECKS",
     "ADMITTED",
     "CLUSTER_QUEUES",
     "EVICTED",
@@ -168,6 +179,7 @@ __all__ = [
     "KUEUE_VERSION",
     "LOCAL_QUEUES",
     "PODS_READY_TIMEOUT",
+    "PROVISIONING_CHECK_CONTROLLER",
     "QUEUE_NAME_LABEL",
     "QUOTA_RESERVED",
     "REQUEUED",

@@ -290,7 +290,8 @@ VERBS: dict[str, dict[str, str]] = {
     f"{CAPI_GROUP}/{MACHINE_DEPLOYMENTS}": {
         "get": "scale_node_pool reads a pool's min/max annotations",
         "list": "scale_node_pool and pool metrics find the pools",
-        "patch": f"scale_node_pool writes the spare buffer ({SPARE_NODES_ANNOTATION})",
+        "patch": f"scale_node_pool writes the spare buffer ({SPARE_NODES_ANNOTATION}); "
+        "ProvisioningRequest scale-ups are recorded there (accel-fleet.io/provisioning)",
     },
     f"{CAPI_GROUP}/{MACHINE_DEPLOYMENTS}/scale": {
         "get": "scale_node_pool reads the current replicas",
@@ -357,8 +358,18 @@ VERBS: dict[str, dict[str, str]] = {
         "list": "queue series: which node pool a flavor's node labels select",
     },
     f"{KUEUE_GROUP}/{WORKLOADS}": {
+        "get": "a ProvisioningRequest's gang is read from the Workload that owns it",
         "list": "queue series: pending and admitted Workloads and their devices; "
         "requeue_job finds a Kueue-managed job's Workload",
+    },
+    f"{KUEUE_GROUP}/admissionchecks": {
+        "list": "queue series: which ClusterQueues get capacity through ProvisioningRequests",
+    },
+    "autoscaling.x-k8s.io/provisioningrequests": {
+        "list": "ProvisioningRequests of accel-fleet.io/atomic-scale-up are answered",
+    },
+    "autoscaling.x-k8s.io/provisioningrequests/status": {
+        "patch": "a ProvisioningRequest's Accepted, Provisioned, Failed, BookingExpired",
     },
     f"{KUEUE_GROUP}/{WORKLOADS}/status": {
         "patch": "requeue_job evicts a Kueue-managed job's Workload (Evicted, requeueState)",

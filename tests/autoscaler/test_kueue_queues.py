@@ -314,6 +314,7 @@ def test_malformed_objects_are_left_out_and_counted(caplog: pytest.LogCaptureFix
         ("LocalQueue",): 0,
         ("ResourceFlavor",): 0,
         ("Workload",): 5,
+        ("AdmissionCheck",): 0,
     }
     assert rows_of(rows, "accel_queue_workloads")[("team-a", "h100", "pending")] == 1
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -310,7 +310,9 @@ SNR = f"{SNR_GROUP}/selfnoderemediations"
 # Kueue (autoscaler/kube/kueue.py): four lists for the queue series, and a
 # Workload's status patched to evict it (autoscaler/actions/ops/kueue.py).
 KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_LISTS = ("clusterqueues", "localqueues", "resourceflavors", "workloads")
+KUEUE_LISTS = ("clusterqueues", "localqueues", "resourceflavors", "workloads", "admissionchecks")
+# ProvisioningRequests answered (autoscaler/provisioning.py): listed, status patched.
+PROVISIONING_REQUESTS = "autoscaling.x-k8s.io/provisioningrequests"
 METHOD_VERBS: dict[str, set[tuple[str, str]]] = {
     "get_node": {("nodes", "get")},
     "list_nodes": {("nodes", "list")},
@@ -331,12 +333,15 @@ METHOD_VERBS: dict[str, set[tuple[str, str]]] = {
     "create_lease": {("coordination.k8s.io/leases", "create")},
     "replace_lease": {("coordination.k8s.io/leases", "update")},
     "get_custom": {(MACHINE_DEPLOYMENTS, "get"), (MACHINES, "get"), (SNR, "get")}
-    | {(r, "get") for r in GANG_RESOURCES},
+    | {(r, "get") for r in GANG_RESOURCES}
+    | {(f"{KUEUE_GROUP}/workloads", "get")},
     "list_custom": {(MACHINE_DEPLOYMENTS, "list"), (MACHINES, "list"), (MACHINE_SETS, "list")}
     | {(MACHINE_HEALTH_CHECKS, "list")}
     | {(SNR, "list")}
-    | {(f"{KUEUE_GROUP}/{p}", "list") for p in KUEUE_LISTS},
-    "patch_custom_status": {(f"{KUEUE_GROUP}/workloads/status", "patch")},
+    | {(f"{KUEUE_GROUP}/{p}", "list") for p in KUEUE_LISTS}
+    | {(PROVISIONING_REQUESTS, "list")},
+    "patch_custom_status": {(f"{KUEUE_GROUP}/workloads/status", "patch")}
+    | {(f"{PROVISIONING_REQUESTS}/status", "patch")},
     "delete_custom": {(MACHINES, "delete"), (SNR, "delete")},
     "patch_custom": {(MACHINES, "patch"), (MACHINE_DEPLOYMENTS, "patch")}
     | {(r, "patch") for r in GANG_RESOURCES},
@@ -432,6 +437,12 @@ def _bind(
 async def _evict_workload(k: Kube, ns: str) -> object:
     assert isinstance(k, PatchesStatus)
     return await k.patch_custom_status(KUEUE_GROUP, "v1beta1", ns, "workloads", "w1", {})
+
+
+async def _answer_request(k: Kube, ns: str) -> object:
+    assert isinstance(k, PatchesStatus)
+    group, plural = "autoscaling.x-k8s.io", "provisioningrequests"
+    return await k.patch_custom_status(group, "v1", ns, plural, "pr1", {})
 
 
 def _protocol_calls() -> list[tuple[str, Callable[[Kube], Awaitable[object]]]]:
@@ -561,6 +572,13 @@ def _protocol_calls() -> list[tuple[str, Callable[[Kube], Awaitable[object]]]]:
             for kueue in ((KUEUE_GROUP, "v1beta1", p) for p in KUEUE_LISTS)
         ],
         ("patch_custom_status", functools.partial(_evict_workload, ns=ns)),
+        # ProvisioningRequests answered (autoscaler/provisioning.py).
+        ("get_custom", lambda k: k.get_custom(KUEUE_GROUP, "v1beta1", ns, "workloads", "w1")),
+        (
+            "list_custom",
+            lambda k: k.list_custom("autoscaling.x-k8s.io", "v1", "", "provisioningrequests"),
+        ),
+        ("patch_custom_status", functools.partial(_answer_request, ns=ns)),
         ("get_scale", lambda k: k.get_scale(CAPI_GROUP, CAPI_VERSION, ns, md, "md1")),
         ("patch_scale", lambda k: k.patch_scale(CAPI_GROUP, CAPI_VERSION, ns, md, "md1", 3)),
         ("list_resource_claims", lambda k: k.list_resource_claims()),

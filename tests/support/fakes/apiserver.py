@@ -243,6 +243,26 @@ _KINDS = [
         custom=True,
         no_status=True,
     ),
+    # AdmissionChecks name the controller that answers them (a ProvisioningRequest's:
+    # kueue.x-k8s.io/provisioning-request) and its ProvisioningRequestConfig.
+    _Kind(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "admissionchecks",
+        "AdmissionCheck",
+        namespaced=False,
+        custom=True,
+        status_subresource=True,
+    ),
+    _Kind(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "provisioningrequestconfigs",
+        "ProvisioningRequestConfig",
+        namespaced=False,
+        custom=True,
+        no_status=True,
+    ),
     _Kind(
         "autoscaling.x-k8s.io",
         "v1",

@@ -45,6 +45,17 @@ What it emulates, from Kueue's code (``pkg/controller/jobframework/reconciler.go
   ``requeueState``; it is not admitted again until it is active. After a
   ``PodsReadyTimeout`` eviction, once ``requeueAt`` passes, ``Requeued`` turns True
   (reason ``BackoffFinished``) and ``requeueAt`` is cleared.
+- **Provisioning admission check** (``pkg/controller/admissionchecks/provisioning``):
+  for a Workload that holds quota and waits for a check whose AdmissionCheck's
+  ``spec.controllerName`` is ``kueue.x-k8s.io/provisioning-request``, a
+  ProvisioningRequest ``<workload>-<check>-1`` (``autoscaling.x-k8s.io/v1``,
+  controller-owned by the Workload; ``provisioningClassName`` and ``parameters``
+  from the ProvisioningRequestConfig that the check's ``spec.parameters`` names;
+  one pod set per pod set of the Workload, ``podTemplateRef``
+  ``ppt-<request>-<pod set>``; the PodTemplates themselves are not made, as the
+  fake API server does not serve them). Its ``Provisioned`` True sets the check
+  ``Ready``, its ``Failed`` True sets it ``Rejected``. The request is deleted once
+  its Workload is finished, evicted or holds no quota.
 - **ClusterQueue status**: ``flavorsReservation`` (per flavor and device
   resource), ``pendingWorkloads`` and ``admittedWorkloads``.
 """
@@ -62,6 +73,7 @@ from autoscaler.kube.kueue import (
     EVICTED,
     FINISHED,
     PODS_READY_TIMEOUT,
+    PROVISIONING_CHECK_CONTROLLER,
     QUEUE_NAME_LABEL,
     QUOTA_RESERVED,
     REQUEUED,
@@ -134,6 +146,7 @@ class KueueOperators:
                 | self._finish()
                 | self._backoff()
                 | self._admit()
+                | self._provision()
                 | self._checks()
                 | self._start()
                 | self._job_pods()
@@ -437,6 +450,77 @@ class KueueOperators:
             set_condition(wl, EVICTED, False, "QuotaReserved", now)
         self.api.add(wl)
         self.admissions.append(wl["metadata"]["name"])
+
+    def _provisioning_checks(self) -> dict[str, Obj]:
+        """The AdmissionChecks answered by ProvisioningRequests, by name."""
+        return {
+            ac["metadata"]["name"]: ac
+            for ac in self.api.objects("admissionchecks")
+            if (ac.get("spec") or {}).get("controllerName") == PROVISIONING_CHECK_CONTROLLER
+        }
+
+    def _provision(self) -> bool:
+        changed = False
+        checks = self._provisioning_checks()
+        wanted: set[tuple[str, str]] = set()
+        for wl in self.api.objects("workloads"):
+            meta = wl["metadata"]
+            live = is_true(wl, QUOTA_RESERVED) and not is_true(wl, EVICTED)
+            if not live or is_true(wl, FINISHED):
+                continue
+            for check in (wl.get("status") or {}).get("admissionChecks") or []:
+                if check["name"] not in checks:
+                    continue
+                name = f"{meta['name']}-{check['name']}-1"
+                wanted.add((meta["namespace"], name))
+                pr = self.api.get("provisioningrequests", meta["namespace"], name)
+                if pr is None:
+                    self.api.add(self._request(wl, name, checks[check["name"]]))
+                    changed = True
+                    continue
+                state = check.get("state")
+                if is_true(pr, "Provisioned") and state != "Ready":
+                    check.update(state="Ready", lastTransitionTime=rfc3339(self.clock()))
+                elif is_true(pr, "Failed") and state != "Rejected":
+                    check.update(state="Rejected", lastTransitionTime=rfc3339(self.clock()))
+                else:
+                    continue
+                self.api.add(wl)
+                changed = True
+        for pr in self.api.objects("provisioningrequests"):
+            key = (pr["metadata"]["namespace"], pr["metadata"]["name"])
+            refs = pr["metadata"].get("ownerReferences") or []
+            if any(r.get("kind") == "Workload" for r in refs) and key not in wanted:
+                self.api.remove("provisioningrequests", *key)
+                changed = True
+        return changed
+
+    def _request(self, wl: Obj, name: str, check: Obj) -> Obj:
+        params = (check.get("spec") or {}).get("parameters") or {}
+        config = self.api.get("provisioningrequestconfigs", None, str(params.get("name", "")))
+        spec = (config or {}).get("spec") or {}
+        meta = wl["metadata"]
+        owner = {
+            "apiVersion": API,
+            "kind": "Workload",
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "controller": True,
+        }
+        return {
+            "apiVersion": "autoscaling.x-k8s.io/v1",
+            "kind": "ProvisioningRequest",
+            "metadata": {"name": name, "namespace": meta["namespace"], "ownerReferences": [owner]},
+            "spec": {
+                "provisioningClassName": spec.get("provisioningClassName", ""),
+                "parameters": dict(spec.get("parameters") or {}),
+                "podSets": [
+                    {"podTemplateRef": {"name": f"ppt-{name}-{ps['name']}"}, "count": ps["count"]}
+                    for ps in wl["spec"]["podSets"]
+                    if int(ps.get("count", 1)) > 0
+                ],
+            },
+        }
 
     def _checks(self) -> bool:
         """A Workload that holds quota is admitted once every admission check of its
