@@ -334,6 +334,12 @@ QUEUE_DEVICE_REQUESTS = _gauge(
     "pod's request), by ClusterQueue, flavor and state.",
     *("cluster_queue", "flavor", "resource", "state"),
 )
+QUEUE_OLDEST_PENDING = _gauge(
+    "accel_queue_oldest_pending_timestamp_seconds",
+    "When the longest-waiting pending Workload of a ClusterQueue and flavor began to "
+    "wait (its creation, or its last requeue), in Unix seconds; absent with none pending.",
+    *("cluster_queue", "flavor"),
+)
 FLAVOR_POOL = _gauge(
     "accel_flavor_pool_info",
     "A node pool whose nodes (or declared node shape) carry every node label of a "
@@ -384,6 +390,7 @@ CLUSTER: tuple[Metric, ...] = check_catalogue(
         QUEUE_BORROWING_LIMIT,
         QUEUE_WORKLOADS,
         QUEUE_DEVICE_REQUESTS,
+        QUEUE_OLDEST_PENDING,
         FLAVOR_POOL,
         POOL_QUEUED,
         KUEUE_SKIPPED,

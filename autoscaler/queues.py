@@ -52,6 +52,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from accel_common.logs import Once
@@ -61,7 +62,9 @@ from autoscaler.kube.kueue import (
     FINISHED,
     PROVISIONING_CHECK_CONTROLLER,
     QUOTA_RESERVED,
+    REQUEUED,
     KueueObjects,
+    condition,
     is_true,
     read_kueue,
 )
@@ -74,6 +77,7 @@ from autoscaler.metrics import (
     QUEUE_DEVICE_REQUESTS,
     QUEUE_INFO,
     QUEUE_NOMINAL_QUOTA,
+    QUEUE_OLDEST_PENDING,
     QUEUE_WORKLOADS,
     Row,
 )
@@ -177,6 +181,8 @@ class _Demand:
     selector: dict[str, str]
     order: tuple[int, str]
     fits: bool = False
+    # When it began to wait: its creation, or the last time Kueue requeued it.
+    since: float | None = None
 
 
 def _queue(cq: Obj) -> _Queue:
@@ -267,7 +273,23 @@ def _demand(wl: Obj, devices: DeviceCount, local: Mapping[tuple[str, str], str])
         state = "admitted" if is_true(wl, ADMITTED) else "reserved"
         return _Demand(key, queue, state, wants, flavor, selector, order, fits=True)
     queue = local.get((key[0], str(spec.get("queueName") or "")), "")
-    return _Demand(key, queue, "pending", wants, "", selector, order)
+    since = _when(meta.get("creationTimestamp"))
+    requeued = condition(wl, REQUEUED)
+    if requeued is not None and requeued.get("status") == "True":
+        again = _when(requeued.get("lastTransitionTime"))
+        since = max(since or 0.0, again) if again is not None else since
+    return _Demand(key, queue, "pending", wants, "", selector, order, since=since)
+
+
+def _when(value: Any) -> float | None:
+    """An RFC 3339 time in Unix seconds; None when it is not one."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at.timestamp() if at.tzinfo is not None else None
 
 
 def _room(q: _Queue, peers: Sequence[_Queue], flavor: str, resource: str) -> int:
@@ -425,6 +447,13 @@ def queue_rows(
         for r, n in d.devices.items():
             key = (d.queue, d.flavor, r, d.state)
             requested[key] = requested.get(key, 0) + n
+    oldest: dict[tuple[str, str], float] = {}
+    for d in demands:
+        if d.state == "pending" and d.since is not None:
+            key2 = (d.queue, d.flavor)
+            oldest[key2] = min(oldest.get(key2, d.since), d.since)
+    for (cq, flavor), at in sorted(oldest.items()):
+        rows.append((QUEUE_OLDEST_PENDING, {"cluster_queue": cq, "flavor": flavor}, at))
     for (cq, flavor, state), n in sorted(workloads.items()):
         labels = {"cluster_queue": cq, "flavor": flavor, "state": state}
         rows.append((QUEUE_WORKLOADS, labels, float(n)))

@@ -1,6 +1,6 @@
 """Generates the Grafana dashboards in this directory from plain Python dicts.
 
-Why generated: four dashboards share one set of template variables, one datasource
+Why generated: five dashboards share one set of template variables, one datasource
 variable and one label filter; written by hand, the copies drift apart and a query
 typed in one panel is fixed in only one place. Why plain dicts and not an SDK: no
 new dependency, and the JSON a reviewer reads is exactly what the code says.
@@ -14,8 +14,8 @@ Prometheus scraping the sim exporter and the autoscaler, so a metric renamed in
 
 Where each part is: ``panels.py`` holds the template variables, the panel builders,
 the layout and the conventions every panel follows; the Fleet overview and Node
-detail dashboards are here, Remediation in ``remediation.py`` and Chargeback (with
-its billing policies) in ``chargeback.py``.
+detail dashboards are here, Remediation in ``remediation.py``, Chargeback (with
+its billing policies) in ``chargeback.py`` and Queues (Kueue) in ``queues.py``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from dashboards.panels import (  # noqa: E402
     targets,
     timeseries,
 )
+from dashboards.queues import queues  # noqa: E402
 from dashboards.remediation import remediation  # noqa: E402
 
 # --- Fleet overview -----------------------------------------------------------------
@@ -519,6 +520,7 @@ DASHBOARDS = {
     "node-detail.json": node_detail,
     "remediation.json": remediation,
     "chargeback.json": chargeback,
+    "queues.json": queues,
 }
 
 

@@ -311,6 +311,65 @@ def gang_pod(name: str, node: str) -> dict[str, Any]:
     }
 
 
+def kueue_objects() -> list[dict[str, Any]]:
+    """Kueue's objects for the Queues dashboard: two ClusterQueues in a cohort
+    (team-a may borrow 8), a Workload admitted in team-a that borrows, and one
+    pending in team-b (the Workloads as Kueue would have left them)."""
+    api = "kueue.x-k8s.io/v1beta1"
+    gpu = "nvidia.com/gpu"
+
+    def queue(name: str, **limits: str) -> dict[str, Any]:
+        resources = [{"name": gpu, "nominalQuota": "16", **limits}]
+        group = {"coveredResources": [gpu], "flavors": [{"name": "h100", "resources": resources}]}
+        spec = {"cohort": "research", "resourceGroups": [group]}
+        return {"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+    def workload(name: str, queue: str, pods: int, admitted_in: str = "") -> dict[str, Any]:
+        template = {"spec": {"containers": [{"name": "m", "resources": {"limits": {gpu: "8"}}}]}}
+        wl: dict[str, Any] = {
+            "apiVersion": api,
+            "kind": "Workload",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {
+                "queueName": queue,
+                "podSets": [{"name": "main", "count": pods, "template": template}],
+            },
+        }
+        if admitted_in:
+            flavors = [{"name": "main", "flavors": {gpu: "h100"}, "count": pods}]
+            wl["status"] = {
+                "conditions": [
+                    {
+                        "type": t,
+                        "status": "True",
+                        "reason": t,
+                        "message": "",
+                        "lastTransitionTime": iso(time.time()),
+                    }
+                    for t in ("QuotaReserved", "Admitted")
+                ],
+                "admission": {"clusterQueue": admitted_in, "podSetAssignments": flavors},
+            }
+        return wl
+
+    return [
+        {"apiVersion": api, "kind": "ResourceFlavor", "metadata": {"name": "h100"}, "spec": {}},
+        queue("team-a", borrowingLimit="8"),
+        queue("team-b"),
+        *(
+            {
+                "apiVersion": api,
+                "kind": "LocalQueue",
+                "metadata": {"name": q, "namespace": "ml"},
+                "spec": {"clusterQueue": f"team-{q}"},
+            }
+            for q in ("a", "b")
+        ),
+        workload("train-big", "a", 3, admitted_in="team-a"),  # 24 of 16: borrows 8
+        workload("train-next", "b", 4),  # 32 of team-b's 16: pending
+    ]
+
+
 def autoscaler_args(tmp: Path, targets: dict[str, str], kubeconfig: Path) -> list[str]:
     """``accel-autoscaler run --dry-run --source scrape`` against the fake API server
     (dry-run: it reads the cluster, plans, and writes nothing)."""
@@ -375,6 +434,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for node in NODES:
             kube.add(node_object(node))
         kube.add(gang_pod("train-0", "node-a"))
+        for obj in kueue_objects():
+            kube.add(obj)
         kubeconfig = kube.write_kubeconfig(tmp / "kubeconfig")
         stack.enter_context(autoscaler(autoscaler_args(tmp, targets, kubeconfig), api_port))
         for node, args in NODES.items():
