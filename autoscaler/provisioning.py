@@ -24,7 +24,8 @@ once per evaluation cycle:
 - **Provisioned** once the pool has registered, Ready nodes up to the replicas the
   scale-up asked for and nothing still provisioning; ``Failed``
   (``CapacityIsNotFound``) if that takes longer than ``timeout`` (15 minutes,
-  cluster-autoscaler's ``--max-node-provision-time``).
+  cluster-autoscaler's ``--max-node-provision-time``), and then released as below,
+  the replicas whose node never registered included.
 - **Booking.** ``booking`` (10 minutes, cluster-autoscaler's default) after
   ``Provisioned``, ``BookingExpired`` is set and the nodes it added that no pod uses
   (no pod with device requests on them) are released: cordoned, their Machines
@@ -43,7 +44,10 @@ once per evaluation cycle:
   no second scale-up. A release records its nodes and target the same way first.
 - Everything read is someone else's input: at most ``MAX_REQUESTS`` requests a
   cycle, and a request or record whose fields are not what the API says is left
-  out and counted in ``skipped`` (logged once), never raised.
+  out and counted in ``skipped`` (logged once), never raised. An API error or a
+  refusal stops that request's step only (counted in ``errors``); the next cycle
+  resumes it from the cluster. A request that is ``Accepted`` but has no record
+  (removed by hand) is left alone: a second scale-up is worse than none.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -205,12 +209,14 @@ class Booking:
     # Released what was unused at the booking's end; the rest waits for the
     # request to go (its pods use it).
     held: bool = False
+    unborn: int = 0  # replicas released whose node never registered
 
     def as_json(self) -> Obj:
         out: Obj = {"request": self.request, "nodes": self.nodes, "replicas": self.replicas}
         out["at"] = self.at
         if self.release_to >= 0:
             out["release"], out["releaseTo"] = self.release, self.release_to
+            out["unborn"] = self.unborn
         if self.held:
             out["held"] = True
         return out
@@ -250,8 +256,15 @@ def read_records(md: Obj) -> dict[str, Booking]:
             release[:MAX_COUNT],
             to if isinstance(to, int) and not isinstance(to, bool) else -1,
             b.get("held") is True,
+            _count(b.get("unborn", 0)),
         )
     return out
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return value
+    raise _Malformed(f"annotation {RECORD}: expected a whole number, got {value!r:.40}")
 
 
 def nodes_needed(
@@ -297,6 +310,7 @@ class Provisioner:
         self.ctx = ActionContext(kube=kube, controller=controller, clock=clock)
         self.skipped: dict[str, int] = {}
         self.scale_ups = 0
+        self.errors = 0
 
     def _skip(self, kind: str, where: str, why: str) -> None:
         self.skipped[kind] = self.skipped.get(kind, 0) + 1
@@ -328,11 +342,26 @@ class Provisioner:
         bookings = await self._bookings(pools)
         booked = {uid for _, found in bookings.values() for uid in found}
         for uid, r in sorted(requests.items(), key=lambda kv: kv[1].key):
-            if uid not in booked and not (r.true(FAILED) or r.true(PROVISIONED)):
-                await self._answer(r, pools)
+            # Accepted without a booking: its record is gone (removed by hand); a
+            # second scale-up is worse than none, so it is left as it is.
+            answered = r.true(FAILED) or r.true(PROVISIONED) or r.true(ACCEPTED)
+            if uid not in booked and not answered:
+                await self._each(f"ProvisioningRequest {r.key}", self._answer(r, pools))
         for pool_name, (_, found) in sorted(bookings.items()):
             for uid, b in sorted(found.items()):
-                await self._follow(pools[pool_name], uid, b, requests.get(uid))
+                step = self._follow(pools[pool_name], uid, b, requests.get(uid))
+                await self._each(f"the booking of {b.request} on pool {pool_name}", step)
+
+    async def _each(self, what: str, step: Awaitable[None]) -> None:
+        """One request's or booking's step: an API error or a refusal stops that
+        one (counted in ``errors``, logged once), not the pass; the next cycle
+        resumes it from the cluster."""
+        try:
+            await step
+        except (KubeError, ValueError) as e:
+            self.errors += 1
+            if _REPORTED.first((what, str(e)[:200])):
+                log.warning("%s: %s; tried again next cycle", what, e)
 
     async def _bookings(
         self, pools: Mapping[str, Pool]
@@ -412,7 +441,12 @@ class Provisioner:
         if pool.replicas < b.replicas and not r.true(ACCEPTED):
             # Killed between the record and the scale (or the condition): the record
             # says what was asked; asking for the same replicas again adds nothing.
-            await self.provider.set_replicas(pool.name, b.replicas)
+            try:
+                await self.provider.set_replicas(pool.name, b.replicas)
+            except PoolRefused as e:  # its bounds changed meanwhile
+                await self._conditions(r, {FAILED: (True, "MaxLimitReached", str(e))})
+                await self._record(pool.name, {uid: None})
+                return
             self.scale_ups += 1
             await self._conditions(
                 r, {ACCEPTED: (True, "Accepted", f"pool {pool.name}: {b.replicas} replicas")}
@@ -442,29 +476,33 @@ class Provisioner:
 
     async def _release(self, pool: Pool, uid: str, b: Booking, r: Request | None) -> None:
         """The booking's nodes that no pod uses go: recorded, cordoned, their
-        Machines marked, then replicas lowered; the record goes last."""
+        Machines marked, then replicas lowered; the record goes last. Replicas
+        whose node never registered (``Pool.provisioning``) go too: Cluster API
+        deletes a Machine without a nodeRef before any node that has one."""
         if b.release_to < 0:
             idle = await self._idle(pool)
             room = max(0, pool.replicas - pool.min_size)
-            b.release = idle[: min(b.nodes, room)]
-            b.release_to = pool.replicas - len(b.release)
-            if b.release:
+            b.unborn = min(pool.provisioning, b.nodes, room)
+            b.release = idle[: max(0, min(b.nodes, room) - b.unborn)]
+            b.release_to = pool.replicas - len(b.release) - b.unborn
+            if b.release or b.unborn:
                 await self._record(pool.name, {uid: b.as_json()})
         for node in b.release:
             if node in pool.nodes:
                 await self.kube.patch_node(node, {"spec": {"unschedulable": True}})
                 await self.provider.mark_for_deletion(pool.name, node)
-        if b.release and pool.replicas > b.release_to:
+        if (b.release or b.unborn) and pool.replicas > b.release_to:
             await self.provider.set_replicas(pool.name, b.release_to)
             message = (
-                f"pool {pool.name}: released {len(b.release)} unused nodes ({', '.join(b.release)})"
+                f"pool {pool.name}: released {len(b.release)} unused nodes "
+                f"({', '.join(b.release) or 'none registered'}) and {b.unborn} that never came"
             )
             if r is not None:
                 await self._event(r, "CapacityReleased", message)
             else:
                 log.info("%s (ProvisioningRequest %s is gone)", message, b.request)
-        kept = b.nodes - len(b.release)
-        if r is None or kept == 0:
+        kept = b.nodes - len(b.release) - b.unborn
+        if r is None or kept <= 0:
             await self._record(pool.name, {uid: None})
         else:  # what pods use stays booked until the request is gone
             held = Booking(b.request, kept, b.replicas, b.at, held=True)

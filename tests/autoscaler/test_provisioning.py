@@ -5,6 +5,7 @@ provisioning admission check included) and Cluster API emulated (``capi.py``).""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +17,14 @@ from accel_common.names import (
 )
 from autoscaler import clusterstate as cs
 from autoscaler import provisioning as prov
+from autoscaler.actions.context import ActionContext
+from autoscaler.controller import Controller
 from autoscaler.kube.client import ClientKube
 from autoscaler.pools.clusterapi import ClusterAPIProvider
+from autoscaler.ruleset.watch import RuleWatcher
+from autoscaler.sources.alertmanager import AlertReceiver
+from autoscaler.wiring import wire
+from tests.autoscaler.controller.test_state_survives import STORM_RULES
 from tests.autoscaler.pools.test_pools import NS, machine_deployment
 from tests.autoscaler.test_kueue_queues import (
     cluster_queue,
@@ -30,6 +37,7 @@ from tests.support.dying import Cut, Killed
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.capi import ClusterAPI, machine_set
 from tests.support.fakes.kueueops import API, KueueOperators
+from tests.support.sources import HealthySource
 
 pytestmark = pytest.mark.timeout(60)
 GPU = "nvidia.com/gpu"
@@ -288,3 +296,60 @@ def test_nodes_needed_rounds_each_pod_set_up() -> None:
     assert prov.nodes_needed([{GPU: 2}, {GPU: 8}], [5, 1], {GPU: 8}) == 3
     with pytest.raises(Exception, match="cannot hold"):
         prov.nodes_needed([{GPU: 16}], [1], {GPU: 8})
+
+
+async def test_nodes_that_never_come_fail_the_request_and_are_given_back(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    """The scale-up is asked for, no Machine comes (Cluster API is not reconciled):
+    after the provisioning timeout the request is Failed (CapacityIsNotFound), and
+    the replicas it added are released."""
+    clock = Clock()
+    setup(api, clock)
+    provisioner = prov.Provisioner(kube, ClusterAPIProvider(kube, NS, clock=clock), clock=clock)
+    await provisioner.reconcile()
+    assert replicas(api) == 8
+    clock.now += prov.TIMEOUT
+    await provisioner.reconcile()
+    (pr,) = api.objects("provisioningrequests")
+    assert condition(pr, "Failed")["reason"] == "CapacityIsNotFound"
+    await provisioner.reconcile()
+    # No node registered: the 8 replicas that never came are given back.
+    assert replicas(api) == 0
+    md = api.get("machinedeployments", NS, "h100") or {}
+    assert prov.RECORD not in (md["metadata"].get("annotations") or {})
+    assert provisioner.scale_ups == 1
+
+
+def in_process(tmp: Path, kube: ClientKube, provisioner: prov.Provisioner, **kw: Any) -> Controller:
+    rules = tmp / "rules.yaml"
+    rules.write_text(STORM_RULES)
+    ctx = ActionContext(kube=kube, controller="accel-autoscaler", replica="test")
+    watcher = RuleWatcher([str(rules)], source="prometheus")
+    source = HealthySource()
+    return Controller(
+        watcher,
+        source,
+        AlertReceiver(),
+        wiring=wire(source, lambda: watcher.current, ctx),
+        provisioner=provisioner,
+        **kw,
+    )
+
+
+async def test_the_controller_answers_after_each_cycle_unless_the_breaker_is_open(
+    api: FakeApiServer, kube: ClientKube, tmp_path: Path
+) -> None:
+    clock = Clock()
+    setup(api, clock)
+    provisioner = prov.Provisioner(kube, ClusterAPIProvider(kube, NS, clock=clock), clock=clock)
+    dry = in_process(tmp_path, kube, provisioner, dry_run=True)
+    await dry.cycle()
+    assert scale_patches(api) == []  # --dry-run answers nothing
+    controller = in_process(tmp_path, kube, provisioner)
+    controller.state.breaker_open = True
+    await controller.cycle()
+    assert scale_patches(api) == []
+    controller.state.breaker_open = False
+    await controller.cycle()
+    assert scale_patches(api) == [{"spec": {"replicas": 8}}]
