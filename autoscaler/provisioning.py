@@ -27,10 +27,11 @@ once per evaluation cycle:
   cluster-autoscaler's ``--max-node-provision-time``), and then released as below,
   the replicas whose node never registered included.
 - **Booking.** ``booking`` (10 minutes, cluster-autoscaler's default) after
-  ``Provisioned``, ``BookingExpired`` is set and the nodes it added that no pod uses
-  (no pod with device requests on them) are released: cordoned, their Machines
-  marked ``cluster.x-k8s.io/delete-machine``, then replicas lowered, never below
-  the pool's minimum. What pods use stays; what is left is released the same way
+  ``Provisioned``, ``BookingExpired`` is set and as many nodes as it added, at
+  most, of the pool's nodes that no pod uses (no pod with device requests on them;
+  the pool's nodes are alike, so an idle older node goes as well as a new one) are
+  released: cordoned, their Machines marked ``cluster.x-k8s.io/delete-machine``,
+  then replicas lowered, never below the pool's minimum. What pods use stays; what is left is released the same way
   once the request is gone (Kueue deletes it when its Workload finishes).
 - **Breaker, limits, ownership.** While ``blocked()`` says why (the circuit
   breaker is open), no scale-up starts (what started goes on: releases, conditions).

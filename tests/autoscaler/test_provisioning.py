@@ -353,3 +353,49 @@ async def test_the_controller_answers_after_each_cycle_unless_the_breaker_is_ope
     controller.state.breaker_open = False
     await controller.cycle()
     assert scale_patches(api) == [{"spec": {"replicas": 8}}]
+
+
+def device_pod(name: str, node: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "m", "image": "m:1", "resources": {"limits": {GPU: "8"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+@pytest.mark.parametrize("after", range(1, 35))  # the pass makes 34 calls
+async def test_killed_anywhere_in_the_release_resumes_without_a_second(
+    api: FakeApiServer, kube: ClientKube, after: int
+) -> None:
+    """Three of the eight nodes run pods when the booking expires: the other five
+    go, once, whether or not the controller is killed after its ``after``-th API
+    call of that pass; the busy three stay, and so does their booking."""
+    clock = Clock()
+    _, capi = setup(api, clock)
+    first = prov.Provisioner(kube, ClusterAPIProvider(kube, NS, clock=clock), clock=clock)
+    await first.reconcile()
+    capi.reconcile()
+    await first.reconcile()  # Provisioned
+    busy = sorted(n["metadata"]["name"] for n in api.objects("nodes"))[:3]
+    for i, node in enumerate(busy):
+        api.add(device_pod(f"p{i}", node))
+    clock.now += prov.BOOKING + 1
+    cut = Cut(kube, after=after)
+    dying = prov.Provisioner(cut, ClusterAPIProvider(cut, NS, clock=clock), clock=clock)
+    with pytest.raises(Killed):
+        await dying.reconcile()
+    fresh = prov.Provisioner(kube, ClusterAPIProvider(kube, NS, clock=clock), clock=clock)
+    await fresh.reconcile()
+    capi.reconcile()
+    await fresh.reconcile()
+    assert replicas(api) == 3
+    assert [p["spec"]["replicas"] for p in scale_patches(api)] == [8, 3]
+    assert sorted(n["metadata"]["name"] for n in api.objects("nodes")) == busy
+    md = api.get("machinedeployments", NS, "h100") or {}
+    (booking,) = prov.read_records(md).values()
+    assert (booking.nodes, booking.held) == (3, True)
