@@ -126,6 +126,15 @@ STATE_RECORD_REFUSED = _counter(
     "State record entries refused when read (not bounded, not finite, out of range) "
     "and dropped: never written back.",
 )
+PROVISIONING = _counter(
+    "accel_autoscaler_provisioning_total",
+    "ProvisioningRequests of accel-fleet.io/atomic-scale-up (autoscaler/provisioning.py), "
+    "by outcome: scale_up (a gang's nodes asked for at once), skipped (a request or "
+    "booking record that is not what its API says), error (an API error or refusal "
+    "stopped a step; the next cycle resumes it).",
+    "outcome",
+)
+PROVISIONING_OUTCOMES = ("error", "scale_up", "skipped")
 FAILED_CYCLES = _counter(
     "accel_autoscaler_failed_cycles_total",
     "Evaluation cycles that failed: an exception, or the state not rebuilt from the "
@@ -185,6 +194,7 @@ CONTROLLER: tuple[Metric, ...] = check_catalogue(
         KUBE_REQUESTS,
         ALERTS_FIRING,
         ALERTS_DROPPED,
+        PROVISIONING,
     )
 )
 
@@ -442,6 +452,7 @@ class ControllerStatus:
     alerts_firing: int = 0
     alerts_dropped: Counts = ()
     cluster_rows: tuple[Row, ...] = ()
+    provisioning: Counts = ()
 
 
 def _per_rule(s: ControllerStatus, counts: Mapping[str, int] | None) -> list[Sample]:
@@ -484,6 +495,8 @@ def controller_samples(s: ControllerStatus) -> Families:
         (KUBE_REQUESTS, _counts(s.kube_requests)),
         (ALERTS_FIRING, _one(s.alerts_firing)),
         (ALERTS_DROPPED, _counts(s.alerts_dropped)),
+        # Zero while nothing is provisioned, so that a rate() over it has a start.
+        (PROVISIONING, _counts(s.provisioning or tuple(((o,), 0) for o in PROVISIONING_OUTCOMES))),
     )
 
 

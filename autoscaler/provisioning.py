@@ -31,8 +31,9 @@ once per evaluation cycle:
   most, of the pool's nodes that no pod uses (no pod with device requests on them;
   the pool's nodes are alike, so an idle older node goes as well as a new one) are
   released: cordoned, their Machines marked ``cluster.x-k8s.io/delete-machine``,
-  then replicas lowered, never below the pool's minimum. What pods use stays; what is left is released the same way
-  once the request is gone (Kueue deletes it when its Workload finishes).
+  then replicas lowered, never below the pool's minimum. What pods use stays;
+  what is left is released the same way once the request is gone (Kueue deletes
+  it when its Workload finishes).
 - **Breaker, limits, ownership.** While ``blocked()`` says why (the circuit
   breaker is open), no scale-up starts (what started goes on: releases, conditions).
   Replicas go through ``ClusterAPIProvider.set_replicas``, which checks the pool's
@@ -312,6 +313,14 @@ class Provisioner:
         self.skipped: dict[str, int] = {}
         self.scale_ups = 0
         self.errors = 0
+
+    def counts(self) -> dict[str, int]:
+        """Outcomes so far, for ``accel_autoscaler_provisioning_total``."""
+        return {
+            "scale_up": self.scale_ups,
+            "skipped": sum(self.skipped.values()),
+            "error": self.errors,
+        }
 
     def _skip(self, kind: str, where: str, why: str) -> None:
         self.skipped[kind] = self.skipped.get(kind, 0) + 1

@@ -101,6 +101,9 @@ def snapshot(c: Controller) -> ControllerStatus:
         kube_requests=requests,
         alerts_firing=c.alerts.firing_at(c.clock()),
         alerts_dropped=_keyed(((reason,), n) for reason, n in c.alerts.dropped.items()),
+        provisioning=_keyed(((k,), n) for k, n in c.provisioner.counts().items())
+        if c.provisioner is not None
+        else (),
         # The jobs' learned rhythm rides with the cluster state (autoscaler/rhythm.py).
         cluster_rows=(*c.cluster_rows, *rows_of(c.state)),
     )

@@ -22,6 +22,7 @@ from autoscaler.controller import Controller
 from autoscaler.kube.client import ClientKube
 from autoscaler.pools.clusterapi import ClusterAPIProvider
 from autoscaler.ruleset.watch import RuleWatcher
+from autoscaler.server import render_metrics
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.wiring import wire
 from tests.autoscaler.controller.test_state_survives import STORM_RULES
@@ -353,6 +354,9 @@ async def test_the_controller_answers_after_each_cycle_unless_the_breaker_is_ope
     controller.state.breaker_open = False
     await controller.cycle()
     assert scale_patches(api) == [{"spec": {"replicas": 8}}]
+    text = render_metrics(controller)
+    assert 'accel_autoscaler_provisioning_total{outcome="scale_up"} 1.0' in text
+    assert 'accel_autoscaler_provisioning_total{outcome="error"} 0.0' in text
 
 
 def device_pod(name: str, node: str) -> Obj:
