@@ -7,49 +7,27 @@ ProvisioningRequest (``autoscaling.x-k8s.io/v1``) for its pods is ``Provisioned`
 growing a pool a node at a time for it would leave partial capacity that helps
 nobody. ``Provisioner.reconcile`` answers the requests whose
 ``spec.provisioningClassName`` is ``CLASS`` (``accel-fleet.io/atomic-scale-up``),
-once per evaluation cycle:
+once per evaluation cycle; what it does, step by step (Accepted, Provisioned,
+Failed, BookingExpired and the release), is in docs/kueue.md ("ProvisioningRequests
+answered"). The choices that shape this module:
 
-- **The gang.** A request's pod sets are ``podTemplateRef`` and ``count``. Its pods
-  are read from the Workload that owns it (Kueue creates each request with a
-  controller reference to its Workload, and its pod templates from the Workload's
-  pod sets, ``ppt-<request>-<pod set>``): per pod set, each pod's device requests,
-  and the flavor ``status.admission`` assigned, whose ``nodeLabels`` select the pool
-  (``queues.flavor_pools``, as the queue series do). A request no Workload owns,
-  or whose pool or devices cannot be told, is ``Failed`` with a reason saying so.
-- **All at once or not at all.** Nodes = per pod set ``ceil(count / pods per
-  node)``, pods per node from the pool's node shape (or a registered node's
-  allocatable). If the pool's replicas plus those nodes would pass its maximum,
-  the request is ``Failed`` (``MaxLimitReached``): never 1..N-1 nodes. Otherwise
-  one replica change adds them all, and ``Accepted`` is set.
-- **Provisioned** once the pool has registered, Ready nodes up to the replicas the
-  scale-up asked for and nothing still provisioning; ``Failed``
-  (``CapacityIsNotFound``) if that takes longer than ``timeout`` (15 minutes,
-  cluster-autoscaler's ``--max-node-provision-time``), and then released as below,
-  the replicas whose node never registered included.
-- **Booking.** ``booking`` (10 minutes, cluster-autoscaler's default) after
-  ``Provisioned``, ``BookingExpired`` is set and as many nodes as it added, at
-  most, of the pool's nodes that no pod uses (no pod with device requests on them;
-  the pool's nodes are alike, so an idle older node goes as well as a new one) are
-  released: cordoned, their Machines marked ``cluster.x-k8s.io/delete-machine``,
-  then replicas lowered, never below the pool's minimum. What pods use stays;
-  what is left is released the same way once the request is gone (Kueue deletes
-  it when its Workload finishes).
-- **Breaker, limits, ownership.** While ``blocked()`` says why (the circuit
-  breaker is open), no scale-up starts (what started goes on: releases, conditions).
-  Replicas go through ``ClusterAPIProvider.set_replicas``, which checks the pool's
-  bounds once more. Each scale-up and release is recorded on the MachineDeployment
-  (annotation ``accel-fleet.io/provisioning``: per request uid, the request, the
-  nodes, the replicas asked for, when), with an Event on the request.
-- **Crash-safe.** The record is written before the replica change, and replicas
-  are set to the recorded value (not incremented), so a controller killed between
-  the scale-up and the condition update resumes from the record: the same replicas,
-  no second scale-up. A release records its nodes and target the same way first.
-- Everything read is someone else's input: at most ``MAX_REQUESTS`` requests a
-  cycle, and a request or record whose fields are not what the API says is left
-  out and counted in ``skipped`` (logged once), never raised. An API error or a
-  refusal stops that request's step only (counted in ``errors``); the next cycle
-  resumes it from the cluster. A request that is ``Accepted`` but has no record
-  (removed by hand) is left alone: a second scale-up is worse than none.
+- **All at once or not at all.** The gang's nodes (per pod set ``ceil(count / pods
+  per node)``, its pods read from the Workload that owns the request) go to the
+  pool its flavor selects in one replica change, or the request is ``Failed``
+  (``MaxLimitReached``): never 1..N-1 nodes.
+- **Crash-safe.** The scale-up is recorded on the MachineDeployment (annotation
+  ``accel-fleet.io/provisioning``, by request uid) *before* replicas change, and
+  replicas are set to the recorded value, not incremented: a controller killed
+  between the scale-up and the condition update resumes from the record, with no
+  second scale-up. A release records its nodes and target first, the same way.
+- **Breaker, limits, ownership.** No scale-up starts while ``blocked()`` says why
+  (the breaker); replicas go through ``ClusterAPIProvider.set_replicas``, which
+  checks the pool's bounds once more; Events go on the request.
+- **Someone else's input.** At most ``MAX_REQUESTS`` requests a cycle; a request
+  or record that is not what its API says is skipped and counted (``skipped``),
+  never raised; an API error stops one request's step (``errors``), and the next
+  cycle resumes it. A request ``Accepted`` without a record (removed by hand) is
+  left alone: a second scale-up is worse than none.
 """
 
 from __future__ import annotations
@@ -106,11 +84,11 @@ MAX_RECORDS: Final = 256
 _REPORTED = Once()
 
 
-class _Malformed(Exception):
+class Malformed(Exception):
     """A request or record whose fields are not what the API says: skipped."""
 
 
-class _Unanswerable(Exception):
+class Unanswerable(Exception):
     """A request of our class that cannot be answered: Failed with this reason."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -157,31 +135,34 @@ def _parse_time(value: Any) -> float | None:
 
 def _name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value or len(value) > 253:
-        raise _Malformed(f"{what}: expected a name")
+        raise Malformed(f"{what}: expected a name")
     return value
 
 
 def read_request(obj: Obj) -> Request | None:
-    """The request, None when it is not of our class; ``_Malformed`` otherwise."""
+    """The request, None when it is not of our class; ``Malformed`` otherwise."""
     meta, spec, status = (obj.get(k) for k in ("metadata", "spec", "status"))
     if not isinstance(meta, dict) or not isinstance(spec, dict):
-        raise _Malformed("metadata and spec: expected objects")
+        raise Malformed("metadata and spec: expected objects")
     if spec.get("provisioningClassName") != CLASS:
         return None
     sets = spec.get("podSets")
     if not isinstance(sets, list) or not 0 < len(sets) <= MAX_POD_SETS:
-        raise _Malformed(f"spec.podSets: expected a list of 1 to {MAX_POD_SETS}")
+        raise Malformed(f"spec.podSets: expected a list of 1 to {MAX_POD_SETS}")
     pod_sets: list[tuple[str, int]] = []
     for ps in sets:
         ref = ps.get("podTemplateRef") if isinstance(ps, dict) else None
         count = ps.get("count") if isinstance(ps, dict) else None
         if not isinstance(ref, dict) or not isinstance(count, int) or isinstance(count, bool):
-            raise _Malformed("spec.podSets[]: expected podTemplateRef and a whole count")
+            raise Malformed("spec.podSets[]: expected podTemplateRef and a whole count")
         if not 0 < count <= MAX_COUNT:
-            raise _Malformed(f"spec.podSets[].count: expected 1 to {MAX_COUNT}")
+            raise Malformed(f"spec.podSets[].count: expected 1 to {MAX_COUNT}")
         pod_sets.append((_name(ref.get("name"), "podTemplateRef.name"), count))
     owner = ""
-    for ref in meta.get("ownerReferences") or []:
+    refs = meta.get("ownerReferences") or []
+    if not isinstance(refs, list) or len(refs) > 64:
+        raise Malformed("metadata.ownerReferences: expected a list of at most 64")
+    for ref in refs:
         if isinstance(ref, dict) and ref.get("kind") == "Workload" and ref.get("controller"):
             owner = _name(ref.get("name"), "ownerReferences[].name")
     conds = (status or {}).get("conditions") if isinstance(status, dict) else None
@@ -191,7 +172,7 @@ def read_request(obj: Obj) -> Request | None:
         _name(meta.get("namespace"), "metadata.namespace"),
         _name(meta.get("name"), "metadata.name"),
         _name(meta.get("uid"), "metadata.uid"),
-        generation if isinstance(generation, int) else 0,
+        generation if isinstance(generation, int) and not isinstance(generation, bool) else 0,
         pod_sets,
         owner,
         conditions,
@@ -225,7 +206,7 @@ class Booking:
 
 
 def read_records(md: Obj) -> dict[str, Booking]:
-    """The MachineDeployment's bookings by request uid; ``_Malformed`` if the
+    """The MachineDeployment's bookings by request uid; ``Malformed`` if the
     annotation is not what this controller writes."""
     raw = ((md.get("metadata") or {}).get("annotations") or {}).get(RECORD)
     if raw is None:
@@ -235,21 +216,21 @@ def read_records(md: Obj) -> dict[str, Booking]:
     except ValueError:
         data = None
     if not isinstance(data, dict) or len(data) > MAX_RECORDS:
-        raise _Malformed(f"annotation {RECORD}: expected a JSON object of bookings")
+        raise Malformed(f"annotation {RECORD}: expected a JSON object of bookings")
     out: dict[str, Booking] = {}
     for uid, b in data.items():
         raw_ints = [b.get(k) if isinstance(b, dict) else None for k in ("nodes", "replicas")]
         at = b.get("at") if isinstance(b, dict) else None
         ints = [v for v in raw_ints if isinstance(v, int) and 0 <= v <= MAX_COUNT]
         if len(ints) != 2:
-            raise _Malformed(f"annotation {RECORD}: booking {uid!r:.40} is not whole numbers")
+            raise Malformed(f"annotation {RECORD}: booking {uid!r:.40} is not whole numbers")
         if not isinstance(at, int | float) or not math.isfinite(at):
-            raise _Malformed(f"annotation {RECORD}: booking {uid!r:.40} has no time")
+            raise Malformed(f"annotation {RECORD}: booking {uid!r:.40} has no time")
         assert isinstance(b, dict)
         release = b.get("release") or []
         to = b.get("releaseTo", -1)
         if not isinstance(release, list) or not all(isinstance(n, str) for n in release):
-            raise _Malformed(f"annotation {RECORD}: booking {uid!r:.40} release is not names")
+            raise Malformed(f"annotation {RECORD}: booking {uid!r:.40} release is not names")
         out[str(uid)] = Booking(
             str(b.get("request", ""))[:507],
             ints[0],
@@ -266,19 +247,19 @@ def read_records(md: Obj) -> dict[str, Booking]:
 def _count(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
         return value
-    raise _Malformed(f"annotation {RECORD}: expected a whole number, got {value!r:.40}")
+    raise Malformed(f"annotation {RECORD}: expected a whole number, got {value!r:.40}")
 
 
 def nodes_needed(
     per_pod: Sequence[Mapping[str, int]], counts: Sequence[int], node: Mapping[str, int]
 ) -> int:
     """Nodes for every pod set: ``ceil(count / pods per node)`` each, pods per node
-    the fewest any device resource allows; ``_Unanswerable`` when a pod fits no node."""
+    the fewest any device resource allows; ``Unanswerable`` when a pod fits no node."""
     total = 0
     for wants, count in zip(per_pod, counts, strict=True):
         fit = min((node.get(r, 0) // n for r, n in wants.items() if n > 0), default=0)
         if fit <= 0:
-            raise _Unanswerable(
+            raise Unanswerable(
                 "NoFittingPool",
                 f"a pod asks for {dict(wants)}, which a node of the pool ({dict(node)}) "
                 "cannot hold",
@@ -340,7 +321,7 @@ class Provisioner:
             where = f"ProvisioningRequest {str((meta or {}).get('name', ''))[:253]}"
             try:
                 r = read_request(obj) if isinstance(obj, dict) else None
-            except _Malformed as e:
+            except Malformed as e:
                 self._skip("ProvisioningRequest", where, str(e))
                 continue
             if r is not None:
@@ -385,7 +366,7 @@ class Provisioner:
                 continue
             try:
                 found = read_records(md)
-            except _Malformed as e:
+            except Malformed as e:
                 self._skip("MachineDeployment", f"MachineDeployment {name}", str(e))
                 continue
             if found:
@@ -402,12 +383,12 @@ class Provisioner:
         try:
             pool, nodes = await self._gang(r, pools)
             if pool.replicas + nodes > pool.max_size:
-                raise _Unanswerable(
+                raise Unanswerable(
                     "MaxLimitReached",
                     f"the gang needs {nodes} nodes at once, pool {pool.name} has "
                     f"{pool.replicas} of at most {pool.max_size}: none added, never part of a gang",
                 )
-        except _Unanswerable as e:
+        except Unanswerable as e:
             await self._conditions(r, {FAILED: (True, e.reason, str(e))})
             await self._event(r, "ProvisioningFailed", str(e), warning=True)
             return
@@ -530,52 +511,21 @@ class Provisioner:
     async def _gang(self, r: Request, pools: Mapping[str, Pool]) -> tuple[Pool, int]:
         """The pool the request's pods go to and the nodes they need."""
         if not r.owner:
-            raise _Unanswerable(
+            raise Unanswerable(
                 "NoWorkload",
                 "no Kueue Workload owns this ProvisioningRequest: its pods are read from the "
                 "Workload (create it through Kueue's provisioning admission check)",
             )
         wl, version = await self._workload(r)
-        raw_spec = wl.get("spec")
-        spec: Obj = raw_spec if isinstance(raw_spec, dict) else {}
-        sets = {
-            str(ps.get("name")): ps
-            for ps in (spec.get("podSets") or [])[:MAX_POD_SETS]
-            if isinstance(ps, dict)
-        }
-        admission = (
-            ((wl.get("status") or {}).get("admission") or {})
-            if isinstance(wl.get("status"), dict)
-            else {}
-        )
-        assigned: dict[str, str] = {}
-        for psa in (admission.get("podSetAssignments") or [])[:MAX_POD_SETS]:
-            if isinstance(psa, dict) and isinstance(psa.get("flavors"), dict):
-                assigned.update({str(k): str(v) for k, v in psa["flavors"].items()})
-        per_pod: list[dict[str, int]] = []
-        counts: list[int] = []
-        for ref, count in r.pod_sets:
-            ps = next((p for n, p in sets.items() if ref.endswith(f"-{n}")), None)
-            template = (ps or {}).get("template")
-            if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
-                raise _Unanswerable("NoPodSet", f"Workload {r.owner} has no pod set for {ref}")
-            per_pod.append(device_requests({"spec": template["spec"]}))
-            counts.append(count)
+        per_pod, flavor = gang_of(wl, r)
+        counts = [count for _, count in r.pod_sets]
         resources = {res for wants in per_pod for res in wants}
-        flavors = {assigned[res] for res in resources if res in assigned}
-        if not resources or len(flavors) != 1:
-            raise _Unanswerable(
-                "NoFittingPool",
-                f"Workload {r.owner}'s pods ask for {sorted(resources) or 'no devices'} in "
-                f"flavors {sorted(flavors) or 'none assigned'}: one device flavor is needed",
-            )
-        flavor = flavors.pop()
         labels = await self._flavor_labels(flavor, version)
         nodes = await self.kube.list_nodes()
         found = flavor_pools({flavor: labels}, list(pools.values()), nodes).get(flavor, [])
         fitting = [p for p, offered in found if resources <= offered]
         if not fitting:
-            raise _Unanswerable(
+            raise Unanswerable(
                 "NoFittingPool", f"no pool carries flavor {flavor}'s node labels {labels}"
             )
         pool = max(fitting, key=lambda p: (p.max_size - p.replicas, p.name))
@@ -590,17 +540,17 @@ class Provisioner:
                 ), version
             except NotFound:
                 continue
-        raise _Unanswerable("NoWorkload", f"Workload {r.namespace}/{r.owner} is not found")
+        raise Unanswerable("NoWorkload", f"Workload {r.namespace}/{r.owner} is not found")
 
     async def _flavor_labels(self, flavor: str, version: str) -> dict[str, str]:
         # Cluster-scoped: listed (get_custom names a namespace).
         listed = await self.kube.list_custom(KUEUE_GROUP, version, "", RESOURCE_FLAVORS)
         rf = next((f for f in listed if (f.get("metadata") or {}).get("name") == flavor), None)
         if rf is None:
-            raise _Unanswerable("NoFittingPool", f"ResourceFlavor {flavor} is not found")
+            raise Unanswerable("NoFittingPool", f"ResourceFlavor {flavor} is not found")
         labels = (rf.get("spec") or {}).get("nodeLabels") or {}
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-            raise _Unanswerable(
+            raise Unanswerable(
                 "NoFittingPool", f"ResourceFlavor {flavor}'s nodeLabels are not labels"
             )
         return {str(k): v for k, v in labels.items()}
@@ -661,6 +611,46 @@ class Provisioner:
             log.warning("cannot record an Event on %s: %s", r.key, e)
 
 
+def _obj(value: Any) -> Obj:
+    return value if isinstance(value, dict) else {}
+
+
+def gang_of(wl: Obj, r: Request) -> tuple[list[dict[str, int]], str]:
+    """Per pod set of the request, each pod's device requests, read from the
+    Workload's pod set it was made from (``ppt-<request>-<pod set>``), and the one
+    flavor ``status.admission`` assigned to them; ``Unanswerable`` otherwise."""
+    listed = _obj(wl.get("spec")).get("podSets")
+    listed = listed[:MAX_POD_SETS] if isinstance(listed, list) else []
+    sets = {str(ps.get("name")): ps for ps in listed if isinstance(ps, dict)}
+    admission = _obj(_obj(wl.get("status")).get("admission"))
+    assigned: dict[str, str] = {}
+    psas = admission.get("podSetAssignments")
+    for psa in psas[:MAX_POD_SETS] if isinstance(psas, list) else []:
+        if isinstance(psa, dict) and isinstance(psa.get("flavors"), dict):
+            assigned.update({str(k): str(v) for k, v in list(psa["flavors"].items())[:64]})
+    per_pod: list[dict[str, int]] = []
+    for ref, _ in r.pod_sets:
+        ps = next((p for n, p in sets.items() if ref.endswith(f"-{n}")), None)
+        pod_spec = _obj(_obj((ps or {}).get("template")).get("spec"))
+        if not pod_spec:
+            raise Unanswerable("NoPodSet", f"Workload {r.owner} has no pod set for {ref}")
+        try:
+            per_pod.append(device_requests({"spec": pod_spec}))
+        except (TypeError, AttributeError, ValueError) as e:
+            raise Unanswerable(
+                "NoPodSet", f"Workload {r.owner}'s pod set for {ref} is not a pod template: {e}"
+            ) from None
+    resources = {res for wants in per_pod for res in wants}
+    flavors = {assigned[res] for res in resources if res in assigned}
+    if not resources or len(flavors) != 1:
+        raise Unanswerable(
+            "NoFittingPool",
+            f"Workload {r.owner}'s pods ask for {sorted(resources) or 'no devices'} in "
+            f"flavors {sorted(flavors) or 'none assigned'}: one device flavor is needed",
+        )
+    return per_pod, flavors.pop()
+
+
 def _node_devices(pool: Pool, nodes: Sequence[Obj]) -> dict[str, int]:
     """What a node of the pool offers: its declared shape, else a registered node's
     allocatable devices."""
@@ -690,8 +680,11 @@ __all__ = [
     "RECORD",
     "TIMEOUT",
     "Booking",
+    "Malformed",
     "Provisioner",
     "Request",
+    "Unanswerable",
+    "gang_of",
     "nodes_needed",
     "read_records",
     "read_request",
