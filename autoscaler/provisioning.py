@@ -629,8 +629,12 @@ def gang_of(wl: Obj, r: Request) -> tuple[list[dict[str, int]], str]:
         if isinstance(psa, dict) and isinstance(psa.get("flavors"), dict):
             assigned.update({str(k): str(v) for k, v in list(psa["flavors"].items())[:64]})
     per_pod: list[dict[str, int]] = []
-    for ref, _ in r.pod_sets:
+    ordered = list(sets.values())
+    for i, (ref, _) in enumerate(r.pod_sets):
+        # Kueue shortens a name past 253 characters with a hash: then by position.
         ps = next((p for n, p in sets.items() if ref.endswith(f"-{n}")), None)
+        if ps is None and len(ordered) == len(r.pod_sets):
+            ps = ordered[i]
         pod_spec = _obj(_obj((ps or {}).get("template")).get("spec"))
         if not pod_spec:
             raise Unanswerable("NoPodSet", f"Workload {r.owner} has no pod set for {ref}")

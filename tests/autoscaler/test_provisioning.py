@@ -403,3 +403,22 @@ async def test_killed_anywhere_in_the_release_resumes_without_a_second(
     md = api.get("machinedeployments", NS, "h100") or {}
     (booking,) = prov.read_records(md).values()
     assert (booking.nodes, booking.held) == (3, True)
+
+
+def test_a_pod_template_name_kueue_shortened_is_matched_by_position() -> None:
+    r = prov.read_request(
+        {
+            "metadata": {"name": "x", "namespace": "ml", "uid": "u"},
+            "spec": {
+                "provisioningClassName": prov.CLASS,
+                "podSets": [{"podTemplateRef": {"name": "ppt-very-long-name-3f9a2"}, "count": 2}],
+            },
+        }
+    )
+    assert r is not None
+    template = {"spec": {"containers": [{"name": "m", "resources": {"limits": {GPU: "4"}}}]}}
+    wl = {
+        "spec": {"podSets": [{"name": "workers", "count": 2, "template": template}]},
+        "status": {"admission": {"podSetAssignments": [{"flavors": {GPU: "h100"}}]}},
+    }
+    assert prov.gang_of(wl, r) == ([{GPU: 4}], "h100")
