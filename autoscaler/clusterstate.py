@@ -637,8 +637,22 @@ def ingest(store: SeriesStore, rows: Sequence[Row], at: float) -> int:
     series that was in the previous call and is not in this one (a pod that
     finished, a node that left) gets a stale marker, as Prometheus does for a
     scraped target, so a rule stops seeing it at once rather than for the five
-    minutes of lookback. Returns the number of samples stored."""
-    return store.ingest_text(render(rows), at, target=INGEST_TARGET)
+    minutes of lookback. The rows go in as ``render`` would list them (families in
+    catalogue order, each metric's labels in its order), as data: rendering and
+    parsing thousands of rows a cycle cost more than the rules that read them.
+    Returns the number of samples stored."""
+    ordered = sorted(rows, key=lambda row: _CATALOGUE_ORDER[row[0].name])
+    return store.ingest_samples(
+        (
+            (metric.name, [(k, labels.get(k, "")) for k in metric.labels], value)
+            for metric, labels, value in ordered
+        ),
+        at,
+        target=INGEST_TARGET,
+    )
+
+
+_CATALOGUE_ORDER = {metric.name: i for i, metric in enumerate(CATALOGUE)}
 
 
 # The cluster-state catalogue entries are re-exported: callers know them as
