@@ -422,3 +422,22 @@ def test_a_pod_template_name_kueue_shortened_is_matched_by_position() -> None:
         "status": {"admission": {"podSetAssignments": [{"flavors": {GPU: "h100"}}]}},
     }
     assert prov.gang_of(wl, r) == ([{GPU: 4}], "h100")
+
+
+async def test_two_gangs_in_one_pass_each_get_their_nodes(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    """Two requests answered in one pass: the second starts from the replicas the
+    first set (8 -> 16), not from the pass's first read of the pool (0 -> 8)."""
+    clock = Clock()
+    kueue, capi = setup(api, clock, max_size=16)
+    api.add(queued_job("eval", "a", 8))
+    kueue.reconcile()
+    assert len(api.objects("provisioningrequests")) == 2
+    provisioner = prov.Provisioner(kube, ClusterAPIProvider(kube, NS, clock=clock), clock=clock)
+    await provisioner.reconcile()
+    assert [p["spec"]["replicas"] for p in scale_patches(api)] == [8, 16]
+    capi.reconcile()
+    await provisioner.reconcile()
+    for pr in api.objects("provisioningrequests"):
+        assert condition(pr, "Provisioned")["status"] == "True"
