@@ -86,6 +86,11 @@ class Stats:
     unhealthy_node_seconds: float = 0.0
     unhealthy_device_seconds: float = 0.0
 
+    def complete(self, seconds: float) -> None:
+        """A job completed, ``seconds`` after it was submitted."""
+        self.completed += 1
+        self.completion.append(seconds)
+
 
 @dataclass
 class Timeline:

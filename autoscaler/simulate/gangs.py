@@ -540,8 +540,7 @@ class GangController:
         g.work = g.total
         self.accounting.useful(g.total - g.run_start_work, g.factor, g.size)
         self._end(g, "done")
-        self.stats.completed += 1
-        self.stats.completion.append(self.time.now - g.submitted)
+        self.stats.complete(self.time.now - g.submitted)
 
     def _end(self, g: Gang, state: str) -> None:
         """The gang leaves the cluster: its pods, child Jobs and owner object."""

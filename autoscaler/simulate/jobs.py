@@ -512,8 +512,7 @@ class JobController:
         job.work = job.total
         self._release(job, kept=job.total)
         job.state = "done"
-        self.stats.completed += 1
-        self.stats.completion.append(self.time.now - job.submitted)
+        self.stats.complete(self.time.now - job.submitted)
         assert job.pod is not None
         self.kube.remove_pod(job.namespace, job.pod)
         self.kube.remove_job(job.namespace, job.name)
