@@ -275,6 +275,22 @@ class SeriesStore:
 
     # -- scrapes ----------------------------------------------------------------
 
+    def _scrape_state(
+        self, extra_labels: Mapping[str, str] | None, target: str | None
+    ) -> tuple[dict[str, str], _Target | None]:
+        """A scrape's target labels (empty values dropped) and its target's state
+        (None without a target): new when the target's labels changed, keeping
+        the series it exposed last, which are marked stale if not seen again."""
+        extra = {k: v for k, v in (extra_labels or {}).items() if v != ""}
+        if target is None:
+            return extra, None
+        state = self._targets.get(target)
+        if state is None or state.extra != extra:
+            previous = state.previous if state is not None else set()
+            state = _Target(extra, previous=previous)
+            self._targets[target] = state
+        return extra, state
+
     def ingest_text(
         self,
         exposition: str,
@@ -296,14 +312,7 @@ class SeriesStore:
         """
         t_ms = seconds_to_ms(t)
         self._maintain(t_ms)
-        extra = {k: v for k, v in (extra_labels or {}).items() if v != ""}
-        state: _Target | None = None
-        if target is not None:
-            state = self._targets.get(target)
-            if state is None or state.extra != extra:
-                previous = state.previous if state is not None else set()
-                state = _Target(extra, previous=previous)
-                self._targets[target] = state
+        extra, state = self._scrape_state(extra_labels, target)
         cache = state.cache if state is not None else {}
         current: dict[int, float] = {}
         timed: list[tuple[int, int, float]] = []
@@ -359,14 +368,7 @@ class SeriesStore:
         does, naming the series."""
         t_ms = seconds_to_ms(t)
         self._maintain(t_ms)
-        extra = {k: v for k, v in (extra_labels or {}).items() if v != ""}
-        state: _Target | None = None
-        if target is not None:
-            state = self._targets.get(target)
-            if state is None or state.extra != extra:
-                previous = state.previous if state is not None else set()
-                state = _Target(extra, previous=previous)
-                self._targets[target] = state
+        extra, state = self._scrape_state(extra_labels, target)
         cache = state.samples if state is not None else {}
         current: dict[int, float] = {}
         for name, pairs, value in samples:
