@@ -80,8 +80,9 @@ by keeps what it learned before (it learns only while it leads): a job that
 restarted meanwhile is seen as restarted, one unseen for ``FORGET`` is forgotten,
 and a pause that spanned the standby is learned long, which only slows the
 rules (the 10-minute default bounds them).
-With ``MAX_JOBS`` and the queries at 16,384 devices: about 16 ms a cycle on the
-2-core development machine (``bench/stall_rules.py``).
+At 16,384 devices a cycle of the learner (its queries, the host traffic in a
+cycle where some job is in a dip, and about 1,000 rows written) takes about 22 ms
+on the 2-core development machine from a cold start (``bench/stall_rules.py``).
 
 Bounds: ``MAX_JOBS`` jobs (others are not learned: no series, so the rules'
 conservative default applies), ``MAX_PAUSES`` pauses per job within
