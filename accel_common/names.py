@@ -189,6 +189,11 @@ DEFAULT_TAINT: Final = f"{FAULTY_TAINT}=true:NoSchedule"
 # written on the pool's MachineDeployment so that people, and the simulator, can
 # see the buffer and what it costs.
 SPARE_NODES_ANNOTATION: Final = f"{PREFIX}spare-nodes"
+# The ProvisioningRequest class the controller answers (autoscaler/provreq.py:
+# a gang's nodes at once, or none), and the MachineDeployment annotation that
+# records each scale-up it made for one, by the request's uid.
+PROVISIONING_CLASS: Final = f"{PREFIX}atomic-scale-up"
+PROVISIONING_ANNOTATION: Final = f"{PREFIX}provisioning"
 
 # Gang owners' own labels on their pods, as their controllers set them.
 JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"

@@ -26,6 +26,7 @@ from accel_common.names import (
     CHECKPOINT_PAUSE_ANNOTATION,
     GANG_LABEL,
     LAST_CHECKPOINT_ANNOTATION,
+    PROVISIONING_CLASS,
     REMEDIATION_ANNOTATION,
     TIMEOUT_ANNOTATION,
 )
@@ -128,7 +129,7 @@ STATE_RECORD_REFUSED = _counter(
 )
 PROVISIONING = _counter(
     "accel_autoscaler_provisioning_total",
-    "ProvisioningRequests of accel-fleet.io/atomic-scale-up (autoscaler/provisioning.py), "
+    f"ProvisioningRequests of {PROVISIONING_CLASS} (autoscaler/provisioning.py), "
     "by outcome: scale_up (a gang's nodes asked for at once), skipped (a request or "
     "booking record that is not what its API says), error (an API error or refusal "
     "stopped a step; the next cycle resumes it).",

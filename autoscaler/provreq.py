@@ -19,17 +19,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from accel_common.names import is_device_resource
+from accel_common.names import PROVISIONING_ANNOTATION, PROVISIONING_CLASS, is_device_resource
 from autoscaler.clusterstate import device_requests
 from autoscaler.kube.kueue import is_true
 from autoscaler.kube.protocol import Obj
 from autoscaler.pools.base import Pool
 
-CLASS: Final = "accel-fleet.io/atomic-scale-up"
+CLASS: Final = PROVISIONING_CLASS
 GROUP: Final = "autoscaling.x-k8s.io"
 VERSION: Final = "v1"
 PLURAL: Final = "provisioningrequests"
-RECORD: Final = "accel-fleet.io/provisioning"
+RECORD: Final = PROVISIONING_ANNOTATION
 # The API's condition types, and the reasons written (cluster-autoscaler's own where
 # it has one: provisioningrequest/conditions).
 ACCEPTED, PROVISIONED, FAILED = "Accepted", "Provisioned", "Failed"

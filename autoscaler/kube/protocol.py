@@ -38,6 +38,8 @@ from accel_common.names import (
     JOBSET_GROUP,
     KUBEFLOW_GROUP,
     LEADER_LABEL,
+    PROVISIONING_ANNOTATION,
+    PROVISIONING_CLASS,
     REMEDIATION_ANNOTATION,
     SNR_GROUP,
     SPARE_NODES_ANNOTATION,
@@ -291,7 +293,7 @@ VERBS: dict[str, dict[str, str]] = {
         "get": "scale_node_pool reads a pool's min/max annotations",
         "list": "scale_node_pool and pool metrics find the pools",
         "patch": f"scale_node_pool writes the spare buffer ({SPARE_NODES_ANNOTATION}); "
-        "ProvisioningRequest scale-ups are recorded there (accel-fleet.io/provisioning)",
+        f"ProvisioningRequest scale-ups are recorded there ({PROVISIONING_ANNOTATION})",
     },
     f"{CAPI_GROUP}/{MACHINE_DEPLOYMENTS}/scale": {
         "get": "scale_node_pool reads the current replicas",
@@ -366,7 +368,7 @@ VERBS: dict[str, dict[str, str]] = {
         "list": "queue series: which ClusterQueues get capacity through ProvisioningRequests",
     },
     "autoscaling.x-k8s.io/provisioningrequests": {
-        "list": "ProvisioningRequests of accel-fleet.io/atomic-scale-up are answered",
+        "list": f"ProvisioningRequests of {PROVISIONING_CLASS} are answered",
     },
     "autoscaling.x-k8s.io/provisioningrequests/status": {
         "patch": "a ProvisioningRequest's Accepted, Provisioned, Failed, BookingExpired",
