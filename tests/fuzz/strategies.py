@@ -129,14 +129,15 @@ wrong_values = st.recursive(
 )
 
 
-def _paths(tree: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def tree_paths(tree: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a tree of dicts and lists, as the keys and indexes leading to it."""
     out = [prefix]
     if isinstance(tree, dict):
         for k, v in tree.items():
-            out.extend(_paths(v, (*prefix, k)))
+            out.extend(tree_paths(v, (*prefix, k)))
     elif isinstance(tree, list):
         for i, v in enumerate(tree):
-            out.extend(_paths(v, (*prefix, i)))
+            out.extend(tree_paths(v, (*prefix, i)))
     return out
 
 
@@ -146,21 +147,22 @@ def _get(tree: Any, path: tuple[Any, ...]) -> Any:
     return tree
 
 
-def _copy(tree: Any) -> Any:
+def copy_tree(tree: Any) -> Any:
+    """A copy of a tree of dicts and lists, the leaves shared."""
     if isinstance(tree, dict):
-        return {k: _copy(v) for k, v in tree.items()}
+        return {k: copy_tree(v) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [_copy(v) for v in tree]
+        return [copy_tree(v) for v in tree]
     return tree
 
 
 @st.composite
 def mutated_tree(draw: st.DrawFn, seeds: list[Any]) -> tuple[Any, list[str]]:
     """A seed tree with one to three places changed; and the raw texts to splice."""
-    tree = _copy(draw(st.sampled_from(seeds)))
+    tree = copy_tree(draw(st.sampled_from(seeds)))
     raws: list[str] = []
     for _ in range(draw(st.integers(1, 3))):
-        paths = _paths(tree)
+        paths = tree_paths(tree)
         path = draw(st.sampled_from(paths))
         how = draw(st.sampled_from(["raw", "raw", "wrong", "drop", "add", "grow"]))
         if how == "raw" or how == "wrong":
@@ -187,7 +189,7 @@ def mutated_tree(draw: st.DrawFn, seeds: list[Any]) -> tuple[Any, list[str]]:
         elif how == "grow":
             target = _get(tree, path)
             if isinstance(target, list) and target:
-                target.extend([_copy(target[-1])] * draw(st.sampled_from([2, 10, 200])))
+                target.extend([copy_tree(target[-1])] * draw(st.sampled_from([2, 10, 200])))
     return tree, raws
 
 

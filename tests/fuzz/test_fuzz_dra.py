@@ -19,7 +19,7 @@ from accel_common.names import DRA_AMD_GPU, DRA_NVIDIA_GPU
 from exporter import dra
 from exporter.model import DeviceInfo, PodAssignment
 from tests.fuzz.harness import budget, check
-from tests.fuzz.strategies import wrong_values
+from tests.fuzz.strategies import copy_tree, tree_paths, wrong_values
 
 NODE = "node-1"
 
@@ -71,30 +71,11 @@ SEEDS: list[Any] = [
 ]
 
 
-def _places(tree: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [at]
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            out.extend(_places(v, (*at, k)))
-    elif isinstance(tree, list):
-        for i, v in enumerate(tree):
-            out.extend(_places(v, (*at, i)))
-    return out
-
-
-def _copy(tree: Any) -> Any:
-    if isinstance(tree, dict):
-        return {k: _copy(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_copy(v) for v in tree]
-    return tree
-
-
 @st.composite
 def damaged_slices(draw: st.DrawFn) -> Any:
-    tree = _copy(draw(st.sampled_from(SEEDS)))
+    tree = copy_tree(draw(st.sampled_from(SEEDS)))
     for _ in range(draw(st.integers(1, 3))):
-        places = [p for p in _places(tree) if p]
+        places = [p for p in tree_paths(tree) if p]
         if not places:
             break
         *parent_at, key = draw(st.sampled_from(places))

@@ -22,7 +22,7 @@ from autoscaler import queues
 from autoscaler.kube.kueue import KueueObjects
 from autoscaler.pools.base import NodeShape, Pool
 from tests.fuzz.harness import budget, check
-from tests.fuzz.strategies import wrong_values
+from tests.fuzz.strategies import copy_tree, tree_paths, wrong_values
 
 GPU = "nvidia.com/gpu"
 H100 = {"accel.example/gpu": "h100"}
@@ -101,31 +101,12 @@ SEED: dict[str, list[Any]] = {
 }
 
 
-def _places(tree: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [at]
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            out.extend(_places(v, (*at, k)))
-    elif isinstance(tree, list):
-        for i, v in enumerate(tree):
-            out.extend(_places(v, (*at, i)))
-    return out
-
-
-def _copy(tree: Any) -> Any:
-    if isinstance(tree, dict):
-        return {k: _copy(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_copy(v) for v in tree]
-    return tree
-
-
 @st.composite
 def damaged(draw: st.DrawFn) -> dict[str, list[Any]]:
-    tree: dict[str, list[Any]] = _copy(SEED)
+    tree: dict[str, list[Any]] = copy_tree(SEED)
     for _ in range(draw(st.integers(1, 3))):
         # Below an object of a list: the lists themselves are what read_kueue bounds.
-        places = [p for p in _places(tree) if len(p) > 2]
+        places = [p for p in tree_paths(tree) if len(p) > 2]
         *parent_at, key = draw(st.sampled_from(places))
         parent: Any = tree
         for p in parent_at:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from autoscaler import provisioning as prov
 from tests.fuzz.harness import budget, check
-from tests.fuzz.strategies import wrong_values
+from tests.fuzz.strategies import tree_paths, wrong_values
 
 REQUEST: dict[str, Any] = {
     "metadata": {
@@ -55,22 +55,11 @@ RECORD: dict[str, Any] = {
 }
 
 
-def _places(tree: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [at] if at else []
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            out.extend(_places(v, (*at, k)))
-    elif isinstance(tree, list):
-        for i, v in enumerate(tree):
-            out.extend(_places(v, (*at, i)))
-    return out
-
-
 @st.composite
 def damaged(draw: st.DrawFn, seed: dict[str, Any]) -> dict[str, Any]:
     tree: dict[str, Any] = json.loads(json.dumps(seed))
     for _ in range(draw(st.integers(1, 3))):
-        *parent_at, key = draw(st.sampled_from(_places(tree)))
+        *parent_at, key = draw(st.sampled_from([p for p in tree_paths(tree) if p]))
         parent: Any = tree
         for p in parent_at:
             parent = parent[p]
