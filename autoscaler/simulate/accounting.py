@@ -85,6 +85,8 @@ class Stats:
     time_to_healthy: list[float] = field(default_factory=list)
     unhealthy_node_seconds: float = 0.0
     unhealthy_device_seconds: float = 0.0
+    # Per ClusterQueue, its figures (kueue.py's QUEUE_FIGURES); empty without Kueue.
+    queues: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def complete(self, seconds: float) -> None:
         """A job completed, ``seconds`` after it was submitted."""

@@ -66,7 +66,7 @@ from accel_common.names import (
     LAST_CHECKPOINT_ANNOTATION,
 )
 from accel_common.names import LEGACY_JOB_NAME_LABEL as JOB_LABEL
-from autoscaler.kube.protocol import Obj
+from autoscaler.kube.protocol import WORKLOADS, Obj
 from autoscaler.simulate.accounting import Accounting
 from autoscaler.simulate.checkpoints import Checkpoints
 from autoscaler.simulate.clock import SimClock
@@ -140,6 +140,8 @@ class GangController:
         self.dirty: set[str] = set()  # pools whose queue or nodes changed
         # Gangs per pool whose JobSet restart is due: the pool's nodes wait for them.
         self.holding: dict[str, int] = {}
+        # Kueue's reaction to a write of a Workload (kueue.py), where Kueue runs.
+        self.workload_changed: Callable[[Obj], None] | None = None
 
     # -- arrival: the owner object and its pods ----------------------------------------
 
@@ -163,7 +165,7 @@ class GangController:
                 "kind": "JobSet",
                 "metadata": {"name": g.name, "namespace": g.namespace},
                 "spec": {
-                    "suspend": False,
+                    "suspend": g.suspended,
                     "failurePolicy": {"maxRestarts": w.backoff_limit},
                     "replicatedJobs": [
                         {
@@ -193,13 +195,14 @@ class GangController:
                 "kind": "PyTorchJob",
                 "metadata": {"name": g.name, "namespace": g.namespace},
                 "spec": {
-                    "runPolicy": {"backoffLimit": w.backoff_limit, "suspend": False},
+                    "runPolicy": {"backoffLimit": w.backoff_limit, "suspend": g.suspended},
                     "pytorchReplicaSpecs": replicas,
                 },
                 "status": {"conditions": []},
             }
             self.kube.add_custom(PYTORCHJOBS, owner)
-        self._create_all(g)
+        if not g.suspended:  # a Kueue job waits for admission (kueue.py)
+            self._create_all(g)
 
     def per_node(self, g: Gang) -> int:
         return g.size // g.nodes
@@ -541,6 +544,7 @@ class GangController:
         self.accounting.useful(g.total - g.run_start_work, g.factor, g.size)
         self._end(g, "done")
         self.stats.complete(self.time.now - g.submitted)
+        self.emit("job_done", g)
 
     def _end(self, g: Gang, state: str) -> None:
         """The gang leaves the cluster: its pods, child Jobs and owner object."""
@@ -640,6 +644,8 @@ class GangController:
 
     def owner_changed(self, plural: str, obj: Obj) -> None:
         """A JobSet or PyTorchJob was patched: suspend and resume."""
+        if plural == WORKLOADS and self.workload_changed is not None:
+            self.workload_changed(obj)
         if plural not in (JOBSETS, PYTORCHJOBS):
             return
         g = self.gangs.get(obj["metadata"]["name"])
@@ -659,7 +665,8 @@ class GangController:
             g.suspended = False
             g.started = self.time.now
             self.jobs.schedule_deadline(g)
-            g.waiting_since = self.time.now
+            # Admitted the first time (Kueue), it has not waited for a restart.
+            g.waiting_since = self.time.now if g.attempts else None
             self._create_all(g)  # a resumed JobSet keeps its restart attempt
 
     def fail_member(self, g: Gang, device: int) -> None:

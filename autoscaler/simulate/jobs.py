@@ -52,9 +52,11 @@ from autoscaler.placement.catalogue import default_catalogue
 from autoscaler.simulate.accounting import Accounting
 from autoscaler.simulate.checkpoints import Checkpoints
 from autoscaler.simulate.clock import EPOCH, SimClock
+from autoscaler.simulate.draws import draw_duration, draw_pool
 from autoscaler.simulate.gangs import GangController
 from autoscaler.simulate.jobstate import RESTORE_UTILIZATION, Gang, Job
 from autoscaler.simulate.kube import POOL_LABEL, SimKube
+from autoscaler.simulate.kueue import Hooks, SimKueue, listening
 from autoscaler.simulate.links import DeviceLinks
 from autoscaler.simulate.machines import BROKEN, OK, MachineSet
 from autoscaler.simulate.scenario import Scenario
@@ -117,7 +119,16 @@ class JobController:
         seed = rng_job.bit_generator.seed_seq
         assert isinstance(seed, np.random.SeedSequence)
         self.checkpoints = Checkpoints(w.checkpoint_interval, w.checkpoint_pause, w.declares, seed)
-        self.gangs = GangController(scenario, kube, time, machines, accounting, self, emit)
+        hooks = Hooks(self.jobs, self.job_changed, self._owner_changed, self._progress)
+        self.kueue = None if scenario.kueue is None else SimKueue(
+            scenario.kueue, scenario, kube, time, machines, hooks, scenario.seed)  # fmt: skip
+        self.emit = emit if self.kueue is None else listening(self.kueue, emit)
+        self.gangs = GangController(scenario, kube, time, machines, accounting, self, self.emit)
+        if self.kueue is not None:
+            self.gangs.workload_changed = self.kueue.workload_changed
+
+    def _owner_changed(self, plural: str, obj: Obj) -> None:
+        self.gangs.owner_changed(plural, obj)
 
     def start(self) -> None:
         for ns in range(self.scenario.workload.namespaces):
@@ -244,14 +255,6 @@ class JobController:
                 break
         self.time.at(t, self._arrival)
 
-    def _draw_duration(self) -> float:
-        d = self.scenario.workload.duration
-        if d.distribution == "lognormal":
-            return float(d.median * math.exp(d.sigma * self.rng_job.standard_normal()))
-        if d.distribution == "exponential":
-            return float(self.rng_job.exponential(d.mean))
-        return d.value
-
     def _arrival(self) -> None:
         self._submit()
         self._schedule_arrival(self.time.now)
@@ -263,11 +266,11 @@ class JobController:
         sizes = np.array([s for s, _ in w.sizes])
         weights = np.array([x for _, x in w.sizes], dtype=float)
         size = int(sizes[rng.choice(len(sizes), p=weights / weights.sum())])
-        pool = self._draw_pool(size)
+        pool = draw_pool(self.scenario, size, rng)
         per = self.pools[pool].devices_per_node
         gang = w.gang_kind is not None and size >= per and size % per == 0
         pools = (pool,) if gang else self.eligible(pool, size)
-        total = max(60.0, self._draw_duration())
+        total = max(60.0, draw_duration(self.scenario, rng))
         lo, hi = w.utilization
         util = float(lo + (hi - lo) * rng.random())
         stall = rng.random() < w.stall_probability
@@ -276,7 +279,7 @@ class JobController:
         self._job_seq += 1
         job = (Gang if gang else Job)(
             name=f"train-{index:06d}",
-            namespace=_namespace(index % w.namespaces),
+            namespace=self.kueue.namespace() if self.kueue else _namespace(index % w.namespaces),
             pool=pool,
             size=size,
             total=total,
@@ -293,13 +296,20 @@ class JobController:
             or (w.eligible == "list" and pool not in w.eligible_pools),
         )
         self.checkpoints.draw_declares(job)
+        job.suspended = self.kueue is not None  # Kueue admits it: created suspended
         self.jobs[job.name] = job
         self.job_by_index.append(job)
         self.stats.submitted += 1
         if isinstance(job, Gang):
             job.nodes = size // per
             self.gangs.submit(job)
-            return
+        else:
+            self._add_job(job)
+        if self.kueue is not None:
+            self.kueue.submit(job, self.pod_spec(job, job.size // getattr(job, "nodes", 1)))
+
+    def _add_job(self, job: Job) -> None:
+        w = self.scenario.workload
         self.kube.add_job(
             {
                 "apiVersion": "batch/v1",
@@ -311,7 +321,7 @@ class JobController:
                     "annotations": {TIMEOUT_ANNOTATION: f"{int(job.timeout)}s"},
                 },
                 "spec": {
-                    "suspend": False,
+                    "suspend": job.suspended,
                     "backoffLimit": w.backoff_limit,
                     "activeDeadlineSeconds": int(job.deadline),
                     "template": {
@@ -322,26 +332,8 @@ class JobController:
                 "status": {"active": 0},
             }
         )
-        self._new_pod(job)
-
-    def _draw_pool(self, size: int) -> str:
-        """The pool a job of ``size`` devices is drawn for, by weight, among those
-        whose nodes hold it (a gang: a whole number of their nodes)."""
-        w = self.scenario.workload
-        if w.pools:
-            names = [p for p, _ in w.pools]
-            pw = np.array([x for _, x in w.pools], dtype=float)
-        else:
-            names = [p.name for p in self.scenario.pools]
-            pw = np.array([p.initial * p.devices_per_node for p in self.scenario.pools], float)
-        gangs = w.gang_kind is not None
-        fits = [
-            (per := self.pools[n].devices_per_node) >= size or (gangs and size % per == 0)
-            for n in names
-        ]
-        pw = np.where(np.array(fits), pw, 0.0)
-        draw = int(self.rng_job.choice(len(names), p=pw / pw.sum())) if pw.sum() > 0 else 0
-        return names[draw]
+        if not job.suspended:
+            self._new_pod(job)
 
     def eligible(self, pool: str, size: int) -> tuple[str, ...]:
         """The pools a job of ``size`` devices drawn for ``pool`` may run on, sorted:
@@ -518,6 +510,7 @@ class JobController:
         self.kube.remove_job(job.namespace, job.name)
         job.pod = None
         self.accounting.end_stuck(job.name, self.time.now)
+        self.emit("job_done", job)
 
     def _release(self, job: Job, kept: float) -> None:
         """The job's pod leaves its devices; ``kept`` is the work that survives."""
@@ -687,10 +680,15 @@ class JobController:
         self.accounting.end_all_stuck(end)
         for job in self.job_by_index:
             # A gang's whole-gang restarts; a batch Job's pods after its first.
-            self.accounting.restarted(job.restarts if isinstance(job, Gang) else job.attempts - 1)
+            # (A Kueue job never admitted has had no pod at all.)
+            self.accounting.restarted(
+                job.restarts if isinstance(job, Gang) else max(0, job.attempts - 1)
+            )
         for queue in (*self.pending.values(), *self.gangs.pending.values()):
             for name in queue:
                 self.stats.queue_wait.append(end - self.jobs[name].pod_created)
+        if self.kueue is not None:
+            self.stats.queues = self.kueue.figures(end)
 
 
 def _namespace(i: int) -> str:

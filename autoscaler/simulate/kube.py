@@ -545,7 +545,8 @@ class SimKube:
         return [
             self._snapshot(o)
             for (p, ns, _), o in self.custom.items()
-            if p == plural and ns == namespace and match(o["metadata"].get("labels", {}))
+            # "" lists every namespace (and is a cluster-scoped kind's own).
+            if p == plural and namespace in ("", ns) and match(o["metadata"].get("labels", {}))
         ]
 
     async def patch_custom(
@@ -564,6 +565,15 @@ class SimKube:
                 self.reactor.custom_changed(plural, obj)
         result: Obj = copy_obj(obj)
         return result
+
+    async def patch_custom_status(
+        self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
+    ) -> Obj:
+        """The status subresource: only ``patch``'s status and resourceVersion apply."""
+        self._count("patch_custom_status")
+        meta = {k: v for k, v in (patch.get("metadata") or {}).items() if k == "resourceVersion"}
+        body = {"metadata": meta, "status": patch.get("status")}
+        return await self.patch_custom(group, version, namespace, plural, name, body)
 
     async def create_custom(
         self, group: str, version: str, namespace: str, plural: str, body: Obj

@@ -64,6 +64,11 @@ MAX_DEVICES_PER_NODE = 64
 MAX_SAMPLES = 100_000
 MAX_NAMESPACES = 1_000
 MAX_ECC_BURST = 1_000_000
+# Kueue in a scenario (scenario_kueue.py): ClusterQueues and LocalQueues (each is
+# walked at every admission pass), and a quota in devices (queues.py's own bound).
+MAX_CLUSTER_QUEUES = 64
+MAX_LOCAL_QUEUES = 256
+MAX_QUOTA = 1_000_000
 # Kubernetes' own bound on backoffLimit and on a PDB's maxUnavailable (int32).
 MAX_INT32 = 2**31 - 1
 

@@ -1,5 +1,6 @@
 """What a simulation run yields, and how it is shown: ``RunResult``,
-``summary.json`` (the keys in ``SUMMARY_KEYS``, rules beside baseline), the
+``summary.json`` (the keys in ``SUMMARY_KEYS``, rules beside baseline, and
+``kueue`` where the scenario runs Kueue), the
 terminal table and the progress bar. ``plots.py`` draws from the same results.
 """
 
@@ -42,6 +43,8 @@ SUMMARY_KEYS = (
     "breaker_trips",
     "wall_seconds",
 )
+# Only where the scenario runs Kueue: per ClusterQueue, its figures (kueue.py).
+KUEUE_KEY = "kueue"
 # ``lost_device_hours``' keys, by the accounting's causes.
 LOSS_KEYS = {
     "redone": "redone_since_checkpoint",
@@ -93,6 +96,7 @@ def summary_section(result: RunResult) -> dict[str, Any]:
     }
     allocated = s.device_seconds_allocated / 3600.0
     useful = s.device_seconds_useful / 3600.0
+    queues = {KUEUE_KEY: {q: dict(f) for q, f in sorted(s.queues.items())}} if s.queues else {}
     return {
         "jobs_submitted": s.submitted,
         "jobs_completed": s.completed,
@@ -135,7 +139,7 @@ def summary_section(result: RunResult) -> dict[str, Any]:
         "actions_by_outcome": dict(sorted(result.by_outcome.items())),
         "breaker_trips": s.breaker_trips,
         "wall_seconds": round(result.wall_seconds, 3),
-    }
+    } | queues
 
 
 def summary(results: dict[str, RunResult], scenario: Scenario, seed: int) -> dict[str, Any]:
@@ -227,6 +231,8 @@ def table(doc: dict[str, Any]) -> str:
 
     for key in SUMMARY_KEYS:
         add(key, rules.get(key), base.get(key))
+    if KUEUE_KEY in rules or KUEUE_KEY in base:
+        add(KUEUE_KEY, rules.get(KUEUE_KEY), base.get(KUEUE_KEY))
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len("rules"), *(len(r[1]) for r in rows))
     w2 = max(len("baseline"), *(len(r[2]) for r in rows))

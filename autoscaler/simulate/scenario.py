@@ -90,6 +90,7 @@ from autoscaler.simulate.limits import (
     check_work,
 )
 from autoscaler.simulate.pipeline import TelemetrySpec, read_telemetry
+from autoscaler.simulate.scenario_kueue import KueueSpec, read_kueue
 from autoscaler.simulate.scenario_workload import ScenarioReader, WorkloadSpec, read_workload
 
 API_VERSION = "accel-fleet/v1"
@@ -229,6 +230,8 @@ class Scenario:
     initial_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # How the fleet's series reach the controller (pipeline.py).
     telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
+    # The cluster's Kueue (scenario_kueue.py, kueue.py); None: no Kueue.
+    kueue: KueueSpec | None = None
 
 
 def node_name(pool: str, index: int) -> str:
@@ -257,6 +260,7 @@ _SPEC = (
     "workload",
     "faults",
     "repairs",
+    "kueue",
 )
 _POOL = (
     "name",
@@ -340,6 +344,8 @@ def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...])
         initial = {p.name: tuple(node_name(p.name, i) for i in range(p.initial)) for p in pools}
     faults = _faults(r, m["faults"], pools, initial) if "faults" in m else FaultSpec()
     repairs = _repairs(r, m["repairs"]) if "repairs" in m else RepairSpec()
+    names = tuple(p.name for p in pools)
+    kueue = read_kueue(r, m["kueue"], names, workload) if "kueue" in m else None
     if small and faults.rates:
         check_faults(r, r.work, m["faults"], work, sum(rate for _, rate in faults.rates))
     if workload is None or initial is None:
@@ -377,6 +383,7 @@ def _spec(r: ScenarioReader, node: Node, name: str, schedulers: tuple[str, ...])
         initial_nodes=initial,
         repairs=repairs,
         telemetry=telemetry,
+        kueue=kueue,
     )
 
 

@@ -495,11 +495,11 @@ class Telemetry:
         return rows
 
     def _pools(self, times: Sequence[float]) -> None:
-        rows = [
-            r
-            for r in self.pool_rows(node_info=cs.NODE_POOL.name in self.wanted)
-            if r[0].name in self.wanted
-        ]
+        rows = self.pool_rows(node_info=cs.NODE_POOL.name in self.wanted)
+        kueue = self.fleet.job_controller.kueue
+        if kueue is not None:  # Kueue's queue series, by autoscaler/queues.py itself
+            rows += kueue.rows()
+        rows = [r for r in rows if r[0].name in self.wanted]
         refs = [self.store.ref({"__name__": m.name, **labels}) for m, labels, _ in rows]
         now = set(refs)
         gone = self.pool_prev - now
