@@ -119,9 +119,8 @@ class JobController:
         seed = rng_job.bit_generator.seed_seq
         assert isinstance(seed, np.random.SeedSequence)
         self.checkpoints = Checkpoints(w.checkpoint_interval, w.checkpoint_pause, w.declares, seed)
-        hooks = Hooks(self.jobs, self.job_changed, self._owner_changed, self._progress)
-        self.kueue = None if scenario.kueue is None else SimKueue(
-            scenario.kueue, scenario, kube, time, machines, hooks, scenario.seed)  # fmt: skip
+        hooks = Hooks(self.jobs, self.job_changed, self._owner_changed, self._progress, seed)
+        self.kueue = SimKueue(scenario, kube, time, machines, hooks) if scenario.kueue else None
         self.emit = emit if self.kueue is None else listening(self.kueue, emit)
         self.gangs = GangController(scenario, kube, time, machines, accounting, self, self.emit)
         if self.kueue is not None:

@@ -95,7 +95,7 @@ from autoscaler.simulate.jobstate import Gang, Job, Member
 from autoscaler.simulate.kube import SimKube, timestamp
 from autoscaler.simulate.machines import CAPI_NAMESPACE, MachineSet
 from autoscaler.simulate.scenario import Scenario
-from autoscaler.simulate.scenario_kueue import ClusterQueueSpec, KueueSpec, LocalQueueSpec
+from autoscaler.simulate.scenario_kueue import ClusterQueueSpec, LocalQueueSpec
 
 API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 JOBSETS, PYTORCHJOBS = "jobsets", "pytorchjobs"  # gangs.py's plurals
@@ -122,6 +122,8 @@ class Hooks:
     job_changed: Callable[[Obj], None]
     owner_changed: Callable[[str, Obj], None]
     progress: Callable[[Job], float]
+    # The fleet's job stream's seed: Kueue draws from a sibling of it.
+    seed: np.random.SeedSequence
 
 
 @dataclass
@@ -187,23 +189,25 @@ class SimKueue:
 
     def __init__(
         self,
-        spec: KueueSpec,
         scenario: Scenario,
         kube: SimKube,
         time: SimClock,
         machines: MachineSet,
         jobs: Hooks,
-        seed: int,
     ) -> None:
+        if scenario.kueue is None:
+            raise ValueError(f"scenario {scenario.name} has no kueue section")
+        spec = scenario.kueue
         self.spec = spec
         self.scenario = scenario
         self.kube = kube
         self.time = time
         self.machines = machines
         self.jobs = jobs
-        # A stream of its own (the fleet's are the first five children of the
-        # seed): drawing namespaces changes no other draw.
-        self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(5,)))
+        # A stream of its own, the sixth child of the fleet's seed (the fleet's
+        # streams are the first five): drawing namespaces changes no other draw.
+        own = np.random.SeedSequence(jobs.seed.entropy, spawn_key=(5,))
+        self.rng = np.random.default_rng(own)
         shares = np.array([lq.share for lq in spec.local_queues], dtype=float)
         self.shares = shares / shares.sum()
         self.queues = {cq.name: _Queue(cq) for cq in spec.cluster_queues}

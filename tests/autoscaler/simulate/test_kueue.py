@@ -243,8 +243,8 @@ def test_a_queue_admits_up_to_its_nominal_quota_without_a_cohort(tmp_path: Path)
     }
     # Admitted: the JobSet is resumed and its member pods exist; the third has none.
     assert fleet.kube.custom[("jobsets", "team-a", "a-0")]["spec"]["suspend"] is False
-    pods = {p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") for p in
-            fleet.kube.pods.values()}  # fmt: skip
+    labels = [p["metadata"]["labels"] for p in fleet.kube.pods.values()]
+    pods = {lab.get("jobset.sigs.k8s.io/jobset-name") for lab in labels}
     assert pods == {"a-0", "a-1"}
 
 
@@ -401,7 +401,7 @@ def test_the_production_queue_series_read_the_simulated_objects(tmp_path: Path) 
     rows = asyncio.run(
         queues.collect(
             fleet.kube, clusterstate.device_requests, k.pools(), list(fleet.kube.nodes.values())
-        )  # fmt: skip
+        )
     )
     assert sorted(rows, key=repr) == sorted(k.rows(), key=repr)  # the telemetry's own
     value = {(m.name, tuple(sorted(lab.items()))): v for m, lab, v in rows}
@@ -429,9 +429,13 @@ def test_the_production_requeue_evicts_through_the_workload_and_kueue_reacts(
         found = await kueue_ops.managed(ctx, pod)
         assert found.managed is not None
         return await kueue_ops.evict(
-            ctx, found.managed, pod_uid="u1", why="stalled", max_requeues=3,
+            ctx,
+            found.managed,
+            pod_uid="u1",
+            why="stalled",
+            max_requeues=3,
             backoff=lambda n: 300.0,
-        )  # fmt: skip
+        )
 
     done = asyncio.run(requeue())
     assert done.status == "evicted" and done.count == 1
