@@ -214,7 +214,10 @@ def _vector_binop(b: Binary, lhs: Vec, rhs: Vec, symbols: Symbols) -> Vec:
                 "multiple matches for labels: many-to-one matching must be explicit "
                 "(group_left/group_right)"
             )
-    elif len(matched) > 1:
+    elif len(matched) > 1 and (b.include or _names_differ(many, b.op)):
+        # The "many" side's label sets are unique (every instant vector's are),
+        # and each of its rows is used once: the results can collide only where
+        # labels were copied over theirs or a differing ``__name__`` dropped.
         key = combine([matched, label_key(out, sorted(out.cols))], len(matched))
         if len(np.unique(key)) != len(key):
             raise EvalError(
@@ -223,6 +226,12 @@ def _vector_binop(b: Binary, lhs: Vec, rhs: Vec, symbols: Symbols) -> Vec:
     if b.on and "__name__" in b.labels:
         check_unique(out)
     return out
+
+
+def _names_differ(vec: Vec, op: str) -> bool:
+    """Whether ``op`` drops a ``__name__`` column that differs between rows."""
+    col = vec.cols.get("__name__")
+    return op in _DROPS_NAME and col is not None and len(col) > 1 and col.min() != col.max()
 
 
 def _raise_duplicate(

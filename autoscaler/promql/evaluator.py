@@ -55,6 +55,7 @@ from autoscaler.promql.functions import EVENTS, NEEDS_POINTS, range_function
 from autoscaler.promql.histogram import histogram_quantile
 from autoscaler.promql.instant_functions import DATE_FUNCTIONS, vector_function
 from autoscaler.promql.matchers import MatchType
+from autoscaler.promql.memo import Interner, Memo, Names, select_name
 from autoscaler.promql.over_time import POINT_FUNCTIONS, point_function
 from autoscaler.promql.plans import (
     Aggregate,
@@ -91,6 +92,8 @@ from autoscaler.types import Labels, Matrix, Sample, Scalar, Series, Vector
 TargetFilter = tuple[tuple[str, ...], Iterable[tuple[str, ...]]]
 
 _MAX_PLANS = 4096
+# Memo entries at most (selections, range calls and shared results, by time).
+_MAX_MEMO = 4 * _MAX_PLANS
 
 
 def prometheus_time_ms(t: float) -> int:
@@ -122,11 +125,11 @@ class Evaluator:
         self.store = store
         self.lookback_delta = lookback_delta
         self._plans: dict[str, Plan] = {}
-        self._selections: dict[tuple[str, int], list[tuple[Family, I64, F64]]] = {}
-        # Range functions over a selector, by (function, selector, range, time):
-        # rules asked together repeat some (a quarter of llama3's range calls).
-        self._ranges: dict[tuple[str, str, int, int], Vec] = {}
-        self._generation = -1
+        # Selections, range functions over a selector (rules asked together
+        # repeat a quarter of llama3's) and shared subexpressions, by time, kept
+        # while the families they read are unchanged (``memo.py``).
+        self._interner = Interner()
+        self._memo = Memo(store, _MAX_MEMO)
         self._query_t = 0
 
     @property
@@ -152,9 +155,11 @@ class Evaluator:
         problems = unsupported_in(node)
         if problems:
             raise UnsupportedError("; ".join(problems))
-        plan = compile_plan(node)
         if len(self._plans) >= _MAX_PLANS:
             self._plans.clear()
+            self._interner.clear()
+            self._memo.clear()
+        plan = self._interner.intern(compile_plan(node))
         self._plans[expr] = plan
         return plan
 
@@ -171,14 +176,7 @@ class Evaluator:
         not pay for turning thousands of rows into ``Sample`` objects."""
         plan = self._plan(expr)
         t_ms = prometheus_time_ms(t)
-        if (
-            self._generation != self.store.generation
-            or len(self._selections) > _MAX_PLANS
-            or len(self._ranges) > _MAX_PLANS
-        ):
-            self._selections.clear()
-            self._ranges.clear()
-            self._generation = self.store.generation
+        self._memo.check()
         self._query_t = t_ms
         if isinstance(plan, RangeSelect) and plan.select.at is None:
             return self._matrix(plan, t_ms)
@@ -257,6 +255,17 @@ class Evaluator:
     # -- evaluation --------------------------------------------------------------
 
     def _eval(self, plan: Plan, t: int) -> float | str | Vec:
+        if not self._interner.keeps(plan):
+            return self._eval_node(plan, t)
+        key = ("eval", id(plan), t)
+        names = self._interner.names(plan)
+        hit: float | str | Vec | None = self._memo.get(key, names)
+        if hit is None:
+            hit = self._eval_node(plan, t)
+            self._memo.put(key, names, hit)
+        return hit
+
+    def _eval_node(self, plan: Plan, t: int) -> float | str | Vec:
         if isinstance(plan, Num):
             return plan.value
         if isinstance(plan, Str):
@@ -290,8 +299,9 @@ class Evaluator:
 
     def _selection(self, sel: Select, t: int) -> list[tuple[Family, I64, F64]]:
         ref = subquery.at_time(sel.at, t, self._query_t) - sel.offset
-        key = (sel.key, ref)
-        hit = self._selections.get(key)
+        key = ("select", sel.key, ref)
+        names = _names(sel)
+        hit: list[tuple[Family, I64, F64]] | None = self._memo.get(key, names)
         if hit is not None:
             return hit
         out: list[tuple[Family, I64, F64]] = []
@@ -299,7 +309,7 @@ class Evaluator:
             kept, values = fam.instant(rows, ref, self._lookback_ms)
             if kept.size:
                 out.append((fam, kept, values))
-        self._selections[key] = out
+        self._memo.put(key, names, out)
         return out
 
     def _instant_vector(self, sel: Select, t: int) -> Vec:
@@ -425,10 +435,12 @@ class Evaluator:
         return Vec(cols, np.ones(1))
 
     def _range_call(self, name: str, arg: RangeSelect, t: int) -> Vec:
-        key = (name, arg.select.key, arg.range, t)
-        hit = self._ranges.get(key)
+        key = ("range", name, arg.select.key, arg.range, t)
+        names = _names(arg.select)
+        hit: Vec | None = self._memo.get(key, names)
         if hit is None:
-            hit = self._ranges[key] = self._range_call_uncached(name, arg, t)
+            hit = self._range_call_uncached(name, arg, t)
+            self._memo.put(key, names, hit)
         return hit
 
     def _range_call_uncached(self, name: str, arg: RangeSelect, t: int) -> Vec:
@@ -485,6 +497,11 @@ class Evaluator:
             return empty()
         rhs = self._vector_or_scalar(b.rhs, t)
         return binary(b, lhs, rhs, self.store.symbols)
+
+
+def _names(sel: Select) -> Names:
+    name = select_name(sel)
+    return None if name is None else (name,)
 
 
 def _event_function(

@@ -152,6 +152,12 @@ class Family:
         """The time of each row's newest sample (stale markers too), where it has
         any (``count > 0``): ``append``'s order check without a gather."""
         self._searches: dict[tuple[int, bool], I64] = {}
+        self.version = 0
+        """Counts every change of the rows or their samples (``memo.py``)."""
+
+    def _changed(self) -> None:
+        self._searches.clear()
+        self.version += 1
 
     @property
     def cap(self) -> int:
@@ -178,7 +184,7 @@ class Family:
         self.index[labels] = row
         self.refs[row] = ref
         self.n += 1
-        self._searches.clear()
+        self._changed()
         return row
 
     def _resize(self, rows: int, cap: int) -> None:
@@ -251,7 +257,7 @@ class Family:
         self.count[at] = cnt + 1
         self.last_t[at] = t
         self.had_samples[at] = True
-        self._searches.clear()
+        self._changed()
         return int(rows.size)
 
     def _every_row(self, rows: I64) -> bool:
@@ -333,7 +339,7 @@ class Family:
         stale_rows = rows[self.nstale[rows] > 0]
         if stale_rows.size:
             self.nstale[stale_rows] = (bits[stale_rows] == STALE_NAN_BITS).sum(axis=1)
-        self._searches.clear()
+        self._changed()
 
     def drop_empty_rows(self) -> tuple[I64, I64]:
         """Removes series with no samples; returns (removed refs, kept refs)."""
@@ -360,7 +366,7 @@ class Family:
         self.labels = [self.labels[i] for i in kept.tolist()]
         self.index = {labels: i for i, labels in enumerate(self.labels)}
         self.n = k
-        self._searches.clear()
+        self._changed()
         return removed_refs, self.refs[:k].copy()
 
     # -- reading ----------------------------------------------------------------

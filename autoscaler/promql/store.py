@@ -86,7 +86,10 @@ class SeriesStore:
         self._max_t: int = _MIN
         self._last_full_trim: int = _MIN
         self.generation = 0
-        """Changes whenever the stored data does (for callers' caches)."""
+        """Changes when series are dropped or renumbered (callers' caches start
+        over); a write changes ``writes`` and its families' ``version`` instead."""
+        self.writes = 0
+        """Counts the writes (for caches of what reads every family)."""
 
     # -- series -----------------------------------------------------------------
 
@@ -238,7 +241,7 @@ class SeriesStore:
                 r = r[first]
                 vals = None if vals is None else vals[first]
             stored += fam.append(r, t, vals, cutoff)
-        self.generation += 1
+        self.writes += 1
         return stored
 
     def drop_before(self, t: float) -> None:
