@@ -208,6 +208,10 @@ class _Job:
     pauses: deque[Pause] = field(default_factory=lambda: deque(maxlen=MAX_PAUSES))
     # Incremented at each restart: spacing is measured within one epoch only.
     epoch: int = 0
+    # The figures of ``pauses`` (``_pause_figures``), and the pauses and epoch
+    # they were computed from: they change only when a pause is learned or
+    # forgotten, or the job restarts.
+    figures: tuple[tuple[Pause, ...], int, _PauseFigures] | None = None
 
 
 @dataclass(frozen=True)
@@ -234,9 +238,11 @@ class Rhythm:
         self.max_jobs = max_jobs
         self.refused = 0
         self.now: float | None = None
-        # The store the rows were last written to, and the handles written there.
+        # The store the rows were last written to, each job's handles there (None:
+        # not written last time), and the handles written last time.
         self._store: SeriesStore | None = None
-        self._refs: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        self._handles: dict[JobKey, list[int | None]] = {}
+        self._written = np.zeros(0, dtype=np.int64)
 
     def observe(
         self,
@@ -321,77 +327,116 @@ class Rhythm:
         job = self.jobs.get(key)
         if job is None:
             return None
-        pauses = list(job.pauses)
-        mine = [p for p in pauses if p[2] == job.epoch]
-        starts = [p[0] for p in mine]
-        gaps = [b - a for a, b in itertools.pairwise(starts)]
-        last = mine[-1] if mine else None
+        pauses = tuple(job.pauses)
+        if job.figures is None or job.figures[0] != pauses or job.figures[1] != job.epoch:
+            job.figures = (pauses, job.epoch, _pause_figures(pauses, job.epoch))
+        f = job.figures[2]
         return JobRhythm(
             pauses=len(pauses),
-            longest=max(p[1] for p in pauses) if pauses else None,
-            spacing=statistics.median(gaps) if gaps else None,
-            last_start=last[0] if last else None,
-            last_end=last[0] + last[1] if last else None,
+            longest=f.longest,
+            spacing=f.spacing,
+            last_start=f.last_start,
+            last_end=f.last_end,
             idle_start=job.idle_since,
             watched=None if job.since is None else job.seen - job.since,
             last_busy=job.last_busy,
             io=job.io if job.idle_since is not None else None,
-            pause_io_min=_least([p[3] for p in pauses]),
+            pause_io_min=f.pause_io_min,
         )
 
     def write(self, store: SeriesStore, now: float) -> None:
         """The rows into ``store`` at ``now``, by handle (rendering them as text to
         parse back cost more than the queries), and a stale marker on each series
-        written last time and not now, as a scrape's would be. Handles are kept
-        while their series are written every cycle (a store keeps a handle while
-        its series has samples), and taken again after a stale marker."""
+        written last time and not now, as a scrape's would be. Each job keeps the
+        handles of its series while they are written every cycle (a store keeps a
+        handle while its series has samples); one not written is taken again
+        after its stale marker."""
         if store is not self._store:
-            self._store, self._refs = store, {}
-        rows = self.rows()
-        refs = self._refs
-        now_refs: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-        values = np.empty(len(rows), dtype=np.float64)
-        handles = np.empty(len(rows), dtype=np.int64)
-        for i, (metric, labels, value) in enumerate(rows):
-            key = (metric.name, tuple(labels.items()))
-            ref = refs.get(key)
-            if ref is None:
-                ref = store.ref({"__name__": metric.name, **labels})
-            now_refs[key] = handles[i] = ref
-            values[i] = value
-        store.append(handles, now, values)
-        gone = [ref for key, ref in refs.items() if key not in now_refs]
-        if gone:
-            store.append_stale(np.array(gone, dtype=np.int64), now)
-        self._refs = now_refs
+            self._store, self._handles, self._written = store, {}, np.zeros(0, dtype=np.int64)
+        handles: list[int] = []
+        values: list[float] = []
+        kept: dict[JobKey, list[int | None]] = {}
+        for key, r in self._current():
+            kind, namespace, name = key
+            refs = kept[key] = self._handles.get(key) or [None] * len(GANG_RHYTHM)
+            metrics = GANG_RHYTHM if kind == "gang" else JOB_RHYTHM
+            for i, value in enumerate(_figures(r)):
+                if value is None:
+                    refs[i] = None
+                    continue
+                ref = refs[i]
+                if ref is None:
+                    labels = {"__name__": metrics[i].name, "namespace": namespace, kind: name}
+                    ref = refs[i] = store.ref(labels)
+                handles.append(ref)
+                values.append(value)
+        written = np.array(handles, dtype=np.int64)
+        store.append(written, now, np.array(values, dtype=np.float64))
+        gone = np.setdiff1d(self._written, written)
+        if gone.size:
+            store.append_stale(gone, now)
+        self._handles, self._written = kept, written
+
+    def _current(self) -> list[tuple[JobKey, JobRhythm]]:
+        """The figures of the jobs seen in the last cycle, by job."""
+        out: list[tuple[JobKey, JobRhythm]] = []
+        for key in sorted(k for k, j in self.jobs.items() if j.seen == self.now):
+            r = self.rhythm(key)
+            if r is not None:
+                out.append((key, r))
+        return out
 
     def rows(self) -> list[Row]:
         """The series of the jobs seen in the last cycle (module docstring): a job
         that went has none, at once."""
         out: list[Row] = []
-        for key in sorted(k for k, j in self.jobs.items() if j.seen == self.now):
-            r = self.rhythm(key)
-            if r is None:
-                continue
-            kind, namespace, name = key
+        for (kind, namespace, name), r in self._current():
             labels = {"namespace": namespace, kind: name}
             metrics = GANG_RHYTHM if kind == "gang" else JOB_RHYTHM
-            values = (
-                float(r.pauses),
-                r.longest,
-                r.spacing,
-                r.last_start,
-                r.last_end,
-                r.idle_start,
-                r.watched,
-                r.last_busy,
-                r.io,
-                r.pause_io_min,
-            )
-            for metric, value in zip(metrics, values, strict=True):
+            for metric, value in zip(metrics, _figures(r), strict=True):
                 if value is not None:
                     out.append((metric, dict(labels), value))
         return out
+
+
+def _figures(r: JobRhythm) -> tuple[float | None, ...]:
+    """A job's figures in ``_RHYTHM``'s order (``metrics.py``); None: no series."""
+    return (
+        float(r.pauses),
+        r.longest,
+        r.spacing,
+        r.last_start,
+        r.last_end,
+        r.idle_start,
+        r.watched,
+        r.last_busy,
+        r.io,
+        r.pause_io_min,
+    )
+
+
+@dataclass(frozen=True)
+class _PauseFigures:
+    """What a job's recovered pauses say (``JobRhythm``'s fields of the same names)."""
+
+    longest: float | None
+    spacing: float | None
+    last_start: float | None
+    last_end: float | None
+    pause_io_min: float | None
+
+
+def _pause_figures(pauses: tuple[Pause, ...], epoch: int) -> _PauseFigures:
+    mine = [p for p in pauses if p[2] == epoch]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(mine)]
+    last = mine[-1] if mine else None
+    return _PauseFigures(
+        longest=max(p[1] for p in pauses) if pauses else None,
+        spacing=statistics.median(gaps) if gaps else None,
+        last_start=last[0] if last else None,
+        last_end=last[0] + last[1] if last else None,
+        pause_io_min=_least([p[3] for p in pauses]),
+    )
 
 
 def _least(values: list[float | None]) -> float | None:
@@ -435,10 +480,13 @@ def _by_job(result: QueryResult, kind: str) -> dict[JobKey, float]:
     return out
 
 
-async def _host_io(source: Source, now: float) -> dict[JobKey, float]:
-    """The most that any node of each job moved (bytes/s), where known."""
-    out = _by_job(await source.query(POD_IO_QUERY, now), "pod")
-    out.update(_by_job(await source.query(GANG_IO_QUERY, now), "gang"))
+async def _host_io(source: Source, now: float, kinds: set[str]) -> dict[JobKey, float]:
+    """The most that any node of each job moved (bytes/s), where known, for the
+    ``kinds`` of job that have one in a dip."""
+    out: dict[JobKey, float] = {}
+    for kind, query in (("pod", POD_IO_QUERY), ("gang", GANG_IO_QUERY)):
+        if kind in kinds:
+            out.update(_by_job(await source.query(query, now), kind))
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
@@ -451,11 +499,17 @@ async def learn(rhythm: Rhythm, source: Source, now: float) -> None:
         ("gang", GANG_QUERY, GANG_AGE_QUERY),
         ("pod", POD_QUERY, POD_AGE_QUERY),
     ):
+        # The ages first: a kind with no job (no pod outside a gang, on a fleet of
+        # gangs) has its utilization join over every device left unasked.
+        aged = _by_job(await source.query(ages, now), kind)
+        if not aged:
+            continue
         util.update(_by_job(await source.query(query, now), kind))
-        for key, age in _by_job(await source.query(ages, now), kind).items():
+        for key, age in aged.items():
             born[key] = now - age
     # What the jobs' nodes move matters only in a dip: not asked otherwise.
-    io = await _host_io(source, now) if any(u <= IDLE for u in util.values()) else {}
+    dipping = {key[0] for key, u in util.items() if u <= IDLE}
+    io = await _host_io(source, now, dipping) if dipping else {}
     rhythm.observe(now, util, born, io)
     if isinstance(source, StoreBacked):
         rhythm.write(source.store, now)

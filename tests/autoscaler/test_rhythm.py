@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import math
 
+import numpy as np
+
 from autoscaler.engine.state import EngineState
 from autoscaler.rhythm import (
     FORGET,
@@ -295,3 +297,29 @@ def test_each_engine_memory_has_its_own_learner_and_a_new_one_is_young() -> None
     assert rows_of(state)
     assert rows_of(EngineState()) == []
     assert learner(EngineState()).jobs == {}
+
+
+def test_the_store_holds_what_rows_says_each_cycle_as_figures_and_jobs_come_and_go() -> None:
+    """``write`` keeps each job's handles between cycles: a figure that goes (the
+    dip's start once the job is busy, a job that leaves) is marked stale at once,
+    and one that comes back is written again."""
+    from autoscaler.promql.store import SeriesStore
+
+    store = SeriesStore(retention=math.inf)
+    r = Rhythm()
+    other = ("gang", "ml", "other")
+    for i, c in enumerate("bbiibbbiib"):
+        t = i * 60.0
+        util = {GANG: 0.9 if c == "b" else 0.01}
+        if i < 6:  # the other gang leaves after six cycles
+            util[other] = 0.9
+        r.observe(t, util, dict.fromkeys(util, BORN))
+        r.write(store, t)
+        want = {(m.name, tuple(sorted(labels.items()))): v for m, labels, v in r.rows()}
+        got = {}
+        for fam in store.families.values():
+            rows, values = fam.instant(np.arange(fam.n), round(t * 1000), 300_000)
+            for row, v in zip(rows.tolist(), values.tolist(), strict=True):
+                labels = tuple(sorted((k, x) for k, x in fam.labels[row] if k != "__name__"))
+                got[(fam.name, labels)] = v
+        assert got == want, f"cycle {i}"
