@@ -91,6 +91,7 @@ from autoscaler.pools.base import Pool
 from autoscaler.pools.capacity import read_shape
 from autoscaler.queues import queue_rows
 from autoscaler.simulate.clock import SimClock
+from autoscaler.simulate.gangs import JOBSETS, PYTORCHJOBS
 from autoscaler.simulate.jobstate import Gang, Job, Member
 from autoscaler.simulate.kube import SimKube, timestamp
 from autoscaler.simulate.machines import CAPI_NAMESPACE, MachineSet
@@ -98,7 +99,6 @@ from autoscaler.simulate.scenario import Scenario
 from autoscaler.simulate.scenario_kueue import ClusterQueueSpec, LocalQueueSpec
 
 API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
-JOBSETS, PYTORCHJOBS = "jobsets", "pytorchjobs"  # gangs.py's plurals
 # The figures kept per ClusterQueue (Stats.queues), in this order.
 QUEUE_FIGURES = (
     "wait_p50_seconds",
