@@ -11,6 +11,8 @@ tell the difference:
 - creating an existing name is ``Conflict(reason="AlreadyExists")``, a missing
   object ``NotFound``;
 - an eviction that a PodDisruptionBudget refuses is ``TooManyRequests``;
+- a custom object's ``status`` is written through its subresource too
+  (``patch_custom_status``: a Workload evicted); a list in namespace "" lists all;
 - callers get copies: changing a returned object changes nothing here. A list
   returns snapshots cached per object and ``resourceVersion`` (a listing of 2,500
   pods would otherwise cost more than the action that asked for it); a snapshot

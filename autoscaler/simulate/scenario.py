@@ -39,6 +39,9 @@ scenario can be run against any rule set and the baseline::
         reboot: {fixes: 0.8, duration: 10m}
         replace: {duration: 45m}
 
+A ``kueue`` section runs Kueue in the cluster: its reader, ``scenario_kueue.py``,
+says what it declares.
+
 **Where a job may run, and how fast.** Each job is drawn for one pool (``workload.pools``:
 pool -> weight; by default in proportion to each pool's devices), and its drawn
 duration is its run time on that pool's device model: its *reference*. With
