@@ -214,10 +214,13 @@ def _vector_binop(b: Binary, lhs: Vec, rhs: Vec, symbols: Symbols) -> Vec:
                 "multiple matches for labels: many-to-one matching must be explicit "
                 "(group_left/group_right)"
             )
-    elif len(matched) > 1 and (b.include or _names_differ(many, b.op)):
+    elif len(matched) > 1 and (
+        any(name in many.cols for name in b.include) or _names_differ(many, b.op)
+    ):
         # The "many" side's label sets are unique (every instant vector's are),
         # and each of its rows is used once: the results can collide only where
-        # labels were copied over theirs or a differing ``__name__`` dropped.
+        # labels were copied over its own (adding labels it lacks keeps them
+        # apart) or a differing ``__name__`` dropped.
         key = combine([matched, label_key(out, sorted(out.cols))], len(matched))
         if len(np.unique(key)) != len(key):
             raise EvalError(

@@ -284,6 +284,13 @@ def test_group_left_copies_labels_from_the_one_side() -> None:
         ("info * on() group_right util", "on the left hand-side"),
         ("mem + on(node) info", "many-to-one matching must be explicit"),
         ('{__name__=~"util|mem"} * on(node, device) group_left util', "grouping labels"),
+        # A copied label that the one side lacks is removed from the many side's
+        # rows, and one it has overwrites theirs: node a's two devices collide.
+        ("util * on(node) group_left(device) info", "grouping labels"),
+        (
+            'util * on(node) group_left(device) label_replace(info, "device", "x", "", "")',
+            "grouping labels",
+        ),
         ('abs({__name__=~"util|mem"})', "vector cannot contain metrics with the same labelset"),
         ('rate({__name__=~"util|mem"}[1m])', "same labelset"),
         ('-{__name__=~"util|mem"}', "same labelset"),
