@@ -469,3 +469,33 @@ def test_the_three_team_scenario_reports_every_queue_for_rules_and_baseline(
         assert sum(f["jobs_submitted"] for f in per.values()) == doc[mode]["jobs_submitted"]
     # The rules grew the pool for the queued Workloads; the baseline cannot.
     assert doc["rules"]["actions"].get("scale_node_pool", 0) > 0
+
+
+def test_the_simulated_queue_series_equal_what_clusterstate_collect_reads() -> None:
+    """The telemetry writes the queue series through ``queues.queue_rows`` over
+    Kueue's objects and pools built from the fleet; the controller's own
+    ``clusterstate.collect`` reads them through the Kube protocol and the Cluster
+    API provider: the same rows, the pool each queued Workload is counted for
+    included."""
+    scenario = load_scenario(REPO / "scenarios" / "kueue-teams.yaml")
+    fleet = Fleet(dataclasses.replace(scenario, duration=3600.0), FirstFit(), static_pools=False)
+    k = fleet.job_controller.kueue
+    assert k is not None
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        await fleet.run()
+        theirs = await clusterstate.collect(fleet.kube, sim.pool_provider(fleet), fleet.now)
+        return k.rows(), theirs
+
+    ours, theirs = asyncio.run(go())
+
+    def keyed(rows: list[Any]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {(m.name, tuple(sorted(labels.items()))): v for m, labels, v in rows}
+
+    names = {m.name for m, _, _ in ours}
+    assert POOL_QUEUED.name in names
+    assert keyed(ours) == {key: v for key, v in keyed(theirs).items() if key[0] in names}
+    # An hour in, admitted gangs block admission while Workloads that fit wait:
+    # their devices are queued for the pool (not all zeros).
+    queued = [v for m, labels, v in ours if m.name == POOL_QUEUED.name]
+    assert queued and queued[0] > 0
