@@ -24,10 +24,13 @@ simplifications chosen:
   such flavor, and it does not fit. Pending Workloads are placed by priority, then
   age, each taking its room.
 - Room: the nominal quota less what reserved and admitted Workloads (and pending
-  ones placed before) use, plus, in a cohort, what the other ClusterQueues of the
-  cohort leave unused of theirs (at most their ``lendingLimit``), at most the
-  ``borrowingLimit``. A simplification: what one ClusterQueue lends is not taken
-  from what it can lend to another.
+  ones placed before) use. In a cohort, as Kueue counts it: every ClusterQueue
+  lends its ``lendingLimit`` (its whole nominal quota without one) to the cohort
+  and keeps the rest; what it uses of its lendable part, or borrows, comes out of
+  the cohort's lendable total, so what one ClusterQueue borrows no other can; and
+  its use past its nominal quota is at most its ``borrowingLimit``. Counting
+  another's unused quota as lendable to every member at once would queue more
+  devices than the cohort can admit, and grow pools for them.
 - ``accel_pool_queued_device_requests{pool,resource}`` is what more nodes would
   help: reserved Workloads and pending ones that fit. A pending Workload beyond
   every quota waits for quota, not nodes; an admitted one has pods, which the pod
@@ -293,17 +296,30 @@ def _when(value: Any) -> float | None:
 
 
 def _room(q: _Queue, peers: Sequence[_Queue], flavor: str, resource: str) -> int:
+    """What ``q`` can still admit of the flavor's resource: its nominal quota left,
+    or, in a cohort, what it keeps for itself (its nominal quota past its
+    ``lendingLimit``) and has not used, plus what the cohort's lendable quota has
+    left (every member's, ``lendingLimit`` or its whole nominal quota, less what
+    each uses of its own lendable part or borrows), its use past its nominal
+    quota at most its ``borrowingLimit``."""
     own = q.quota[(flavor, resource)]
-    room = own.nominal - own.used
-    if q.cohort:
-        lent = 0
-        for p in peers:
-            theirs = p.quota.get((flavor, resource))
-            if theirs is not None:
-                lendable = theirs.nominal if theirs.lending is None else theirs.lending
-                lent += max(0, min(lendable, theirs.nominal - theirs.used))
-        room += lent if own.borrowing is None else min(lent, own.borrowing)
+    if not q.cohort:
+        return own.nominal - own.used
+    total = beyond = 0
+    for member in (q, *peers):
+        quota = member.quota.get((flavor, resource))
+        if quota is not None:
+            lend = _lendable(quota)
+            total += lend
+            beyond += max(0, quota.used - (quota.nominal - lend))
+    room = max(0, own.nominal - _lendable(own) - own.used) + total - beyond
+    if own.borrowing is not None:
+        room = min(room, own.nominal + own.borrowing - own.used)
     return room
+
+
+def _lendable(quota: _Quota) -> int:
+    return quota.nominal if quota.lending is None else max(0, min(quota.lending, quota.nominal))
 
 
 def _place(

@@ -294,6 +294,65 @@ def test_cohort_borrowing_within_the_limit() -> None:
     assert rows_of(rows, "accel_pool_queued_device_requests")[("pool-h100", GPU)] == 16
 
 
+def _cohort_rows(cqs: list[Obj], workloads: list[Obj]) -> list[Any]:
+    objs = KueueObjects(
+        cluster_queues=tuple(cqs),
+        local_queues=tuple(local_queue(q, q) for q in ("team-a", "team-b", "team-c")),
+        flavors=(flavor("h100", H100),),
+        workloads=tuple(workloads),
+        skipped={},
+    )
+    return queues.queue_rows(objs, cs.device_requests, [pool("pool-h100", H100)], [])
+
+
+def test_what_one_queue_borrows_no_other_can() -> None:
+    # A cohort of 8 + 16 + 16 = 40 H100s. team-b's 24 borrow 8 of team-a's
+    # unused; team-c's 24 would need those same 8: they do not fit, and no pool
+    # grows for them (before, each peer's unused quota counted for every
+    # borrower and 48 devices were queued for a cohort of 40).
+    cqs = [
+        cluster_queue("team-a", {"h100": 8}, cohort="c"),
+        cluster_queue("team-b", {"h100": 16}, cohort="c"),
+        cluster_queue("team-c", {"h100": 16}, cohort="c"),
+    ]
+    rows = _cohort_rows(
+        cqs,
+        [
+            workload("b", 24, queue="team-b", created="2026-12-01T10:00:00Z"),
+            workload("c", 24, queue="team-c", created="2026-12-01T10:01:00Z"),
+            workload("c-small", 16, queue="team-c", created="2026-12-01T10:02:00Z"),
+        ],
+    )
+    assert rows_of(rows, "accel_pool_queued_device_requests")[("pool-h100", GPU)] == 24 + 16
+    pending = rows_of(rows, "accel_queue_device_requests")
+    assert pending[("team-c", "h100", GPU, "pending")] == 40  # "c" waits for quota
+
+
+def test_a_lending_limit_bounds_what_a_queue_lends() -> None:
+    # team-b lends 8 of its 16: team-a (8) can reach 16 and no more. Borrowed
+    # first, those 8 are not there for team-b's own 16 (Kueue without
+    # preemption admits them once team-a's jobs end).
+    cqs = [
+        cluster_queue("team-a", {"h100": 8}, cohort="c"),
+        cluster_queue("team-b", {"h100": 16}, cohort="c", lendingLimit="8"),
+    ]
+    rows = _cohort_rows(
+        cqs,
+        [
+            workload("a-fits", 8, queue="team-a", created="2026-12-01T10:00:00Z"),
+            workload("a-borrows", 8, queue="team-a", created="2026-12-01T10:01:00Z"),
+            workload("a-past", 8, queue="team-a", created="2026-12-01T10:02:00Z"),
+            workload("b-own", 16, queue="team-b", created="2026-12-01T10:03:00Z"),
+            workload("b-kept", 8, queue="team-b", created="2026-12-01T10:04:00Z"),
+        ],
+    )
+    # team-a's 16 and the 8 team-b keeps for itself.
+    assert rows_of(rows, "accel_pool_queued_device_requests")[("pool-h100", GPU)] == 24
+    pending = rows_of(rows, "accel_queue_device_requests")
+    assert pending[("team-a", "h100", GPU, "pending")] == 24
+    assert pending[("team-b", "h100", GPU, "pending")] == 24
+
+
 def test_malformed_objects_are_left_out_and_counted(caplog: pytest.LogCaptureFixture) -> None:
     bad_cq = cluster_queue("bad", {"h100": 1})
     bad_cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = "lots"
