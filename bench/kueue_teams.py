@@ -20,7 +20,8 @@ The arms, on the same seeds (paired: same arrivals, jobs and faults per seed):
 * **no rules**: the simulator's baseline (pools stay at their initial size).
 
 Printed: per ClusterQueue, the queue wait (submission to first admission) p50 and
-p95, the work its jobs kept (device-hours), jobs completed and evictions, each
+p95, the work its jobs kept (device-hours), their goodput, the mean share of its
+nominal quota in use, jobs completed and evictions, each
 the mean over the seeds, and the paired difference shipped - pods-only with its
 95% interval (``*`` where it excludes 0). The machine's noise does not enter: the
 figures are simulated time.
@@ -51,6 +52,8 @@ COLUMNS = (
     ("wait_p50_seconds", "wait p50 s"),
     ("wait_p95_seconds", "wait p95 s"),
     ("device_hours_useful", "device-h kept"),
+    ("goodput_ratio", "goodput"),
+    ("quota_used_ratio", "quota used"),
     ("jobs_completed", "completed"),
     ("evictions", "evictions"),
 )

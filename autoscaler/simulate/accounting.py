@@ -75,6 +75,9 @@ class Stats:
     # job size -> device-seconds allocated, useful
     allocated_by_size: dict[int, float] = field(default_factory=dict)
     useful_by_size: dict[int, float] = field(default_factory=dict)
+    # namespace -> device-seconds allocated, useful (a Kueue team's goodput)
+    allocated_by_namespace: dict[str, float] = field(default_factory=dict)
+    useful_by_namespace: dict[str, float] = field(default_factory=dict)
     lost_by_cause: dict[str, float] = field(default_factory=dict)  # device-seconds
     false_requeues: int = 0
     spare_node_seconds: float = 0.0
@@ -117,6 +120,7 @@ class Accounting:
         self.allocated = 0  # devices held by running pods
         self.pool_alloc = dict.fromkeys(pools, 0)
         self.size_alloc: dict[int, int] = {}  # devices held, by the job's size
+        self.ns_alloc: dict[str, int] = {}  # devices held, by the job's namespace
         self.stats.lost_by_cause = dict.fromkeys(LOSS_CAUSES, 0.0)
         self._integrated_to = EPOCH
         # job -> (fault time, kind), while a fault holds it
@@ -133,20 +137,31 @@ class Accounting:
             for size, held in self.size_alloc.items():
                 if held:
                     by_size[size] = by_size.get(size, 0.0) + held * dt
+            by_ns = self.stats.allocated_by_namespace
+            for ns, held in self.ns_alloc.items():
+                if held:
+                    by_ns[ns] = by_ns.get(ns, 0.0) + held * dt
             self._integrated_to = t
 
-    def hold(self, pool: str, devices: int, job_size: int | None = None) -> None:
-        """A pod of a job of ``job_size`` devices (default: ``devices``) binds."""
+    def hold(
+        self, pool: str, devices: int, job_size: int | None = None, namespace: str = ""
+    ) -> None:
+        """A pod of a job of ``job_size`` devices (default: ``devices``) in
+        ``namespace`` binds."""
         self.allocated += devices
         self.pool_alloc[pool] += devices
         size = devices if job_size is None else job_size
         self.size_alloc[size] = self.size_alloc.get(size, 0) + devices
+        self.ns_alloc[namespace] = self.ns_alloc.get(namespace, 0) + devices
 
-    def free(self, pool: str, devices: int, job_size: int | None = None) -> None:
+    def free(
+        self, pool: str, devices: int, job_size: int | None = None, namespace: str = ""
+    ) -> None:
         self.allocated -= devices
         self.pool_alloc[pool] -= devices
         size = devices if job_size is None else job_size
         self.size_alloc[size] -= devices
+        self.ns_alloc[namespace] -= devices
 
     def lose(self, cause: str, device_seconds: float) -> None:
         """Device-seconds a stopped run cost, by cause (``LOSS_CAUSES``)."""
@@ -160,12 +175,14 @@ class Accounting:
         """One job's restarts over the run, for the distribution."""
         self.stats.restarts[restarts] = self.stats.restarts.get(restarts, 0) + 1
 
-    def useful(self, work: float, factor: float, size: int) -> None:
+    def useful(self, work: float, factor: float, size: int, namespace: str = "") -> None:
         """``work`` kept by a run (negative: none), on ``size`` devices, at ``factor``
-        seconds per unit of work."""
+        seconds per unit of work, of a job in ``namespace``."""
         kept = max(0.0, work) * factor * size
         self.stats.device_seconds_useful += kept
         self.stats.useful_by_size[size] = self.stats.useful_by_size.get(size, 0.0) + kept
+        by_ns = self.stats.useful_by_namespace
+        by_ns[namespace] = by_ns.get(namespace, 0.0) + kept
 
     def mark_stuck(self, job: str, kind: str, now: float) -> None:
         """A fault of ``kind`` holds ``job`` from ``now``, unless one already does."""

@@ -361,7 +361,7 @@ class GangController:
         idx = np.array(m.devices)
         ms.dev_job[idx] = g.index
         ms.dev_util[idx] = 0.0
-        self.accounting.hold(slot.pool.name, len(devices), g.size)
+        self.accounting.hold(slot.pool.name, len(devices), g.size, g.namespace)
         self.emit("pod_bound", m)
 
     def _unbind(self, g: Gang, m: Member) -> None:
@@ -383,7 +383,7 @@ class GangController:
         ms.update_schedulable(slot)
         ms.changed_pools.add(slot.pool.name)
         self.dirty.add(slot.pool.name)
-        self.accounting.free(slot.pool.name, len(m.devices), g.size)
+        self.accounting.free(slot.pool.name, len(m.devices), g.size, g.namespace)
         self.emit("pod_unbound", m)
         m.slot, m.devices = -1, ()
 
@@ -510,7 +510,7 @@ class GangController:
         now, a = self.time.now, self.accounting
         w = self.progress(g)
         kept = self.jobs.checkpoint_of(g, w)
-        a.useful(kept - g.run_start_work, g.factor, g.size)
+        a.useful(kept - g.run_start_work, g.factor, g.size, g.namespace)
         a.lose("redone", (w - kept) * g.factor * g.size)
         if g.stalled:
             a.lose("detection", (now - g.stalled_since) * g.size)
@@ -541,7 +541,7 @@ class GangController:
 
     def _complete(self, g: Gang) -> None:
         g.work = g.total
-        self.accounting.useful(g.total - g.run_start_work, g.factor, g.size)
+        self.accounting.useful(g.total - g.run_start_work, g.factor, g.size, g.namespace)
         self._end(g, "done")
         self.stats.complete(self.time.now - g.submitted)
         self.emit("job_done", g)

@@ -222,7 +222,7 @@ class JobController:
         m.dev_job[idx] = job.index
         m.dev_util[idx] = RESTORE_UTILIZATION if job.overhead_until > now else job.utilization
         self.links.busy(idx)
-        self.accounting.hold(pool.name, job.size)
+        self.accounting.hold(pool.name, job.size, namespace=job.namespace)
         self.running.add(job.name)
         if job.overhead_until > now:
             version = job.version
@@ -516,7 +516,7 @@ class JobController:
         m = self.machines
         now = self.time.now
         a = self.accounting
-        a.useful(kept - job.run_start_work, job.factor, job.size)
+        a.useful(kept - job.run_start_work, job.factor, job.size, job.namespace)
         a.lose("redone", (min(self._progress(job), job.total) - kept) * job.factor * job.size)
         if job.stalled:
             a.lose("detection", (now - job.mark) * job.size)
@@ -539,7 +539,7 @@ class JobController:
                 bisect.insort(slot.free, d)
         m.update_schedulable(slot)
         m.changed_pools.add(slot.pool.name)
-        self.accounting.free(slot.pool.name, job.size)
+        self.accounting.free(slot.pool.name, job.size, namespace=job.namespace)
         self.running.discard(job.name)
         self.emit("pod_unbound", job)
         job.slot, job.devices = -1, ()
@@ -673,7 +673,7 @@ class JobController:
         for name in sorted(self.running):
             job = self.jobs[name]
             kept = self._progress(job)
-            self.accounting.useful(kept - job.run_start_work, job.factor, job.size)
+            self.accounting.useful(kept - job.run_start_work, job.factor, job.size, job.namespace)
             if job.stalled:  # still stalled: its detection delay runs to the end
                 self.accounting.lose("detection", (end - job.mark) * job.size)
         self.accounting.end_all_stuck(end)
@@ -687,7 +687,7 @@ class JobController:
             for name in queue:
                 self.stats.queue_wait.append(end - self.jobs[name].pod_created)
         if self.kueue is not None:
-            self.stats.queues = self.kueue.figures(end)
+            self.stats.queues = self.kueue.figures(end, self.stats)
 
 
 def _namespace(i: int) -> str:

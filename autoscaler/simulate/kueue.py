@@ -50,9 +50,11 @@ What is modelled (``scenario_kueue.py`` reads the section):
 
 Per ClusterQueue, at the end (``Stats.queues``): the queue wait (submission to
 first admission; a Workload never admitted waited until the end), the work its
-jobs kept (device-hours at the reference speed, as ``device_hours_useful``), the
-mean share of its nominal quota in use (above 1 while it borrows), and its jobs
-submitted, admitted and completed, and evictions.
+jobs kept (device-hours at the reference speed, as ``device_hours_useful``), its
+goodput (as the run's ``goodput_ratio``, over its LocalQueues' namespaces: the
+work their runs kept over the device time their pods held), the mean share of
+its nominal quota in use (above 1 while it borrows), and its jobs submitted,
+admitted and completed, and evictions.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ from autoscaler.metrics import Row
 from autoscaler.pools.base import Pool
 from autoscaler.pools.capacity import read_shape
 from autoscaler.queues import queue_rows
+from autoscaler.simulate.accounting import Stats
 from autoscaler.simulate.clock import SimClock
 from autoscaler.simulate.gangs import JOBSETS, PYTORCHJOBS
 from autoscaler.simulate.jobstate import Gang, Job, Member
@@ -104,6 +107,7 @@ QUEUE_FIGURES = (
     "wait_p50_seconds",
     "wait_p95_seconds",
     "device_hours_useful",
+    "goodput_ratio",
     "quota_used_ratio",
     "jobs_submitted",
     "jobs_admitted",
@@ -595,11 +599,14 @@ class SimKueue:
             self.objects(), device_requests, self.pools(), list(self.kube.nodes.values())
         )
 
-    def figures(self, end: float) -> dict[str, dict[str, float]]:
+    def figures(self, end: float, stats: Stats) -> dict[str, dict[str, float]]:
         """Per ClusterQueue, ``QUEUE_FIGURES`` (module docstring)."""
         out: dict[str, dict[str, float]] = {}
         span = max(end - self._started, 1e-9)
         for name, q in self.queues.items():
+            spaces = {lq.namespace for lq in self.spec.local_queues if lq.cluster_queue == name}
+            held = sum(stats.allocated_by_namespace.get(ns, 0.0) for ns in spaces)
+            kept = sum(stats.useful_by_namespace.get(ns, 0.0) for ns in spaces)
             used = q.used_seconds + sum(q.usage.values()) * (end - q.since)
             nominal = sum(quota.nominal for _, quota in q.spec.flavors)
             mine = [w for w in self.workloads.values() if w.local.cluster_queue == name]
@@ -611,6 +618,8 @@ class SimKueue:
                 "wait_p50_seconds": _pct(waits, 50),
                 "wait_p95_seconds": _pct(waits, 95),
                 "device_hours_useful": round(useful / 3600.0, 3),
+                # As the run's goodput_ratio: work kept over device time held.
+                "goodput_ratio": round(kept / held, 4) if held > 0 else 0.0,
                 "quota_used_ratio": round(used / span / nominal, 4) if nominal else 0.0,
                 "jobs_submitted": len(mine),
                 "jobs_admitted": sum(1 for w in mine if w.admitted_at is not None),

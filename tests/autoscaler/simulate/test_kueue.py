@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import heapq
+import math
 from pathlib import Path
 from typing import Any
 
@@ -467,6 +468,16 @@ def test_the_three_team_scenario_reports_every_queue_for_rules_and_baseline(
             assert tuple(figures) == QUEUE_FIGURES
         assert sum(f["jobs_admitted"] for f in per.values()) > 0
         assert sum(f["jobs_submitted"] for f in per.values()) == doc[mode]["jobs_submitted"]
+        # Each team's goodput is counted as the run's, over its namespaces: every
+        # job is some team's, so the teams' kept work and held device time add
+        # up to the run's.
+        assert all(0.0 <= f["goodput_ratio"] <= 1.0 for f in per.values())
+        stats = results[mode].stats
+        assert math.isclose(
+            sum(stats.allocated_by_namespace.values()), stats.device_seconds_allocated
+        )
+        assert math.isclose(sum(stats.useful_by_namespace.values()), stats.device_seconds_useful)
+        assert set(stats.allocated_by_namespace) <= {"team-a", "team-b", "team-c"}
     # The rules grew the pool for the queued Workloads; the baseline cannot.
     assert doc["rules"]["actions"].get("scale_node_pool", 0) > 0
 
