@@ -611,7 +611,7 @@ async def collect(kube: Kube, pools: NodePoolProvider | None, now: float) -> lis
     rows.extend(pool_rows(pool_list, nodes, pods, now, dra=pool_dra))
     rows.extend(node_rows(nodes))
     # Kueue's queues, where it is installed (autoscaler/queues.py).
-    rows.extend(await queues.collect(kube, device_requests, pool_list, nodes))
+    rows.extend(await queues.collect(kube, device_requests, pool_list, nodes, pods))
     return rows
 
 

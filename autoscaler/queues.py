@@ -32,9 +32,15 @@ simplifications chosen:
   another's unused quota as lendable to every member at once would queue more
   devices than the cohort can admit, and grow pools for them.
 - ``accel_pool_queued_device_requests{pool,resource}`` is what more nodes would
-  help: reserved Workloads and pending ones that fit. A pending Workload beyond
-  every quota waits for quota, not nodes; an admitted one has pods, which the pod
-  series count. A reserved Workload whose ClusterQueue has a ProvisioningRequest
+  help: reserved Workloads and pending ones that fit, less the pods that the
+  pool's free devices can take already (Ready, schedulable nodes' devices that no
+  pod that is not done asks for; in the order Kueue admits, each pod on the first
+  node with room: a Workload held back by ``waitForPodsReady``'s
+  ``blockAdmission`` while its pool has room asks for no node). A pending
+  Workload beyond every quota waits for quota, not nodes; an admitted one has
+  pods, which the pod series count. Devices that pods hold through DRA claims
+  are not seen here: such a node looks freer than it is, which only asks for
+  fewer nodes. A reserved Workload whose ClusterQueue has a ProvisioningRequest
   admission check (an AdmissionCheck whose ``spec.controllerName`` is
   ``kueue.x-k8s.io/provisioning-request``) is left out too: its capacity comes
   through that ProvisioningRequest (``autoscaler/provisioning.py``), and
@@ -85,7 +91,7 @@ from autoscaler.metrics import (
     Row,
 )
 from autoscaler.pools.base import Pool
-from autoscaler.pools.capacity import template_labels
+from autoscaler.pools.capacity import node_devices, node_ready, template_labels
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +192,8 @@ class _Demand:
     fits: bool = False
     # When it began to wait: its creation, or the last time Kueue requeued it.
     since: float | None = None
+    # Its pods: (how many, each one's device requests), per pod set.
+    pods: tuple[tuple[int, dict[str, int]], ...] = ()
 
 
 def _queue(cq: Obj) -> _Queue:
@@ -222,9 +230,13 @@ def _queue(cq: Obj) -> _Queue:
     return q
 
 
-def _pod_sets(wl: Obj, devices: DeviceCount) -> tuple[dict[str, int], dict[str, str]]:
-    """The Workload's device requests and its first pod set's nodeSelector."""
+def _pod_sets(
+    wl: Obj, devices: DeviceCount
+) -> tuple[dict[str, int], dict[str, str], tuple[tuple[int, dict[str, int]], ...]]:
+    """The Workload's device requests, its first pod set's nodeSelector, and its
+    pods per pod set (how many, each one's device requests)."""
     total: dict[str, int] = {}
+    pods: list[tuple[int, dict[str, int]]] = []
     selector: dict[str, str] | None = None
     spec = _dict(wl.get("spec"), "spec")
     for ps in _list(spec.get("podSets"), "spec.podSets", MAX_POD_SETS):
@@ -238,11 +250,14 @@ def _pod_sets(wl: Obj, devices: DeviceCount) -> tuple[dict[str, int], dict[str, 
                 resources = _dict(c.get("resources"), "resources")
                 for kind in ("limits", "requests"):
                     _dict(resources.get(kind), f"resources.{kind}")
-        for resource, n in devices({"spec": pod_spec}).items():
+        each = devices({"spec": pod_spec})
+        for resource, n in each.items():
             total[resource] = min(total.get(resource, 0) + n * count, MAX_COUNT)
+        if each and count:
+            pods.append((count, each))
         if selector is None:
             selector = _labels(pod_spec.get("nodeSelector"), "template nodeSelector")
-    return total, selector or {}
+    return total, selector or {}, tuple(pods)
 
 
 def _assigned_flavor(wl: Obj, resources: Iterable[str]) -> tuple[str, str]:
@@ -264,7 +279,7 @@ def _demand(wl: Obj, devices: DeviceCount, local: Mapping[tuple[str, str], str])
     spec = _dict(wl.get("spec"), "spec")
     if is_true(wl, FINISHED) or spec.get("active") is False:
         return None
-    wants, selector = _pod_sets(wl, devices)
+    wants, selector, pods = _pod_sets(wl, devices)
     if not wants:
         return None
     priority = spec.get("priority") or 0
@@ -274,14 +289,14 @@ def _demand(wl: Obj, devices: DeviceCount, local: Mapping[tuple[str, str], str])
     if is_true(wl, QUOTA_RESERVED):
         queue, flavor = _assigned_flavor(wl, wants)
         state = "admitted" if is_true(wl, ADMITTED) else "reserved"
-        return _Demand(key, queue, state, wants, flavor, selector, order, fits=True)
+        return _Demand(key, queue, state, wants, flavor, selector, order, fits=True, pods=pods)
     queue = local.get((key[0], str(spec.get("queueName") or "")), "")
     since = _when(meta.get("creationTimestamp"))
     requeued = condition(wl, REQUEUED)
     if requeued is not None and requeued.get("status") == "True":
         again = _when(requeued.get("lastTransitionTime"))
         since = max(since or 0.0, again) if again is not None else since
-    return _Demand(key, queue, "pending", wants, "", selector, order, since=since)
+    return _Demand(key, queue, "pending", wants, "", selector, order, since=since, pods=pods)
 
 
 def _when(value: Any) -> float | None:
@@ -425,9 +440,14 @@ def flavor_pools(
 
 
 def queue_rows(
-    objs: KueueObjects, devices: DeviceCount, pools: Sequence[Pool], nodes: Sequence[Obj]
+    objs: KueueObjects,
+    devices: DeviceCount,
+    pools: Sequence[Pool],
+    nodes: Sequence[Obj],
+    pods: Sequence[Obj] = (),
 ) -> list[Row]:
-    """The queue series of one read of Kueue's objects (module docstring)."""
+    """The queue series of one read of Kueue's objects (module docstring); ``pods``
+    say which devices of the pools' nodes are free."""
     read = _parsed(objs, devices)
     queues, flavors, demands = read.queues, read.flavors, read.demands
     for d in demands:
@@ -477,10 +497,57 @@ def queue_rows(
         labels = {"cluster_queue": cq, "flavor": flavor, "resource": resource, "state": state}
         rows.append((QUEUE_DEVICE_REQUESTS, labels, float(n)))
     booked = {q.name for q in queues.values() if q.provisioned}
-    rows.extend(_pool_rows(demands, flavors, pools, nodes, booked))
+    free = _free_nodes(pools, nodes, pods, devices)
+    rows.extend(_pool_rows(demands, flavors, pools, nodes, booked, free))
     for kind in KINDS:
         rows.append((KUEUE_SKIPPED, {"kind": kind}, float(read.skipped.get(kind, 0))))
     return rows
+
+
+def _free_nodes(
+    pools: Sequence[Pool], nodes: Sequence[Obj], pods: Sequence[Obj], devices: DeviceCount
+) -> dict[str, list[dict[str, int]]]:
+    """Per pool, the devices free on each of its Ready, schedulable nodes: what the
+    node offers less what its pods that are not done ask for."""
+    held: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        mine = held.setdefault(str(node), {})
+        for resource, n in devices(pod).items():
+            mine[resource] = mine.get(resource, 0) + n
+    by_name = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
+    out: dict[str, list[dict[str, int]]] = {}
+    for p in pools:
+        for name in sorted(p.nodes):
+            node = by_name.get(name)
+            if (
+                node is None
+                or not node_ready(node)
+                or (node.get("spec") or {}).get("unschedulable")
+            ):
+                continue
+            used = held.get(name, {})
+            room = {r: n - used.get(r, 0) for r, n in node_devices(node).items()}
+            out.setdefault(p.name, []).append({r: n for r, n in room.items() if n > 0})
+    return out
+
+
+def _unplaced(d: _Demand, free: list[dict[str, int]]) -> dict[str, int]:
+    """The devices of ``d``'s pods that the free nodes cannot take, first fit; what
+    they take is taken from ``free``."""
+    left: dict[str, int] = {}
+    for count, each in d.pods:
+        for _ in range(min(count, MAX_COUNT)):
+            node = next((f for f in free if all(f.get(r, 0) >= n for r, n in each.items())), None)
+            if node is None:
+                for r, n in each.items():
+                    left[r] = left.get(r, 0) + n
+                continue
+            for r, n in each.items():
+                node[r] -= n
+    return left
 
 
 def _pool_rows(
@@ -489,10 +556,13 @@ def _pool_rows(
     pools: Sequence[Pool],
     nodes: Sequence[Obj],
     booked: Collection[str] = (),
+    free: Mapping[str, list[dict[str, int]]] | None = None,
 ) -> list[Row]:
     """``accel_flavor_pool_info`` and ``accel_pool_queued_device_requests``;
     reserved Workloads of the ``booked`` ClusterQueues (a ProvisioningRequest
-    check) are left out of the latter."""
+    check) are left out of the latter, and so are the pods that the chosen pool's
+    ``free`` devices can take already (in the order Kueue admits)."""
+    free = {k: [dict(f) for f in v] for k, v in (free or {}).items()}
     matches = flavor_pools(flavors, pools, nodes)
     room = {p.name: p.max_size - len(p.nodes) - p.provisioning for p in pools}
     queued: dict[tuple[str, str], int] = {}
@@ -502,30 +572,39 @@ def _pool_rows(
             rows.append((FLAVOR_POOL, {"flavor": flavor, "pool": p.name}, 1.0))
             for r in offered:
                 queued.setdefault((p.name, r), 0)
-    for d in demands:
+    for d in sorted(demands, key=lambda d: (d.order, d.key)):
         if d.state == "admitted" or not d.fits:
             continue
         if d.state == "reserved" and d.queue in booked:
             continue
-        for r, n in d.devices.items():
-            fitting = [p.name for p, offered in matches.get(d.flavor, ()) if r in offered]
-            if fitting:
-                chosen = min(fitting, key=lambda name: (-room[name], name))
-                queued[(chosen, r)] = queued.get((chosen, r), 0) + n
+        fitting = [
+            p.name
+            for p, offered in matches.get(d.flavor, ())
+            if all(r in offered for r in d.devices)
+        ]
+        if not fitting:
+            continue
+        chosen = min(fitting, key=lambda name: (-room[name], name))
+        for r, n in _unplaced(d, free.get(chosen, [])).items():
+            queued[(chosen, r)] = queued.get((chosen, r), 0) + n
     for (pool, resource), n in sorted(queued.items()):
         rows.append((POOL_QUEUED, {"pool": pool, "resource": resource}, float(n)))
     return rows
 
 
 async def collect(
-    kube: Kube, devices: DeviceCount, pools: Sequence[Pool], nodes: Sequence[Obj]
+    kube: Kube,
+    devices: DeviceCount,
+    pools: Sequence[Pool],
+    nodes: Sequence[Obj],
+    pods: Sequence[Obj] = (),
 ) -> list[Row]:
     """The queue series now; none where Kueue is not installed, has no
     ClusterQueue, or may not be read."""
     objs = await read_kueue(kube)
     if objs is None:
         return []
-    return queue_rows(objs, devices, pools, nodes)
+    return queue_rows(objs, devices, pools, nodes, pods)
 
 
 __all__ = ["KINDS", "STATES", "DeviceCount", "collect", "flavor_pools", "queue_rows"]

@@ -595,9 +595,9 @@ class SimKueue:
 
     def rows(self) -> list[Row]:
         """The queue series now, by the production code (``queues.queue_rows``)."""
-        return queue_rows(
-            self.objects(), device_requests, self.pools(), list(self.kube.nodes.values())
-        )
+        kube = self.kube
+        nodes, pods = list(kube.nodes.values()), list(kube.pods.values())
+        return queue_rows(self.objects(), device_requests, self.pools(), nodes, pods)
 
     def figures(self, end: float, stats: Stats) -> dict[str, dict[str, float]]:
         """Per ClusterQueue, ``QUEUE_FIGURES`` (module docstring)."""

@@ -294,6 +294,49 @@ def test_cohort_borrowing_within_the_limit() -> None:
     assert rows_of(rows, "accel_pool_queued_device_requests")[("pool-h100", GPU)] == 16
 
 
+def _node(name: str, ready: bool = True) -> Obj:
+    return {
+        "metadata": {"name": name, "labels": H100},
+        "status": {
+            "allocatable": {GPU: "8"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def _running(name: str, node: str, gpus: int) -> Obj:
+    limits = {"limits": {GPU: str(gpus)}}
+    return {
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"nodeName": node, "containers": [{"name": "m", "resources": limits}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_pods_that_the_pools_free_devices_take_need_no_node() -> None:
+    # h100-0 is full, h100-1 has 8 free, h100-2 has 4 free (8 are not enough for
+    # a pod there), h100-3 is not Ready. In the order Kueue admits, "first" (one
+    # pod) takes h100-1, and of "second" (two pods) neither fits anywhere.
+    objs = KueueObjects(
+        cluster_queues=(cluster_queue("team-a", {"h100": 64}),),
+        local_queues=(local_queue("a", "team-a"),),
+        flavors=(flavor("h100", H100),),
+        workloads=(
+            workload("first", 8, created="2026-12-01T10:00:00Z"),
+            workload("second", 16, created="2026-12-01T10:01:00Z"),
+        ),
+        skipped={},
+    )
+    nodes = [_node("h100-0"), _node("h100-1"), _node("h100-2"), _node("h100-3", ready=False)]
+    pods = [_running("full", "h100-0", 8), _running("half", "h100-2", 4)]
+    pools = [pool("h100", H100, nodes=4)]
+    rows = queues.queue_rows(objs, cs.device_requests, pools, nodes, pods)
+    assert rows_of(rows, "accel_pool_queued_device_requests") == {("h100", GPU): 16}
+    # Without the pods every Ready node is free: 24 devices take all three pods.
+    rows = queues.queue_rows(objs, cs.device_requests, pools, nodes, [])
+    assert rows_of(rows, "accel_pool_queued_device_requests") == {("h100", GPU): 0}
+
+
 def _cohort_rows(cqs: list[Obj], workloads: list[Obj]) -> list[Any]:
     objs = KueueObjects(
         cluster_queues=tuple(cqs),
@@ -387,10 +430,11 @@ async def test_the_shipped_pool_rules_grow_a_pool_for_a_suspended_workload_once(
     """The whole way: Kueue's objects read with the real client, the rows rendered
     (promtool checks them) and ingested into the built-in evaluator, and the shipped
     pool-scale-up expression over them. A Workload whose quota is reserved but that
-    waits for an admission check has no pods: its devices are queued, and the pool
-    grows for them. Once admitted it has pods: one runs on the pool's node, the
-    other is a pending pod, and the queued devices are gone, so the pool's demand
-    is that pod's 8 devices, never the Workload's 16 on top."""
+    waits for an admission check has no pods: the devices of those its pods the
+    pool's free node cannot take are queued (one of its two 8-device pods fits
+    there), and the pool grows for them. Once admitted it has pods: one runs on
+    the pool's node, the other is a pending pod, and the queued devices are gone,
+    so the pool's demand is that pod's 8 devices, never the Workload's on top."""
     add_pool(api, "h100-pool", replicas=1, nodes=1, bounds=(1, 8))
     label_pool(api, "h100-pool", H100)
     api.add(flavor("h100", H100))
@@ -413,7 +457,7 @@ async def test_the_shipped_pool_rules_grow_a_pool_for_a_suspended_workload_once(
     rows = await cs.collect(kube, provider, T0)
     promtool_check(cs.render(rows))
     cs.ingest(store, rows, T0)
-    assert values(evaluator.instant(demand, T0)) == {"h100-pool": 16}
+    assert values(evaluator.instant(demand, T0)) == {"h100-pool": 8}
     assert values(evaluator.instant(rule, T0)).keys() == {"h100-pool"}
 
     wl = kueue.workload_of(api.get("jobs", "ml", "train") or {})
@@ -464,6 +508,9 @@ async def test_a_kueue_that_serves_only_v1beta2_is_read_there(
     wl = workload("w", 8)
     wl.update(apiVersion=API, kind="Workload")
     api.add(wl)
+    for n in api.objects("nodes"):  # cordoned: its free devices take nothing
+        n.setdefault("spec", {})["unschedulable"] = True
+        api.add(n)
     rows = await cs.collect(kube, ClusterAPIProvider(kube, NS), T0)
     assert rows_of(rows, "accel_queue_info") == {
         ("team-a", "research"): 1,
