@@ -511,42 +511,55 @@ def _free_nodes(
     node offers less what its pods that are not done ask for."""
     held: dict[str, dict[str, int]] = {}
     for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        spec, status = _part(pod, "spec"), _part(pod, "status")
+        node = spec.get("nodeName")
+        if not isinstance(node, str) or not node or status.get("phase") in _DONE:
             continue
-        mine = held.setdefault(str(node), {})
+        mine = held.setdefault(node, {})
         for resource, n in devices(pod).items():
             mine[resource] = mine.get(resource, 0) + n
-    by_name = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
+    by_name = {str(_part(n, "metadata").get("name", "")): n for n in nodes}
     out: dict[str, list[dict[str, int]]] = {}
     for p in pools:
         for name in sorted(p.nodes):
-            node = by_name.get(name)
-            if (
-                node is None
-                or not node_ready(node)
-                or (node.get("spec") or {}).get("unschedulable")
-            ):
+            node_obj = by_name.get(name)
+            if node_obj is None or not node_ready(node_obj):
+                continue
+            if _part(node_obj, "spec").get("unschedulable"):
                 continue
             used = held.get(name, {})
-            room = {r: n - used.get(r, 0) for r, n in node_devices(node).items()}
+            room = {r: n - used.get(r, 0) for r, n in node_devices(node_obj).items()}
             out.setdefault(p.name, []).append({r: n for r, n in room.items() if n > 0})
     return out
 
 
+_DONE = ("Succeeded", "Failed")
+
+
+def _part(obj: Obj, key: str) -> dict[str, Any]:
+    """``obj[key]`` where it is an object; else empty (nothing is read of it)."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
 def _unplaced(d: _Demand, free: list[dict[str, int]]) -> dict[str, int]:
     """The devices of ``d``'s pods that the free nodes cannot take, first fit; what
-    they take is taken from ``free``."""
+    they take is taken from ``free``. One pass over the nodes per pod set, however
+    many pods it has."""
     left: dict[str, int] = {}
     for count, each in d.pods:
-        for _ in range(min(count, MAX_COUNT)):
-            node = next((f for f in free if all(f.get(r, 0) >= n for r, n in each.items())), None)
-            if node is None:
-                for r, n in each.items():
-                    left[r] = left.get(r, 0) + n
-                continue
-            for r, n in each.items():
-                node[r] -= n
+        wanted = {r: n for r, n in each.items() if n > 0}
+        for node in free:
+            if count <= 0 or not wanted:
+                break
+            took = min(min(node.get(r, 0) // n for r, n in wanted.items()), count)
+            if took > 0:
+                for r, n in wanted.items():
+                    node[r] -= took * n
+                count -= took
+        if wanted:
+            for r, n in wanted.items():
+                left[r] = min(left.get(r, 0) + n * count, MAX_COUNT)
     return left
 
 

@@ -115,7 +115,29 @@ def damaged(draw: st.DrawFn) -> dict[str, list[Any]]:
     return tree
 
 
-POOLS = [Pool("pool-h100", 0, 4, 0, (), 0, NodeShape(devices={GPU: 8}, labels=H100))]
+POOLS = [Pool("pool-h100", 0, 4, 2, ("n1", "n2"), 0, NodeShape(devices={GPU: 8}, labels=H100))]
+# Two Ready nodes, one half held: the free room that queued pods are placed on
+# (a hostile pod set's count or requests must not blow it up).
+NODES = [
+    {
+        "metadata": {"name": name, "labels": H100},
+        "status": {
+            "allocatable": {GPU: "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    for name in ("n1", "n2")
+]
+PODS = [
+    {
+        "metadata": {"name": "held", "namespace": "ml"},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"name": "m", "resources": {"limits": {GPU: "4"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+]
 
 
 @budget(300)
@@ -129,7 +151,7 @@ def test_queue_rows(tree: dict[str, list[Any]]) -> None:
             workloads=tuple(tree["workloads"]),
             skipped={},
         )
-        rows = queues.queue_rows(objs, cs.device_requests, POOLS, [])
+        rows = queues.queue_rows(objs, cs.device_requests, POOLS, NODES, PODS)
         assert all(math.isfinite(v) and v >= 0 for _, _, v in rows)
         return rows
 
