@@ -435,7 +435,13 @@ class Family:
         and that sample's value (Prometheus 2.x: both ends included)."""
         if rows.size == 0:
             return rows, np.zeros(0)
-        idx = self.search(ref, True)[rows] - 1
+        cnt = self.count[rows]
+        if cnt.all() and int(self.last_t[rows].max()) <= ref:
+            # Every row's newest sample is at or before ``ref`` (the usual instant:
+            # now): it is the one, without a search.
+            idx = cnt - 1
+        else:
+            idx = self.search(ref, True)[rows] - 1
         ok = idx >= 0
         # One flat gather per array: cheaper than numpy's 2-D fancy indexing.
         flat = rows * self.cap + np.maximum(idx, 0)
