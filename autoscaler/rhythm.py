@@ -38,9 +38,10 @@ gang member: ``(namespace, pod)``), and published as ``accel_gang_rhythm_*``
   the two apart by this while both idle every device (docs/rules.md).
 
 Every figure is measured by one instrument: each evaluation cycle asks the source
-two instant queries per kind of job (gangs, other device pods): the job's largest
+two instant queries per kind of job (gangs, other device pods): its youngest
+pod's age and, where the kind has jobs, the job's largest
 ``max_over_time(accel_utilization_ratio[1m])`` over its devices (the stall rules'
-own idle test) and its youngest pod's age; a dip starts at the first cycle that
+own idle test); a dip starts at the first cycle that
 sees the job idle and ends at the first that sees it busy. A pause's length and the current dip's
 length are therefore measured alike (both late by the same scrape and window),
 so the rules may compare them directly.
@@ -81,8 +82,10 @@ restarted meanwhile is seen as restarted, one unseen for ``FORGET`` is forgotten
 and a pause that spanned the standby is learned long, which only slows the
 rules (the 10-minute default bounds them).
 At 16,384 devices a cycle of the learner (its queries, the host traffic in a
-cycle where some job is in a dip, and about 1,000 rows written) takes about 22 ms
-on the 2-core development machine from a cold start (``bench/stall_rules.py``).
+cycle where some job is in a dip, and about 1,000 rows written) takes about 10 ms
+on the 2-core development machine from a cold start (``bench/stall_rules.py``);
+its gang utilization and ages are the stall rules' own terms, which the
+evaluator then hands them without computing them again (``promql/memo.py``).
 
 Bounds: ``MAX_JOBS`` jobs (others are not learned: no series, so the rules'
 conservative default applies), ``MAX_PAUSES`` pauses per job within
