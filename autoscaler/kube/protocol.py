@@ -227,10 +227,10 @@ class ServerDryRun(Protocol):
 
 @runtime_checkable
 class PatchesStatus(Protocol):
-    """A handle that can write a custom object's ``status`` subresource (``ClientKube``
-    and the dry-run wrapper): a Workload is evicted through its status, which a
-    write to the object itself leaves alone. A handle without it (the simulator's)
-    cannot requeue through Kueue, and an action says so."""
+    """A handle that can write a custom object's ``status`` subresource (``ClientKube``,
+    the dry-run wrapper and the simulator's ``SimKube``): a Workload is evicted
+    through its status, which a write to the object itself leaves alone. A handle
+    without it cannot requeue through Kueue, and an action says so."""
 
     async def patch_custom_status(
         self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
