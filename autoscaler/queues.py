@@ -61,7 +61,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from accel_common.logs import Once
@@ -76,6 +75,7 @@ from autoscaler.kube.kueue import (
     condition,
     is_true,
     read_kueue,
+    rfc3339_seconds,
 )
 from autoscaler.kube.protocol import Kube, Obj
 from autoscaler.metrics import (
@@ -291,23 +291,12 @@ def _demand(wl: Obj, devices: DeviceCount, local: Mapping[tuple[str, str], str])
         state = "admitted" if is_true(wl, ADMITTED) else "reserved"
         return _Demand(key, queue, state, wants, flavor, selector, order, fits=True, pods=pods)
     queue = local.get((key[0], str(spec.get("queueName") or "")), "")
-    since = _when(meta.get("creationTimestamp"))
+    since = rfc3339_seconds(meta.get("creationTimestamp"))
     requeued = condition(wl, REQUEUED)
     if requeued is not None and requeued.get("status") == "True":
-        again = _when(requeued.get("lastTransitionTime"))
+        again = rfc3339_seconds(requeued.get("lastTransitionTime"))
         since = max(since or 0.0, again) if again is not None else since
     return _Demand(key, queue, "pending", wants, "", selector, order, since=since, pods=pods)
-
-
-def _when(value: Any) -> float | None:
-    """An RFC 3339 time in Unix seconds; None when it is not one."""
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return at.timestamp() if at.tzinfo is not None else None
 
 
 def _room(q: _Queue, peers: Sequence[_Queue], flavor: str, resource: str) -> int:

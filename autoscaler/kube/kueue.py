@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
 from accel_common.logs import Once
@@ -169,6 +170,19 @@ async def read_kueue(kube: Kube) -> KueueObjects | None:
     )
 
 
+def rfc3339_seconds(value: object) -> float | None:
+    """A Kueue time (``creationTimestamp``, ``requeueAt``, a condition's
+    ``lastTransitionTime``: RFC 3339 with a zone) in Unix seconds; None when it is
+    not one (not a string, longer than any such time, or without a zone)."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at.timestamp() if at.tzinfo is not None else None
+
+
 __all__ = [
     "ADMISSION_CHECKS",
     "ADMITTED",
@@ -189,4 +203,5 @@ __all__ = [
     "condition",
     "is_true",
     "read_kueue",
+    "rfc3339_seconds",
 ]

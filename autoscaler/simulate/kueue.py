@@ -61,7 +61,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -78,6 +77,7 @@ from autoscaler.kube.kueue import (
     REQUEUED,
     KueueObjects,
     condition,
+    rfc3339_seconds,
 )
 from autoscaler.kube.protocol import (
     CLUSTER_QUEUES,
@@ -176,16 +176,6 @@ def _condition(obj: Obj, kind: str, status: bool, reason: str, message: str, now
             "lastTransitionTime": timestamp(now),
         }
     )
-
-
-def _when(value: Any) -> float | None:
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    try:
-        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return at.timestamp() if at.tzinfo is not None else None
 
 
 class SimKueue:
@@ -536,7 +526,7 @@ class SimKueue:
         if w is None or w.state != "admitted" or evicted is None or evicted["status"] != "True":
             return
         state = (obj.get("status") or {}).get("requeueState") or {}
-        at = _when(state.get("requeueAt")) if isinstance(state, dict) else None
+        at = rfc3339_seconds(state.get("requeueAt")) if isinstance(state, dict) else None
         self._evicted(w, self.time.now if at is None else at)
 
     def _evicted(self, w: _Workload, requeue_at: float) -> None:
