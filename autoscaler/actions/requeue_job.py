@@ -351,13 +351,15 @@ async def _requeue_gang(
     key = f"{(pod.get('metadata') or {}).get('namespace')}/{pod['metadata']['name']}"
 
     def limit(rec: Mapping[str, Any]) -> str | None:
-        count = int(rec.get("count", 0))
+        # Its own restarts only: a gang moved off failed devices twice has not
+        # hung twice (gangs.record counts them apart).
+        count = int(rec.get("requeues", rec.get("count", 0)))
         if count >= params.max_requeues:
-            return f"restarted {count} time(s) already; maxRequeues is {params.max_requeues}"
+            return f"requeued {count} time(s) already; maxRequeues is {params.max_requeues}"
         last = rec.get("last")
         wait = backoff_after(count, params)
         if isinstance(last, str) and ctx.clock() - parse_iso(last) < wait:
-            return f"last restarted at {last}; after {count} restart(s) the backoff is {wait:g}s"
+            return f"last restarted at {last}; after {count} requeue(s) the backoff is {wait:g}s"
         return None
 
     try:

@@ -32,6 +32,7 @@ which restarts the whole gang once, the way its operator expects:
 
 Once, across restarts and replays: before anything is deleted, the restart is
 recorded on the gang's owner in ``accel-fleet.io/gang-restarts`` (JSON ``count``,
+``requeues``: those requeue_job made, whose ``maxRequeues`` counts only them,
 ``last``, the member ``uids``, Volcano's ``version``), written conditionally on the
 owner's resourceVersion. A later decision that finds a live member whose uid is in
 the record is the same restart, interrupted or replayed: it finishes deleting the
@@ -155,6 +156,11 @@ def record(holder: Obj | None) -> dict[str, Any]:
         return {}
     if "version" in rec:
         out["version"] = unknown.count(rec, "version", at, FACT)
+    # The restarts requeue_job made (its maxRequeues counts those, not a fault's
+    # migration); a record from before it kept them apart counts every restart.
+    out["requeues"] = (
+        unknown.count(rec, "requeues", at, FACT) if "requeues" in rec else out["count"]
+    )
     out["uids"] = unknown.uid_list(rec, "uids", at, FACT, KEEP_UIDS)
     try:
         if rec.get("rule") is not None:
@@ -335,7 +341,7 @@ async def restart(
         if gang.holder is not None:
             await event(ctx, gang.holder, "GangRestartRefused", refusal, warning=True)
         return Restart(gang.key, "refused", refusal)
-    n = await _record(ctx, gang, rec, rule=rule, version=None)
+    n = await _record(ctx, gang, rec, rule=rule, version=None, requeue=limit is not None)
     deleted = await _delete_all(ctx, gang.members, last)
     message = (
         f"restarted gang {gang.key} (restart {n} by this controller): deleted "
@@ -375,9 +381,16 @@ def _refusal(gang: Gang, rec: Mapping[str, Any], limit: Limit | None) -> str:
 
 
 async def _record(
-    ctx: ActionContext, gang: Gang, rec: Mapping[str, Any], *, rule: str, version: int | None
+    ctx: ActionContext,
+    gang: Gang,
+    rec: Mapping[str, Any],
+    *,
+    rule: str,
+    version: int | None,
+    requeue: bool = False,
 ) -> int:
-    """Write the restart on the holder, conditionally; returns its number."""
+    """Write the restart on the holder, conditionally; returns its number.
+    ``requeue``: requeue_job's (under its limit), counted apart as well."""
     assert gang.holder is not None and gang.holder_kind is not None
     group, ver, plural = gang.holder_kind
     ns, name = gang.ref.namespace, meta(gang.holder)["name"]
@@ -387,6 +400,7 @@ async def _record(
         count = int(current.get("count", 0)) + 1
         new: dict[str, Any] = {
             "count": count,
+            "requeues": int(current.get("requeues", 0)) + (1 if requeue else 0),
             "last": iso(ctx.clock()),
             "rule": rule,
             "uids": [str(meta(p).get("uid") or "") for p in gang.members][:KEEP_UIDS],
@@ -465,7 +479,7 @@ async def _volcano(
         if refusal:
             await event(ctx, job, "GangRestartRefused", refusal, warning=True)
             return Restart(gang.key, "refused", refusal)
-        n = await _record(ctx, gang, rec, rule=rule, version=version)
+        n = await _record(ctx, gang, rec, rule=rule, version=version, requeue=limit is not None)
     name = f"{gang.ref.name[:200]}-accel-restart-{n}"
     body: Obj = {
         "apiVersion": f"{VOLCANO_BUS_GROUP}/v1alpha1",

@@ -198,6 +198,60 @@ async def test_pytorchjob_restarts_once_and_a_replayed_requeue_does_not_repeat_i
     assert ops.created["bert"] == 8 and len(deletes(api)) == 4
 
 
+async def test_a_gang_moved_off_failed_devices_may_still_be_requeued_for_a_stall(
+    api: FakeApiServer, kube: ClientKube
+) -> None:
+    """maxRequeues counts requeue_job's own restarts: a gang that two fatal device
+    faults moved (migrate_jobs) has not hung twice, and its first stall is
+    requeued; its requeues then stop it at the limit. A record from before the
+    two were counted apart counts every restart, as it did."""
+    cluster(api, nodes=8)
+    api.add(jobset("llm", replicas=2, max_restarts=10))
+    ops = GangOperators(api)
+    ops.reconcile()
+    now = [1_900_000_000.0]
+
+    def clock() -> float:
+        return now[0]
+
+    for _ in range(2):
+        member = sorted(placement(api).items())[0]
+        out = await run(kube, decide("migrate_jobs", {"node": member[1]}), clock=clock)
+        assert out.status == "done", out.message
+        ops.reconcile()
+        now[0] += 3600
+    js = api.get("jobsets", "ml", "llm")
+    assert restart_record(js)["count"] == 2 and restart_record(js)["requeues"] == 0
+
+    def requeue() -> Decision:
+        pod_name = sorted(placement(api))[0]
+        return decide("requeue_job", {"namespace": "ml", "pod": pod_name}, maxRequeues=2)
+
+    for expected in (1, 2):
+        out = await run(kube, requeue(), clock=clock)
+        assert out.status == "done", out.message
+        ops.reconcile()
+        now[0] += 3 * 3600  # past the doubled backoff
+        rec = restart_record(api.get("jobsets", "ml", "llm"))
+        assert (rec["count"], rec["requeues"]) == (2 + expected, expected)
+    out = await run(kube, requeue(), clock=clock)
+    assert out.status == "skipped" and "maxRequeues is 2" in out.message
+
+    # A record written before requeues were counted apart: all of its restarts count.
+    js = api.get("jobsets", "ml", "llm")
+    assert js is not None
+    legacy = {k: v for k, v in restart_record(js).items() if k != "requeues"}
+    legacy["count"] = 1
+    js["metadata"]["annotations"][GANG_RESTARTS_ANNOTATION] = json.dumps(legacy)
+    api.add(js)
+    out = await run(
+        kube,
+        decide("requeue_job", {"namespace": "ml", "pod": sorted(placement(api))[0]}, maxRequeues=1),
+        clock=clock,
+    )
+    assert out.status == "skipped" and "maxRequeues is 1" in out.message
+
+
 async def test_requeue_of_a_gang_member_restarts_the_gang_once(
     api: FakeApiServer, kube: ClientKube
 ) -> None:
