@@ -139,7 +139,7 @@ from autoscaler.metrics import (
     Row,
 )
 from autoscaler.pools.base import NodePoolProvider, Pool
-from autoscaler.pools.capacity import DraView, dra_requests, node_ready, readiness
+from autoscaler.pools.capacity import DraView, dra_requests, finished, node_ready, readiness
 from autoscaler.pools.fit import NodeOffer, node_offer, pending, shape_offer
 from autoscaler.promql.store import SeriesStore
 
@@ -155,8 +155,6 @@ BY_NAME: dict[str, ClusterMetric] = {m.name: m for m in CATALOGUE}
 # Where ``ingest`` files these series in the store: one scrape target, so a series
 # that is not collected again (a pod that finished) ends with a stale marker.
 INGEST_TARGET = "accel-autoscaler/clusterstate"
-
-_TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
 def _count(value: Any) -> int:
@@ -533,7 +531,7 @@ def pool_rows(
         node = spec.get("nodeName")
         if node:
             pool = pool_of.get(str(node))
-            if pool is not None and (pod.get("status") or {}).get("phase") not in _TERMINAL:
+            if pool is not None and not finished(pod):
                 allocated[pool] += sum(wants.values())
             continue
         if not pending(pod):

@@ -57,6 +57,7 @@ from autoscaler.kube.protocol import (
     PatchesStatus,
 )
 from autoscaler.pools.base import Pool
+from autoscaler.pools.capacity import finished
 from autoscaler.pools.clusterapi import ClusterAPIProvider, PoolRefused
 from autoscaler.provreq import (
     ACCEPTED,
@@ -344,9 +345,8 @@ class Provisioner:
     async def _idle(self, pool: Pool) -> list[str]:
         busy: set[str] = set()
         for pod in await self.kube.list_pods():
-            phase = (pod.get("status") or {}).get("phase")
             node = (pod.get("spec") or {}).get("nodeName")
-            if node and phase not in ("Succeeded", "Failed") and device_requests(pod):
+            if node and not finished(pod) and device_requests(pod):
                 busy.add(str(node))
         return sorted((n for n in pool.nodes if n not in busy), reverse=True)
 

@@ -91,7 +91,7 @@ from autoscaler.metrics import (
     Row,
 )
 from autoscaler.pools.base import Pool
-from autoscaler.pools.capacity import node_devices, node_ready, template_labels
+from autoscaler.pools.capacity import finished, node_devices, node_ready, template_labels
 
 log = logging.getLogger(__name__)
 
@@ -500,9 +500,8 @@ def _free_nodes(
     node offers less what its pods that are not done ask for."""
     held: dict[str, dict[str, int]] = {}
     for pod in pods:
-        spec, status = _part(pod, "spec"), _part(pod, "status")
-        node = spec.get("nodeName")
-        if not isinstance(node, str) or not node or status.get("phase") in _DONE:
+        node = _part(pod, "spec").get("nodeName")
+        if not isinstance(node, str) or not node or finished(pod):
             continue
         mine = held.setdefault(node, {})
         for resource, n in devices(pod).items():
@@ -520,9 +519,6 @@ def _free_nodes(
             room = {r: n - used.get(r, 0) for r, n in node_devices(node_obj).items()}
             out.setdefault(p.name, []).append({r: n for r, n in room.items() if n > 0})
     return out
-
-
-_DONE = ("Succeeded", "Failed")
 
 
 def _part(obj: Obj, key: str) -> dict[str, Any]:

@@ -128,6 +128,12 @@ def node_devices(node: Obj, dra: DraView | None = None) -> dict[str, int]:
     return out
 
 
+def finished(pod: Obj) -> bool:
+    """Whether the pod is done (phase Succeeded or Failed): it holds no device."""
+    status = pod.get("status") if isinstance(pod, dict) else None
+    return isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed")
+
+
 def node_ready(node: Obj | None) -> bool:
     """Whether the node's Ready condition is True (a missing node is not ready)."""
     if node is None:
@@ -337,6 +343,7 @@ __all__ = [
     "Readiness",
     "created",
     "dra_requests",
+    "finished",
     "node_devices",
     "node_ready",
     "read_shape",

@@ -35,6 +35,7 @@ from autoscaler.clusterstate import (
 from autoscaler.kube.dra import read_dra
 from autoscaler.kube.errors import KubeError, NotFound, TooManyRequests
 from autoscaler.kube.protocol import Obj
+from autoscaler.pools.capacity import finished as is_finished
 
 log = logging.getLogger("accel_autoscaler.actions")
 
@@ -101,10 +102,6 @@ def is_daemonset_pod(pod: Obj) -> bool:
 
 def is_mirror_pod(pod: Obj) -> bool:
     return MIRROR_POD_ANNOTATION in (meta(pod).get("annotations") or {})
-
-
-def is_finished(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def is_terminating(pod: Obj) -> bool:
