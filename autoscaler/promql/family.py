@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler.promql.lookup import LabelIndex, named_codes, time_search
 from autoscaler.promql.matchers import Matcher
 from autoscaler.promql.symbols import F64, I64, Mask, Symbols
 from autoscaler.types import Labels
@@ -54,6 +55,8 @@ STALE_NAN_BITS = 0x7FF0000000000002
 _PAD = np.iinfo(np.int64).max
 _MIN = np.iinfo(np.int64).min
 _INITIAL_CAP = 16
+# A family of this many rows or more selects by a label's index (``select``).
+_INDEXED_ROWS = 1024
 _MAX_PARTS = 32
 _MAX_PROJECTION = 32
 """How many times the grown buffer a projection from the cadence may ask for:
@@ -152,6 +155,8 @@ class Family:
         """The time of each row's newest sample (stale markers too), where it has
         any (``count > 0``): ``append``'s order check without a gather."""
         self._searches: dict[tuple[int, bool], I64] = {}
+        self._index = LabelIndex()
+        """``select``'s index by label, forgotten when the rows change."""
         self.version = 0
         """Counts every change of the rows or their samples (``memo.py``)."""
 
@@ -182,6 +187,7 @@ class Family:
             col[row] = self.symbols.intern(v)
         self.labels.append(labels)
         self.index[labels] = row
+        self._index.clear()
         self.refs[row] = ref
         self.n += 1
         self._changed()
@@ -365,6 +371,7 @@ class Family:
         self.codes = {name: col for name, col in self.codes.items() if col[:k].any()}
         self.labels = [self.labels[i] for i in kept.tolist()]
         self.index = {labels: i for i, labels in enumerate(self.labels)}
+        self._index.clear()
         self.n = k
         self._changed()
         return removed_refs, self.refs[:k].copy()
@@ -372,8 +379,18 @@ class Family:
     # -- reading ----------------------------------------------------------------
 
     def select(self, matchers: Sequence[Matcher]) -> I64:
-        """Rows whose labels satisfy every matcher (``__name__`` matchers excluded)."""
+        """Rows whose labels satisfy every matcher (``__name__`` matchers excluded).
+
+        In a large family, a matcher that names its values (``=``, or ``=~`` of
+        plain strings: ``node=~"n1|n2"``) takes its rows from the label's sorted
+        index, and the other matchers test only those rows."""
         n = self.n
+        rows: I64 | None = None
+        if n >= _INDEXED_ROWS:
+            for m in matchers:
+                if m.name in self.codes and (named := named_codes(self.symbols, m)) is not None:
+                    rows = self._index.rows(m.name, self.codes[m.name][:n], named)
+                    break
         mask: Mask | None = None
         for m in matchers:
             col = self.codes.get(m.name)
@@ -381,8 +398,10 @@ class Family:
                 if m.matches(""):
                     continue
                 return np.zeros(0, dtype=np.int64)
-            hit = self.symbols.match(m, col[:n])
+            hit = self.symbols.match(m, col[:n] if rows is None else col[rows])
             mask = hit if mask is None else mask & hit
+        if rows is not None:
+            return rows if mask is None else rows[mask]
         if mask is None:
             return np.arange(n, dtype=np.int64)
         return np.flatnonzero(mask).astype(np.int64)
@@ -395,40 +414,22 @@ class Family:
         if hit is not None:
             return hit
         n = self.n
-        cnt = self.count[:n]
         if n == 0:
             return np.zeros(0, dtype=np.int64)
-        ts = self.ts
-        cap = self.cap
-        r0 = int(np.argmax(cnt))
-        c0 = int(cnt[r0])
-        i0 = int(np.searchsorted(ts[r0, :c0], np.int64(target), side="right" if right else "left"))
-        # Guess that every row is aligned with the fullest one at its end, then check.
-        guess = np.clip(cnt - (c0 - i0), 0, cnt)
-        base = np.arange(n) * cap
-        before = np.take(ts, base + np.maximum(guess - 1, 0))
-        at = np.take(ts, base + np.minimum(guess, cap - 1))
-        if right:
-            good = ((guess == 0) | (before <= target)) & ((guess >= cnt) | (at > target))
-        else:
-            good = ((guess == 0) | (before < target)) & ((guess >= cnt) | (at >= target))
-        if not good.all():
-            bad = np.flatnonzero(~good)
-            lo = np.zeros(len(bad), dtype=np.int64)
-            hi = cnt[bad].copy()
-            while True:
-                active = lo < hi
-                if not active.any():
-                    break
-                mid = (lo + hi) >> 1
-                v = ts[bad, np.minimum(mid, cap - 1)]
-                go = (v <= target) if right else (v < target)
-                go &= active
-                lo = np.where(go, mid + 1, lo)
-                hi = np.where(active & ~go, mid, hi)
-            guess[bad] = lo
-        self._searches[key] = guess
-        return guess
+        found = self._search(np.arange(n, dtype=np.int64), target, right)
+        self._searches[key] = found
+        return found
+
+    def search_rows(self, rows: I64, target: int, right: bool) -> I64:
+        """``search(target, right)[rows]``; for a few rows of a large family (a
+        selector that names some nodes) only theirs are searched."""
+        hit = self._searches.get((target, right))
+        if hit is None and rows.size * 8 < self.n:
+            return self._search(rows, target, right)
+        return self.search(target, right)[rows]
+
+    def _search(self, rows: I64, target: int, right: bool) -> I64:
+        return time_search(self.ts, self.count[rows], rows, target, right)
 
     def instant(self, rows: I64, ref: int, lookback: int) -> tuple[I64, F64]:
         """Rows with a sample in [ref - lookback, ref] whose latest is not stale,
@@ -436,12 +437,14 @@ class Family:
         if rows.size == 0:
             return rows, np.zeros(0)
         cnt = self.count[rows]
-        if cnt.all() and int(self.last_t[rows].max()) <= ref:
+        some = cnt > 0
+        if int(np.max(self.last_t[rows], where=some, initial=_MIN)) <= ref:
             # Every row's newest sample is at or before ``ref`` (the usual instant:
-            # now): it is the one, without a search.
+            # now): it is the one, without a search. A row with no sample left (a
+            # node gone, its rows emptied) gets -1 and is left out below.
             idx = cnt - 1
         else:
-            idx = self.search(ref, True)[rows] - 1
+            idx = self.search_rows(rows, ref, True) - 1
         ok = idx >= 0
         # One flat gather per array: cheaper than numpy's 2-D fancy indexing.
         flat = rows * self.cap + np.maximum(idx, 0)
@@ -461,8 +464,8 @@ class Family:
     def window(self, rows: I64, mint: int, maxt: int, need_values: bool) -> Window:
         """The non-stale points of each row with ``mint <= t <= maxt``; rows with
         none are left out. ``need_values`` builds the point matrix."""
-        lo = self.search(mint, False)[rows]
-        hi = self.search(maxt, True)[rows]
+        lo = self.search_rows(rows, mint, False)
+        hi = self.search_rows(rows, maxt, True)
         cnt = hi - lo
         some = cnt > 0
         if not some.all():
@@ -609,8 +612,8 @@ class Family:
     def dense(self, rows: I64, mint: int, maxt: int) -> tuple[I64, F64, I64, I64]:
         """``(rows, values, times, count)``: each row's non-stale points in
         [mint, maxt] left-aligned, with their times; rows with none left out."""
-        lo = self.search(mint, False)[rows]
-        hi = self.search(maxt, True)[rows]
+        lo = self.search_rows(rows, mint, False)
+        hi = self.search_rows(rows, maxt, True)
         cnt = hi - lo
         some = cnt > 0
         rows, lo, cnt = rows[some], lo[some], cnt[some]
@@ -634,7 +637,7 @@ class Family:
 
     def instant_times(self, rows: I64, ref: int) -> I64:
         """The time of each row's latest sample at or before ``ref``."""
-        idx = np.maximum(self.search(ref, True)[rows] - 1, 0)
+        idx = np.maximum(self.search_rows(rows, ref, True) - 1, 0)
         out: I64 = self.ts[rows, idx]
         return out
 

@@ -179,6 +179,48 @@ def compile_go_regex(pattern: str) -> re.Pattern[str]:
         ) from None
 
 
+# What is special outside a character class in RE2 (and in Python's ``re``).
+_REGEX_SYNTAX = frozenset("\\.+*?()|[]{}^$")
+
+
+def regex_escape(value: str) -> str:
+    """A regular expression that matches ``value`` alone, in RE2 and in ``re``
+    (its inverse is ``literal_alternatives``)."""
+    return "".join("\\" + c if c in _REGEX_SYNTAX else c for c in value)
+
+
+@functools.lru_cache(maxsize=4096)
+def literal_alternatives(pattern: str) -> frozenset[str] | None:
+    """The strings an anchored pattern matches when it is nothing but plain strings
+    joined by ``|`` (punctuation escaped with a backslash is plain), else None.
+
+    A selector that names many values (``node=~"n1|n2|..."``, as the rhythm
+    learner writes one) is then a lookup of their codes instead of one run of the
+    expression per distinct value in the store."""
+    found: list[str] = []
+    part: list[str] = []
+    i = 0
+    n = len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n or pattern[i + 1].isalnum() or not pattern[i + 1].isascii():
+                return None
+            part.append(pattern[i + 1])
+            i += 2
+            continue
+        if c == "|":
+            found.append("".join(part))
+            part = []
+        elif c in _REGEX_SYNTAX:
+            return None
+        else:
+            part.append(c)
+        i += 1
+    found.append("".join(part))
+    return frozenset(found)
+
+
 @dataclass(frozen=True)
 class Matcher:
     """One label matcher: ``name op value``."""
@@ -187,13 +229,18 @@ class Matcher:
     type: MatchType
     value: str
     _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    # A regular expression that is an alternation of plain strings ("a|b\\.c"):
+    # those strings, so that the store selects by their codes without running it.
+    literals: frozenset[str] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def make(cls, name: str, type: MatchType, value: str) -> Matcher:
         regex = None
+        literals = None
         if type in (MatchType.RE, MatchType.NRE):
             regex = compile_go_regex(value)
-        return cls(name, type, value, regex)
+            literals = literal_alternatives(value)
+        return cls(name, type, value, regex, literals)
 
     @classmethod
     def from_parser(cls, m: promql_parser.Matcher) -> Matcher:

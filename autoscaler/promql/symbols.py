@@ -6,7 +6,8 @@ column per label name, the evaluator joins and groups on codes, and label string
 are only touched to build a final result. Selecting series is a comparison of a
 code column with one code (``=``, ``!=``), or a lookup table indexed by code whose
 entries are the regular expression's verdict on each distinct value, evaluated
-once per value ever seen (``=~``, ``!~``).
+once per value ever seen (``=~``, ``!~``); a regular expression that is only
+plain strings joined by ``|`` is a membership test of their codes instead.
 
 The array types of the columnar store are named here, at its lowest layer.
 """
@@ -69,6 +70,11 @@ class Symbols:
         if matcher.type is MatchType.NE:
             ne: Mask = codes != self.code(matcher.value)
             return ne
+        if matcher.literals is not None:
+            # Plain strings joined by "|": the codes of those that exist.
+            wanted = [c for c in map(self.code, matcher.literals) if c >= 0]
+            hit: Mask = np.isin(codes, np.array(wanted, dtype=np.int64))
+            return hit if matcher.type is MatchType.RE else ~hit
         key = (matcher.type, matcher.value)
         lut = self._luts.get(key)
         if lut is None:

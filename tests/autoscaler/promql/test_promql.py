@@ -22,7 +22,13 @@ from autoscaler.commands import query as query_command
 from autoscaler.promql import query
 from autoscaler.promql.errors import EvalError, ExprError
 from autoscaler.promql.evaluator import Evaluator, prometheus_time_ms
-from autoscaler.promql.matchers import RegexError, compile_go_regex
+from autoscaler.promql.matchers import (
+    Matcher,
+    MatchType,
+    RegexError,
+    compile_go_regex,
+    literal_alternatives,
+)
 from autoscaler.promql.openmetrics import OpenMetricsError, load, parse_into
 from autoscaler.promql.store import ExpositionError, SeriesStore
 from autoscaler.promql.support import parse_error, required_retention, unsupported
@@ -166,6 +172,38 @@ def test_regex_matchers_are_anchored_and_see_new_values() -> None:
     got = {dict(k)["node"] for k in values(ev.instant('x{node!~"gpu-.*"}', 10))}
     assert got == {"xgpu-1"}
     assert len(values(ev.instant('{__name__=~"x|y", node=~"[[:alpha:]]+-\\\\d"}', 10))) == 3
+
+
+def test_an_alternation_of_plain_strings_selects_by_code_as_the_regex_would() -> None:
+    """The store's shortcut for ``node=~"n1|n2|..."`` (a membership test of the
+    strings' codes) agrees with running the expression, for random alternations
+    over values with regex punctuation in them, absent values and the empty one."""
+    rng = random.Random(7)
+    alphabet = ["a", "b", "-", ".", "|", "*", "\\", "1", "é"]
+    symbols = SeriesStore().symbols
+    values = ["".join(rng.choices(alphabet, k=rng.randint(0, 4))) for _ in range(60)]
+    codes = np.array([symbols.intern(v) for v in values], dtype=np.int64)
+    for _ in range(300):
+        chosen = rng.sample(values, rng.randint(1, 5)) + ["zz"][: rng.randint(0, 1)]
+        # Escape the punctuation (as the rhythm learner does); a plain "." now
+        # and then keeps some patterns regular expressions.
+        pattern = "|".join(
+            "".join("\\" + c if c in ".|*\\" and rng.random() < 0.9 else c for c in v)
+            for v in chosen
+        )
+        for kind in (MatchType.RE, MatchType.NRE):
+            try:
+                m = Matcher.make("node", kind, pattern)
+            except RegexError:  # an unescaped "*" where nothing repeats
+                continue
+            if m.literals is None:
+                assert literal_alternatives(pattern) is None
+                continue
+            expected = np.array([m.matches(v) for v in values])
+            assert (symbols.match(m, codes) == expected).all(), pattern
+    assert literal_alternatives("gpu-1|gpu\\.2|") == frozenset({"gpu-1", "gpu.2", ""})
+    for regex in ("a.b", "(?i)a", "a\\d", "[ab]", "a\\"):
+        assert literal_alternatives(regex) is None
 
 
 def test_go_regex_translation() -> None:
@@ -592,3 +630,82 @@ def test_format_timestamp_like_prometheus() -> None:
     assert query.format_timestamp(1700000000.0) == "1700000000"
     assert query.format_timestamp(1700000000.5) == "1700000000.500"
     assert query.format_timestamp(1700000000.007) == "1700000000.007"
+
+
+def test_a_search_of_a_few_rows_answers_as_the_whole_familys() -> None:
+    """``Family.search_rows`` (a selector naming a few of a large family's rows
+    searches only theirs) against a per-row binary search, on rows of unequal
+    lengths and times, with and without the whole family's search kept."""
+    rng = np.random.default_rng(11)
+    s = SeriesStore(retention=math.inf)
+    for i in range(120):
+        t = int(rng.integers(0, 50))
+        for _ in range(int(rng.integers(0, 40))):
+            t += int(rng.integers(1, 30))
+            s.add({"__name__": "x", "node": f"n{i}"}, t, float(t))
+    fam = s.families["x"]
+    times = [fam.ts[r, : fam.count[r]] for r in range(fam.n)]
+    for _ in range(200):
+        rows = np.sort(rng.choice(fam.n, size=int(rng.integers(1, 14)), replace=False))
+        target = int(rng.integers(-5, 1300)) * 1000 + int(rng.integers(0, 2)) * 500
+        right = bool(rng.integers(0, 2))
+        if rng.random() < 0.3:
+            fam.search(target, right)
+        else:
+            fam._searches.clear()
+        want = [np.searchsorted(times[r], target, "right" if right else "left") for r in rows]
+        assert fam.search_rows(rows.astype(np.int64), target, right).tolist() == want
+
+
+def test_selecting_by_a_labels_index_finds_the_rows_a_scan_finds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large family selects by a label's index for ``=`` and plain-string ``=~``
+    matchers; random matcher sets find the same rows as the scan of every row,
+    also after rows are added and emptied rows dropped (the index is rebuilt)."""
+    from autoscaler.promql import family as family_module
+
+    rng = random.Random(5)
+    s = SeriesStore(retention=math.inf)
+    nodes = [f"n{i}" for i in range(40)]
+
+    def grow(count: int, t: float) -> None:
+        for _ in range(count):
+            labels = {"__name__": "x", "node": rng.choice(nodes), "dev": str(rng.randint(0, 60))}
+            if rng.random() < 0.2:
+                labels["pool"] = rng.choice(["a", "b"])
+            s.add(labels, t, 1.0)
+
+    grow(3000, 10)
+    fam = s.families["x"]
+    ops = [MatchType.EQ, MatchType.RE, MatchType.NE, MatchType.NRE]
+
+    def random_matchers() -> list[Matcher]:
+        out = []
+        for _ in range(rng.randint(1, 3)):
+            name = rng.choice(["node", "dev", "pool", "nope"])
+            kind = rng.choice(ops)
+            values = [rng.choice([*nodes, "", "7", "a", "zz"]) for _ in range(rng.randint(1, 4))]
+            value = "|".join(values) if kind in (MatchType.RE, MatchType.NRE) else values[0]
+            if rng.random() < 0.1:
+                value = "n1.*"
+            out.append(Matcher.make(name, kind, value))
+        return out
+
+    for step in range(400):
+        if step in (150, 300):
+            grow(200, 20 + step)
+            if step == 300:  # half the rows go quiet, age out and are dropped
+                fam.select([Matcher.make("node", MatchType.EQ, "n1")])  # index built
+                for labels in fam.labels[::2]:
+                    s.add(dict(labels), 9_500, 1.0)
+                s.retention = 2_000.0
+                s.add({"__name__": "y"}, 10_000, 1.0)
+                assert s.families["x"] is fam and fam.n < 1700
+        matchers = random_matchers()
+        indexed = fam.select(matchers)
+        monkeypatch.setattr(family_module, "_INDEXED_ROWS", 1 << 40)
+        scanned = fam.select(matchers)
+        monkeypatch.setattr(family_module, "_INDEXED_ROWS", 1024)
+        assert indexed.tolist() == scanned.tolist(), [str(m) for m in matchers]
+    assert fam._index, "the index was never used"

@@ -1,0 +1,108 @@
+"""Finding rows and sample positions in a family of the built-in evaluator's store.
+
+Why a module of its own: the two searches every query starts with, kept apart
+from the family's storage so that each can be read and tested alone.
+
+* **By label** (``LabelIndex``): a selector that names its values (``=``, or
+  ``=~`` of plain strings: ``node=~"n1|n2|..."``, as the rhythm learner narrows
+  its traffic query to a dip's nodes) takes its rows from the label's index, the
+  rows ordered by code, in time proportional to what it finds rather than to the
+  family (Prometheus's postings lists do the same).
+* **By time** (``time_search``): for each row, where a time would be inserted
+  among its samples, guessing that every row is aligned with the fullest one at
+  its end (scrapes write every row at once) and searching only the rows where the
+  guess is wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoscaler.promql.matchers import Matcher, MatchType
+from autoscaler.promql.symbols import I64, Symbols
+
+
+def named_codes(symbols: Symbols, m: Matcher) -> list[int] | None:
+    """The codes that a matcher naming its values accepts (-1: a value no series
+    ever had), or None for a matcher that names none (``!=``, ``!~``, a regular
+    expression)."""
+    if m.type is MatchType.EQ:
+        return [symbols.code(m.value)]
+    if m.type is MatchType.RE and m.literals is not None:
+        return [symbols.code(v) for v in m.literals]
+    return None
+
+
+class LabelIndex:
+    """Per label of one family: its rows ordered by code, and those codes. Built
+    on first use and kept until ``clear`` (the family's rows changed)."""
+
+    def __init__(self) -> None:
+        self._by_label: dict[str, tuple[I64, I64]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._by_label)
+
+    def clear(self) -> None:
+        self._by_label.clear()
+
+    def rows(self, name: str, column: I64, codes: list[int]) -> I64:
+        """The rows (ascending) whose label ``name`` (``column``: its codes, one per
+        row) has one of ``codes``."""
+        index = self._by_label.get(name)
+        if index is None:
+            order = np.argsort(column, kind="stable")
+            index = self._by_label[name] = (order, column[order])
+        order, sorted_codes = index
+        wanted = np.array(sorted(c for c in set(codes) if c >= 0), dtype=np.int64)
+        lo = np.searchsorted(sorted_codes, wanted, "left")
+        hi = np.searchsorted(sorted_codes, wanted, "right")
+        parts = [order[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True) if b > a]
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        found = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+        return found.astype(np.int64)
+
+
+def time_search(ts: I64, cnt: I64, rows: I64, target: int, right: bool) -> I64:
+    """For each of ``rows`` of the time matrix ``ts`` (``cnt``: its samples per
+    row), how many of its samples are ``<= target`` (right) or ``< target``
+    (left): the index where ``target`` would be inserted."""
+    if rows.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    cap = int(ts.shape[1])
+    r0 = int(np.argmax(cnt))
+    c0 = int(cnt[r0])
+    i0 = int(
+        np.searchsorted(ts[int(rows[r0]), :c0], np.int64(target), "right" if right else "left")
+    )
+    # Guess that every row is aligned with the fullest one at its end, then check.
+    guess = np.clip(cnt - (c0 - i0), 0, cnt)
+    base = rows * cap
+    before = np.take(ts, base + np.maximum(guess - 1, 0))
+    at = np.take(ts, base + np.minimum(guess, cap - 1))
+    if right:
+        good = ((guess == 0) | (before <= target)) & ((guess >= cnt) | (at > target))
+    else:
+        good = ((guess == 0) | (before < target)) & ((guess >= cnt) | (at >= target))
+    if not good.all():
+        bad = np.flatnonzero(~good)
+        lo = np.zeros(len(bad), dtype=np.int64)
+        hi = cnt[bad].copy()
+        where = rows[bad]
+        while True:
+            active = lo < hi
+            if not active.any():
+                break
+            mid = (lo + hi) >> 1
+            v = ts[where, np.minimum(mid, cap - 1)]
+            go = (v <= target) if right else (v < target)
+            go &= active
+            lo = np.where(go, mid + 1, lo)
+            hi = np.where(active & ~go, mid, hi)
+        guess[bad] = lo
+    out: I64 = guess
+    return out
+
+
+__all__ = ["LabelIndex", "named_codes", "time_search"]
