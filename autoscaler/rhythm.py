@@ -102,6 +102,7 @@ import math
 import statistics
 import weakref
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,6 +112,7 @@ from autoscaler.metrics import (
     JOB_RHYTHM,
     Row,
 )
+from autoscaler.promql.matchers import quote, regex_escape
 from autoscaler.promql.store import SeriesStore
 from autoscaler.sources.base import Source, StoreBacked
 from autoscaler.types import QueryResult, Vector
@@ -161,26 +163,81 @@ POD_AGE_QUERY = "accel_job_age_seconds unless on (namespace, pod) accel_gang_inf
 # at a 1-minute scrape), network and disk, both directions, as node_exporter
 # publishes it with the node's name in ``node``. A node without all four families
 # has no figure: unknown, never quiet.
-HOST_IO = (
-    'sum by (node) (rate(node_network_receive_bytes_total{device!="lo"}[2m]))'
-    ' + on (node) sum by (node) (rate(node_network_transmit_bytes_total{device!="lo"}[2m]))'
-    " + on (node) sum by (node) (rate(node_disk_read_bytes_total[2m]))"
-    " + on (node) sum by (node) (rate(node_disk_written_bytes_total[2m]))"
+_HOST_FAMILIES = (
+    ("node_network_receive_bytes_total", 'device!="lo"'),
+    ("node_network_transmit_bytes_total", 'device!="lo"'),
+    ("node_disk_read_bytes_total", ""),
+    ("node_disk_written_bytes_total", ""),
 )
+
+
+def _selector(name: str, *matchers: str) -> str:
+    inner = ",".join(m for m in matchers if m)
+    return f"{name}{{{inner}}}" if inner else name
+
+
+def host_io(nodes: str = "") -> str:
+    """``HOST_IO``, its selectors narrowed by the matcher ``nodes`` (``one_of``)."""
+    return " + on (node) ".join(
+        f"sum by (node) (rate({_selector(name, m, nodes)}[2m]))" for name, m in _HOST_FAMILIES
+    )
+
+
+HOST_IO = host_io()
+
+
 # The most of each gang's members' nodes, for gangs whose every member's node has
 # a figure (a gang with one unknown is unknown: no row), and of each device pod's
 # that is no gang member. Both answer one row per job: a row per member would be
 # thousands to decode each cycle.
 # A member's node without a figure counts as +Inf, so its gang's maximum is +Inf:
 # not finite, no figure (``_host_io``), with the node traffic computed once.
-GANG_IO_QUERY = (
-    "max by (namespace, gang) (accel_gang_info * on (node) group_left () "
-    f"({HOST_IO} or on (node) max by (node) (accel_gang_info) * +Inf))"
-)
-POD_IO_QUERY = (
-    "max by (namespace, pod) ((accel_device_pod_info unless on (namespace, pod) accel_gang_info)"
-    f" * on (node) group_left () ({HOST_IO}))"
-)
+def gang_io_query(gangs: str = "", nodes: str = "") -> str:
+    """``GANG_IO_QUERY`` for the gangs the matcher ``gangs`` names, their nodes'
+    traffic read from the nodes ``nodes`` names (both ``one_of``; "": all)."""
+    info = _selector("accel_gang_info", gangs)
+    return (
+        f"max by (namespace, gang) ({info} * on (node) group_left () "
+        f"({host_io(nodes)} or on (node) max by (node) ({info}) * +Inf))"
+    )
+
+
+def pod_io_query(pods: str = "", nodes: str = "") -> str:
+    """``POD_IO_QUERY`` narrowed the same way."""
+    return (
+        f"max by (namespace, pod) (({_selector('accel_device_pod_info', pods)} unless on "
+        f"(namespace, pod) accel_gang_info) * on (node) group_left () ({host_io(nodes)}))"
+    )
+
+
+GANG_IO_QUERY = gang_io_query()
+POD_IO_QUERY = pod_io_query()
+# The nodes of the jobs in a dip, to narrow the traffic query to them.
+_JOB_NODES = {
+    "gang": "group by (node) (accel_gang_info{{{}}})",
+    "pod": "group by (node) (accel_device_pod_info{{{}}})",
+}
+# The longest alternation of names one matcher may hold: four of them for the
+# nodes stay well inside the evaluator's 16,384 characters per expression. More
+# nodes than that in a dip at once (over 250 of them), and the traffic query
+# reads every node, as it does with no dip narrowed.
+MAX_ALTERNATION = 2_500
+
+
+def one_of(label: str, values: Iterable[str]) -> str | None:
+    """The matcher ``label=~"v1|v2|..."`` that selects exactly ``values`` (their
+    regular-expression punctuation escaped), or None where there are none, one
+    is empty or unprintable, or the matcher would pass ``MAX_ALTERNATION``."""
+    parts = []
+    for value in sorted(set(values)):
+        if not value or not value.isprintable():
+            return None
+        parts.append(regex_escape(value))
+    body = quote("|".join(parts))
+    if not parts or len(body) > MAX_ALTERNATION:
+        return None
+    return f"{label}=~{body}"
+
 
 JobKey = tuple[str, str, str]  # (kind "gang" | "pod", namespace, name)
 # A recovered pause: (start, length, epoch, the least its nodes moved or None).
@@ -483,13 +540,34 @@ def _by_job(result: QueryResult, kind: str) -> dict[JobKey, float]:
     return out
 
 
-async def _host_io(source: Source, now: float, kinds: set[str]) -> dict[JobKey, float]:
+async def _io_query(source: Source, now: float, kind: str, names: set[str]) -> str | None:
+    """The traffic query for the jobs of ``kind`` named ``names`` (those in a dip),
+    narrowed to them and to their nodes: a dip's few nodes instead of every node's
+    four rates. The whole fleet's query where the names or nodes are too many to
+    name; None where the jobs' nodes cannot be read (no figure: unknown)."""
+    full = GANG_IO_QUERY if kind == "gang" else POD_IO_QUERY
+    jobs = one_of(kind, names)
+    if jobs is None:
+        return full
+    found = await source.query(_JOB_NODES[kind].format(jobs), now)
+    if not isinstance(found, Vector):
+        return None
+    nodes = one_of("node", (s.get("node") or "" for s in found.samples))
+    if nodes is None:
+        return full if found.samples else None
+    return gang_io_query(jobs, nodes) if kind == "gang" else pod_io_query(jobs, nodes)
+
+
+async def _host_io(source: Source, now: float, dipping: dict[str, set[str]]) -> dict[JobKey, float]:
     """The most that any node of each job moved (bytes/s), where known, for the
-    ``kinds`` of job that have one in a dip."""
+    jobs in a dip (``dipping``: names by kind). A narrowed query answers for the
+    named jobs exactly what the whole fleet's would (a test holds the two equal)."""
     out: dict[JobKey, float] = {}
-    for kind, query in (("pod", POD_IO_QUERY), ("gang", GANG_IO_QUERY)):
-        if kind in kinds:
-            out.update(_by_job(await source.query(query, now), kind))
+    for kind in ("pod", "gang"):
+        if dipping.get(kind):
+            query = await _io_query(source, now, kind, dipping[kind])
+            if query is not None:
+                out.update(_by_job(await source.query(query, now), kind))
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
@@ -511,7 +589,10 @@ async def learn(rhythm: Rhythm, source: Source, now: float) -> None:
         for key, age in aged.items():
             born[key] = now - age
     # What the jobs' nodes move matters only in a dip: not asked otherwise.
-    dipping = {key[0] for key, u in util.items() if u <= IDLE}
+    dipping: dict[str, set[str]] = {}
+    for (kind, _, name), u in util.items():
+        if u <= IDLE:
+            dipping.setdefault(kind, set()).add(name)
     io = await _host_io(source, now, dipping) if dipping else {}
     rhythm.observe(now, util, born, io)
     if isinstance(source, StoreBacked):

@@ -323,3 +323,66 @@ def test_the_store_holds_what_rows_says_each_cycle_as_figures_and_jobs_come_and_
                 labels = tuple(sorted((k, x) for k, x in fam.labels[row] if k != "__name__"))
                 got[(fam.name, labels)] = v
         assert got == want, f"cycle {i}"
+
+
+def test_the_traffic_query_narrowed_to_the_jobs_in_a_dip_answers_as_the_whole_fleets() -> None:
+    """``_host_io`` reads only the nodes of the jobs in a dip; for those jobs it
+    answers what the whole fleet's query answers: gangs over several nodes, a
+    gang with a member on a node short of counters (no figure), pods outside any
+    gang, node names with regex punctuation, and too many names to list (the
+    whole fleet's query, unnarrowed)."""
+    from autoscaler import rhythm
+
+    rng = np.random.default_rng(3)
+    nodes = [f"n{i}.rack-{i % 3}" for i in range(12)]
+    lines = []
+    for i, node in enumerate(nodes):
+        gang = f"g{i // 3}" if i < 9 else ""
+        pod = f"{gang}-{i}" if gang else f"solo{i}"
+        if gang:
+            lines.append(
+                f'accel_gang_info{{namespace="ml",pod="{pod}",node="{node}",gang="{gang}"}} 1'
+            )
+        lines.append(f'accel_device_pod_info{{namespace="ml",pod="{pod}",node="{node}"}} 1')
+    families = [
+        ('node_network_receive_bytes_total{{node="{n}",device="eth0"}}', 1.0),
+        ('node_network_receive_bytes_total{{node="{n}",device="lo"}}', 1.0),
+        ('node_network_transmit_bytes_total{{node="{n}",device="eth0"}}', 1.0),
+        ('node_disk_read_bytes_total{{node="{n}",device="nvme0n1"}}', 1.0),
+        ('node_disk_written_bytes_total{{node="{n}",device="nvme0n1"}}', 1.0),
+    ]
+    rates = {n: rng.uniform(1e4, 1e9, len(families)) for n in nodes}
+
+    async def run() -> None:
+        source = StoreSource()
+        for t in (0.0, 60.0, 120.0):
+            host = [
+                f"{name.format(n=n)} {rates[n][k] * t}"
+                for n in nodes
+                for k, (name, _) in enumerate(families)
+                if not (n == nodes[4] and "disk_read" in name)  # g1 has no figure
+            ]
+            source.store.ingest_text("\n".join(lines + host) + "\n", t, target="x")
+        whole: dict[tuple[str, str, str], float] = {}
+        for kind, query in (("gang", rhythm.GANG_IO_QUERY), ("pod", rhythm.POD_IO_QUERY)):
+            whole.update(rhythm._by_job(await source.query(query, 120.0), kind))
+        whole = {k: v for k, v in whole.items() if math.isfinite(v)}
+        assert ("gang", "ml", "g0") in whole and ("gang", "ml", "g1") not in whole
+        narrowed = await rhythm._io_query(source, 120.0, "gang", {"g0"})
+        assert narrowed is not None and 'node=~"n0\\\\.rack-0|n1' in narrowed
+        for dipping in (
+            {"gang": {"g0"}},
+            {"gang": {"g1", "g2"}, "pod": {"solo10"}},
+            {"pod": {"solo9", "solo11", "nobody"}},
+            {"gang": {"gone"}},
+        ):
+            got = await rhythm._host_io(source, 120.0, dipping)
+            want = {k: v for k, v in whole.items() if k[2] in dipping.get(k[0], set())}
+            assert got == want, dipping
+        # Too many names for one matcher: the whole fleet's query, same figures.
+        many = {f"g{i}" for i in range(3)} | {"x" * 3000}
+        assert rhythm.one_of("gang", many) is None
+        got = await rhythm._host_io(source, 120.0, {"gang": many})
+        assert got == {k: v for k, v in whole.items() if k[0] == "gang"}
+
+    asyncio.run(run())
