@@ -438,10 +438,16 @@ class Family:
             return rows, np.zeros(0)
         cnt = self.count[rows]
         some = cnt > 0
-        if int(np.max(self.last_t[rows], where=some, initial=_MIN)) <= ref:
+        newest = self.last_t[rows]
+        if int(np.max(newest, where=some, initial=_MIN)) <= ref:
             # Every row's newest sample is at or before ``ref`` (the usual instant:
             # now): it is the one, without a search. A row with no sample left (a
             # node gone, its rows emptied) gets -1 and is left out below.
+            if not self.nstale[rows].any():
+                # No stale marker in any row: the newest is the row's last value,
+                # read from the per-row arrays instead of a gather over the matrix.
+                ok = some & (newest >= ref - lookback)
+                return rows[ok], self.last_value[rows[ok]]
             idx = cnt - 1
         else:
             idx = self.search_rows(rows, ref, True) - 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from itertools import pairwise
+from itertools import pairwise, product
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,7 @@ from autoscaler.commands import query as query_command
 from autoscaler.promql import query
 from autoscaler.promql.errors import EvalError, ExprError
 from autoscaler.promql.evaluator import Evaluator, prometheus_time_ms
+from autoscaler.promql.family import is_stale
 from autoscaler.promql.matchers import (
     Matcher,
     MatchType,
@@ -709,3 +710,34 @@ def test_selecting_by_a_labels_index_finds_the_rows_a_scan_finds(
         monkeypatch.setattr(family_module, "_INDEXED_ROWS", 1024)
         assert indexed.tolist() == scanned.tolist(), [str(m) for m in matchers]
     assert fam._index, "the index was never used"
+
+
+def test_an_instant_lookup_reads_the_newest_value_as_a_search_of_the_samples_would() -> None:
+    """``Family.instant`` at or after every row's newest sample reads the per-row
+    newest value; it must answer what the search over the sample matrix answers,
+    with stale markers, NaN values, emptied rows and trimmed windows about."""
+    rng = np.random.default_rng(17)
+    s = SeriesStore(retention=600.0)
+    for t in range(0, 3000, 15):
+        for i in range(60):
+            if rng.random() < 0.15:
+                continue
+            labels = {"__name__": "x", "i": str(i)}
+            if i >= 30 and rng.random() < 0.05:  # only the last 30 series go stale
+                s.add_stale(labels, t)
+            else:
+                s.add(labels, t, float("nan") if rng.random() < 0.05 else float(rng.normal()))
+        fam = s.families.get("x")
+        if fam is None or t % 45:
+            continue
+        clean = fam.select([Matcher.make("i", MatchType.RE, "|".join(map(str, range(30))))])
+        for rows, ref in product(
+            (np.arange(fam.n, dtype=np.int64), clean), (t * 1000, t * 1000 + 7_000)
+        ):
+            got_rows, got = fam.instant(rows, ref, 300_000)
+            idx = fam.search(ref, True)[rows] - 1
+            tt = fam.ts[rows, np.maximum(idx, 0)]
+            vv = fam.vals[rows, np.maximum(idx, 0)]
+            keep = (idx >= 0) & (tt >= ref - 300_000) & ~is_stale(vv)
+            assert got_rows.tolist() == rows[keep].tolist()
+            np.testing.assert_array_equal(got.view(np.uint64), vv[keep].view(np.uint64))
