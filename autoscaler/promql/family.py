@@ -38,7 +38,6 @@ objects per series or per sample would make one cycle take seconds, so:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +46,7 @@ import numpy.typing as npt
 from autoscaler.promql.lookup import LabelIndex, named_codes, time_search
 from autoscaler.promql.matchers import Matcher
 from autoscaler.promql.symbols import F64, I64, Mask, Symbols
+from autoscaler.promql.windows import Window, joined
 from autoscaler.types import Labels
 
 STALE_NAN_BITS = 0x7FF0000000000002
@@ -85,42 +85,6 @@ def is_stale(values: F64) -> Mask:
     """Which values are stale markers."""
     out: Mask = np.ascontiguousarray(values).view(np.uint64) == STALE_NAN_BITS
     return out
-
-
-@dataclass
-class Window:
-    """The points of some of a family's rows inside one range, left-aligned.
-
-    ``values`` is (rows x width); a row's points are its first ``count`` entries.
-    ``valid`` is None when every row has ``width`` points.
-    """
-
-    rows: I64
-    count: I64
-    first_t: I64
-    last_t: I64
-    first_v: F64
-    last_v: F64
-    values: F64 | None = None
-    valid: Mask | None = None
-    timestamps: I64 | None = field(default=None, repr=False)
-    parts: list[Window] | None = None
-    """Instead of ``values``: uniform sub-windows (every row the same number of
-    points, so no mask), with ``positions`` saying where their rows are in this one."""
-    positions: I64 | None = None
-
-    def part(self, positions: I64, values: F64) -> Window:
-        """The sub-window of the rows at ``positions`` with their point matrix."""
-        return Window(
-            rows=self.rows[positions],
-            count=self.count[positions],
-            first_t=self.first_t[positions],
-            last_t=self.last_t[positions],
-            first_v=self.first_v[positions],
-            last_v=self.last_v[positions],
-            values=values,
-            positions=positions,
-        )
 
 
 class Family:
@@ -471,7 +435,11 @@ class Family:
         """The non-stale points of each row with ``mint <= t <= maxt``; rows with
         none are left out. ``need_values`` builds the point matrix."""
         lo = self.search_rows(rows, mint, False)
-        hi = self.search_rows(rows, maxt, True)
+        total = self.count[rows]
+        # Every row's newest sample at or before ``maxt`` (a window ending now):
+        # each row's points end at its last, without a search.
+        at_end = int(np.max(self.last_t[rows], where=total > 0, initial=_MIN)) <= maxt
+        hi = total if at_end else self.search_rows(rows, maxt, True)
         cnt = hi - lo
         some = cnt > 0
         if not some.all():
@@ -480,7 +448,7 @@ class Family:
             return self._ends(rows, lo, hi, cnt)
         marked = self.nstale[rows] > 0
         if not marked.any():
-            return self._clean_window(rows, lo, hi, cnt, need_values)
+            return self._clean_window(rows, lo, hi, cnt, need_values, at_end)
         if marked.all():
             return self._marked_window(rows, lo, hi, cnt)
         # A few rows hold stale markers (a node that went down): only theirs are
@@ -491,11 +459,27 @@ class Family:
         dirty = self._marked_window(rows[at_marked], lo[at_marked], hi[at_marked], cnt[at_marked])
         if dirty.rows.size < at_marked.size:  # rows with only stale markers in range
             at_marked = at_marked[np.isin(rows[at_marked], dirty.rows)]
-        return _joined(clean, at, dirty, at_marked)
+        return joined(clean, at, dirty, at_marked)
 
-    def _clean_window(self, rows: I64, lo: I64, hi: I64, cnt: I64, need_values: bool) -> Window:
-        """``window`` of rows with no stale marker."""
-        w = self._ends(rows, lo, hi, cnt)
+    def _clean_window(
+        self, rows: I64, lo: I64, hi: I64, cnt: I64, need_values: bool, at_end: bool = False
+    ) -> Window:
+        """``window`` of rows with no stale marker; ``at_end``: each row's points end
+        at its newest sample, whose time and value the per-row arrays hold."""
+        if not at_end:
+            w = self._ends(rows, lo, hi, cnt)
+        else:
+            last_t, last_v = self.last_t[rows], self.last_value[rows]
+            if (cnt == 1).all():
+                # One point a row (a [1m] window over 1-minute scrapes): no gather.
+                w = Window(rows, cnt, last_t, last_t, last_v, last_v)
+                if need_values:
+                    w.values = last_v[:, None]
+                return w
+            first = rows * self.cap + lo
+            w = Window(
+                rows, cnt, np.take(self.ts, first), last_t, np.take(self.vals, first), last_v
+            )
         if not need_values:
             return w
         parts = self._uniform_parts(rows, lo, cnt)
@@ -619,7 +603,11 @@ class Family:
         """``(rows, values, times, count)``: each row's non-stale points in
         [mint, maxt] left-aligned, with their times; rows with none left out."""
         lo = self.search_rows(rows, mint, False)
-        hi = self.search_rows(rows, maxt, True)
+        total = self.count[rows]
+        # Every row's newest sample at or before ``maxt`` (a window ending now):
+        # each row's points end at its last, without a search.
+        at_end = int(np.max(self.last_t[rows], where=total > 0, initial=_MIN)) <= maxt
+        hi = total if at_end else self.search_rows(rows, maxt, True)
         cnt = hi - lo
         some = cnt > 0
         rows, lo, cnt = rows[some], lo[some], cnt[some]
@@ -658,25 +646,4 @@ class Family:
         return list(zip(ts[lo:hi][keep].tolist(), vals[keep].tolist(), strict=True))
 
 
-def _joined(a: Window, at_a: I64, b: Window, at_b: I64) -> Window:
-    """One window of two windows of a family's rows, whose positions among the
-    rows asked for are ``at_a`` and ``at_b``: rows in the order asked for, each
-    of the two a part (``Window.parts``)."""
-    order = np.argsort(np.concatenate((at_a, at_b)), kind="stable")
-    where = np.empty_like(order)
-    where[order] = np.arange(order.size)
-    w = Window(
-        rows=np.concatenate((a.rows, b.rows))[order],
-        count=np.concatenate((a.count, b.count))[order],
-        first_t=np.concatenate((a.first_t, b.first_t))[order],
-        last_t=np.concatenate((a.last_t, b.last_t))[order],
-        first_v=np.concatenate((a.first_v, b.first_v))[order],
-        last_v=np.concatenate((a.last_v, b.last_v))[order],
-    )
-    a.positions = where[: a.rows.size]
-    b.positions = where[a.rows.size :]
-    w.parts = [a, b]
-    return w
-
-
-__all__ = ["STALE_NAN_BITS", "Family", "Window", "is_stale"]
+__all__ = ["STALE_NAN_BITS", "Family", "is_stale"]

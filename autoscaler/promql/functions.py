@@ -27,9 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler.promql.aggregations import incremental_mean
-from autoscaler.promql.family import Window
 from autoscaler.promql.over_time import compensated_sum
 from autoscaler.promql.symbols import F64
+from autoscaler.promql.windows import Window
 
 Mask = npt.NDArray[np.bool_]
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoscaler.promql.errors import EvalError
-from autoscaler.promql.family import Window
 from autoscaler.promql.symbols import F64, I64, Mask
+from autoscaler.promql.windows import Window
 
 POINT_FUNCTIONS = frozenset(
     {

@@ -200,8 +200,12 @@ def test_an_alternation_of_plain_strings_selects_by_code_as_the_regex_would() ->
             if m.literals is None:
                 assert literal_alternatives(pattern) is None
                 continue
-            expected = np.array([m.matches(v) for v in values])
+            regex = compile_go_regex(pattern)
+            expected = np.array(
+                [(regex.fullmatch(v) is not None) == (kind is MatchType.RE) for v in values]
+            )
             assert (symbols.match(m, codes) == expected).all(), pattern
+            assert [m.matches(v) for v in values] == expected.tolist(), pattern
     assert literal_alternatives("gpu-1|gpu\\.2|") == frozenset({"gpu-1", "gpu.2", ""})
     for regex in ("a.b", "(?i)a", "a\\d", "[ab]", "a\\"):
         assert literal_alternatives(regex) is None
@@ -741,3 +745,50 @@ def test_an_instant_lookup_reads_the_newest_value_as_a_search_of_the_samples_wou
             keep = (idx >= 0) & (tt >= ref - 300_000) & ~is_stale(vv)
             assert got_rows.tolist() == rows[keep].tolist()
             np.testing.assert_array_equal(got.view(np.uint64), vv[keep].view(np.uint64))
+
+
+def test_a_window_ending_at_the_newest_samples_holds_the_points_a_slice_holds() -> None:
+    """``Family.window`` ending at or after every row's newest sample reads its
+    ends from the per-row arrays (no time search, no gather where a row has one
+    point); against each row's own slice of the sample matrix, for windows of one
+    point and of many, rows with stale markers, NaN values and unequal lengths."""
+    rng = np.random.default_rng(23)
+    s = SeriesStore(retention=math.inf)
+    for t in range(0, 1800, 60):
+        for i in range(40):
+            if i % 7 == 3 and rng.random() < 0.3:
+                continue  # a few rows miss scrapes
+            labels = {"__name__": "x", "i": str(i)}
+            if i >= 35 and rng.random() < 0.1:
+                s.add_stale(labels, t)
+            else:
+                s.add(labels, t, float("nan") if rng.random() < 0.03 else float(rng.normal()))
+    fam = s.families["x"]
+    clean = fam.select([Matcher.make("i", MatchType.RE, "|".join(map(str, range(35))))])
+    for rows, width, end in product(
+        (clean, np.arange(fam.n, dtype=np.int64)), (60, 59, 300, 1800), (1740, 1750, 1800)
+    ):
+        maxt, mint = end * 1000, (end - width) * 1000
+        w = fam.window(rows, mint, maxt, need_values=True)
+        got = {}
+        for k, row in enumerate(w.rows.tolist()):
+            if w.parts is not None:
+                continue
+            assert w.values is not None
+            n = int(w.count[k])
+            vals = w.values[k, :n]
+            got[row] = (n, int(w.first_t[k]), int(w.last_t[k]), vals.view(np.uint64).tolist())
+            assert w.first_v[k].view(np.uint64) == vals[0].view(np.uint64)
+            assert w.last_v[k].view(np.uint64) == vals[-1].view(np.uint64)
+        want = {}
+        for row in rows.tolist():
+            ts = fam.ts[row, : fam.count[row]]
+            vs = fam.vals[row, : fam.count[row]]
+            keep = (ts >= mint) & (ts <= maxt) & ~is_stale(vs)
+            if keep.any():
+                want[row] = (int(keep.sum()), int(ts[keep][0]), int(ts[keep][-1]))
+                want[row] += (vs[keep].view(np.uint64).tolist(),)
+        if w.parts is None:
+            assert got == want, (width, end)
+        else:
+            assert set(w.rows.tolist()) == set(want)
