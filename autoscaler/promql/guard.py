@@ -21,6 +21,8 @@ as any parse error, so that no caller needs to know.
 
 from __future__ import annotations
 
+import re
+
 import promql_parser
 
 from autoscaler.promql.errors import ExprError
@@ -33,6 +35,12 @@ MAX_OPERATORS = 256
 """Binary and unary operators, counted lexically outside braces and ranges."""
 
 _OPENERS = {"(": ")", "{": "}", "[": "]"}
+# The rest of a string literal after its opening quote, up to its closing one.
+_STRING_REST = {
+    '"': re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL),
+    "'": re.compile(r"(?:[^'\\]|\\.)*'", re.DOTALL),
+    "`": re.compile(r"[^`]*`"),
+}
 _SYMBOL_OPERATORS = ("==", "!=", ">=", "<=", "+", "-", "*", "/", "%", "^", ">", "<")
 _WORD_OPERATORS = frozenset({"and", "or", "unless", "atan2"})
 
@@ -67,10 +75,8 @@ def limits_problem(expr: str) -> str | None:
         if c in "\"'`":
             # A string literal: skip to its unescaped end (an unterminated one is
             # the parser's to report).
-            i += 1
-            while i < n and expr[i] != c:
-                i += 2 if expr[i] == "\\" and c != "`" else 1
-            i += 1
+            close = _STRING_REST[c].match(expr, i + 1)
+            i = close.end() if close else n
             continue
         if c == "#":
             while i < n and expr[i] != "\n":

@@ -238,8 +238,9 @@ class Matcher:
         regex = None
         literals = None
         if type in (MatchType.RE, MatchType.NRE):
-            regex = compile_go_regex(value)
             literals = literal_alternatives(value)
+            if literals is None:  # plain strings need no compiled expression
+                regex = compile_go_regex(value)
         return cls(name, type, value, regex, literals)
 
     @classmethod
@@ -260,8 +261,11 @@ class Matcher:
             return value == self.value
         if self.type is MatchType.NE:
             return value != self.value
-        assert self._regex is not None
-        found = self._regex.fullmatch(value) is not None
+        if self.literals is not None:
+            found = value in self.literals
+        else:
+            assert self._regex is not None
+            found = self._regex.fullmatch(value) is not None
         return found if self.type is MatchType.RE else not found
 
     def __str__(self) -> str:

@@ -61,7 +61,7 @@ class Interner:
     """Plan nodes made unique by value, and which of them are met more than once."""
 
     def __init__(self) -> None:
-        self._nodes: dict[Plan, Plan] = {}
+        self._nodes: dict[tuple[Any, ...], Plan] = {}
         self.shared: set[int] = set()
         self._names: dict[int, Names] = {}
         self._timeless: dict[int, bool] = {}
@@ -74,18 +74,23 @@ class Interner:
 
     def intern(self, plan: Plan) -> Plan:
         """``plan`` with every node replaced by its one equal instance."""
-        changes = {f.name: self._child(getattr(plan, f.name)) for f in dataclasses.fields(plan)}
-        changes = {k: v for k, v in changes.items() if v is not getattr(plan, k)}
+        fields = [(f.name, getattr(plan, f.name)) for f in dataclasses.fields(plan)]
+        children = [(name, value, self._child(value)) for name, value in fields]
+        changes = {name: new for name, old, new in children if new is not old}
         if changes:
             plan = dataclasses.replace(plan, **changes)
+        # Children are interned first, so equal children are one instance, kept
+        # alive here: a node is known by its own fields and its children's ids,
+        # and hashing it costs its own fields, not its whole subtree's.
+        key = (type(plan), *(_shallow(new) for _, _, new in children))
         try:
-            found = self._nodes.get(plan)
+            found = self._nodes.get(key)
         except TypeError:  # an unhashable field: kept as it is
             return plan
         if found is not None:
             self.shared.add(id(found))
             return found
-        self._nodes[plan] = plan
+        self._nodes[key] = plan
         return plan
 
     def _child(self, value: Any) -> Any:
@@ -175,6 +180,19 @@ def _version(fam: Family | None) -> tuple[int, int] | None:
 
 def _edge(at: At) -> bool:
     return at.edge is not None
+
+
+_NODE = object()  # marks a child node's id in an interned node's key
+
+
+def _shallow(value: Any) -> Any:
+    """A field of an interned node as its key holds it: a child node (or a tuple
+    of them) by identity, anything else by value."""
+    if _is_plan(value):
+        return (_NODE, id(value))
+    if isinstance(value, tuple) and value and all(_is_plan(v) for v in value):
+        return (_NODE, *map(id, value))
+    return value
 
 
 def _is_plan(value: object) -> bool:

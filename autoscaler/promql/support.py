@@ -26,7 +26,7 @@ import promql_parser
 from autoscaler.promql import instant_functions
 from autoscaler.promql.aggregations import AGGREGATIONS
 from autoscaler.promql.dialect import NegativeAtError, function_name, parse
-from autoscaler.promql.matchers import RegexError, compile_go_regex
+from autoscaler.promql.matchers import RegexError, compile_go_regex, literal_alternatives
 from autoscaler.promql.over_time import POINT_FUNCTIONS
 
 RANGE_FUNCTIONS = frozenset(
@@ -141,6 +141,8 @@ def _walk(node: object, out: list[str]) -> None:
             out.append("'or' between label matchers is not supported")
         for m in node.matchers.matchers:
             if m.op in (promql_parser.MatchOp.Re, promql_parser.MatchOp.NotRe):
+                if literal_alternatives(m.value) is not None:
+                    continue  # plain strings: read as they are, nothing to compile
                 try:
                     compile_go_regex(m.value)
                 except RegexError as e:
