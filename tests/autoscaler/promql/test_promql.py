@@ -200,9 +200,9 @@ def test_an_alternation_of_plain_strings_selects_by_code_as_the_regex_would() ->
             if m.literals is None:
                 assert literal_alternatives(pattern) is None
                 continue
-            regex = compile_go_regex(pattern)
+            compiled = compile_go_regex(pattern)
             expected = np.array(
-                [(regex.fullmatch(v) is not None) == (kind is MatchType.RE) for v in values]
+                [(compiled.fullmatch(v) is not None) == (kind is MatchType.RE) for v in values]
             )
             assert (symbols.match(m, codes) == expected).all(), pattern
             assert [m.matches(v) for v in values] == expected.tolist(), pattern
@@ -786,8 +786,8 @@ def test_a_window_ending_at_the_newest_samples_holds_the_points_a_slice_holds() 
             vs = fam.vals[row, : fam.count[row]]
             keep = (ts >= mint) & (ts <= maxt) & ~is_stale(vs)
             if keep.any():
-                want[row] = (int(keep.sum()), int(ts[keep][0]), int(ts[keep][-1]))
-                want[row] += (vs[keep].view(np.uint64).tolist(),)
+                points = vs[keep].view(np.uint64).tolist()
+                want[row] = (int(keep.sum()), int(ts[keep][0]), int(ts[keep][-1]), points)
         if w.parts is None:
             assert got == want, (width, end)
         else:
