@@ -268,10 +268,12 @@ class _Job:
     pauses: deque[Pause] = field(default_factory=lambda: deque(maxlen=MAX_PAUSES))
     # Incremented at each restart: spacing is measured within one epoch only.
     epoch: int = 0
-    # The figures of ``pauses`` (``_pause_figures``), and the pauses and epoch
-    # they were computed from: they change only when a pause is learned or
-    # forgotten, or the job restarts.
-    figures: tuple[tuple[Pause, ...], int, _PauseFigures] | None = None
+    # The figures of ``pauses`` (``_pause_figures``), and what they were computed
+    # from: how many pauses, the first and the last (the deque only grows at its
+    # end and forgets at its start, and pauses start one after another, so these
+    # name its contents) and the epoch. They change only when a pause is learned
+    # or forgotten, or the job restarts.
+    figures: tuple[tuple[int, Pause | None, Pause | None, int], _PauseFigures] | None = None
 
 
 @dataclass(frozen=True)
@@ -387,22 +389,8 @@ class Rhythm:
         job = self.jobs.get(key)
         if job is None:
             return None
-        pauses = tuple(job.pauses)
-        if job.figures is None or job.figures[0] != pauses or job.figures[1] != job.epoch:
-            job.figures = (pauses, job.epoch, _pause_figures(pauses, job.epoch))
-        f = job.figures[2]
-        return JobRhythm(
-            pauses=len(pauses),
-            longest=f.longest,
-            spacing=f.spacing,
-            last_start=f.last_start,
-            last_end=f.last_end,
-            idle_start=job.idle_since,
-            watched=None if job.since is None else job.seen - job.since,
-            last_busy=job.last_busy,
-            io=job.io if job.idle_since is not None else None,
-            pause_io_min=f.pause_io_min,
-        )
+        values = _values(job)
+        return JobRhythm(len(job.pauses), *values[1:])
 
     def write(self, store: SeriesStore, now: float) -> None:
         """The rows into ``store`` at ``now``, by handle (rendering them as text to
@@ -416,11 +404,11 @@ class Rhythm:
         handles: list[int] = []
         values: list[float] = []
         kept: dict[JobKey, list[int | None]] = {}
-        for key, r in self._current():
+        for key, job in self._current_jobs():
             kind, namespace, name = key
             refs = kept[key] = self._handles.get(key) or [None] * len(GANG_RHYTHM)
             metrics = GANG_RHYTHM if kind == "gang" else JOB_RHYTHM
-            for i, value in enumerate(_figures(r)):
+            for i, value in enumerate(_values(job)):
                 if value is None:
                     refs[i] = None
                     continue
@@ -437,10 +425,15 @@ class Rhythm:
             store.append_stale(gone, now)
         self._handles, self._written = kept, written
 
+    def _current_jobs(self) -> list[tuple[JobKey, _Job]]:
+        """The jobs seen in the last cycle, in key order."""
+        now = self.now
+        return sorted((k, j) for k, j in self.jobs.items() if j.seen == now)
+
     def _current(self) -> list[tuple[JobKey, JobRhythm]]:
         """The figures of the jobs seen in the last cycle, by job."""
         out: list[tuple[JobKey, JobRhythm]] = []
-        for key in sorted(k for k, j in self.jobs.items() if j.seen == self.now):
+        for key, _ in self._current_jobs():
             r = self.rhythm(key)
             if r is not None:
                 out.append((key, r))
@@ -472,6 +465,28 @@ def _figures(r: JobRhythm) -> tuple[float | None, ...]:
         r.last_busy,
         r.io,
         r.pause_io_min,
+    )
+
+
+def _values(job: _Job) -> tuple[float | None, ...]:
+    """A job's figures in ``_RHYTHM``'s order (``_figures`` of its ``JobRhythm``),
+    without building one: ``write`` asks this of every job every cycle."""
+    p = job.pauses
+    key = (len(p), p[0] if p else None, p[-1] if p else None, job.epoch)
+    if job.figures is None or job.figures[0] != key:
+        job.figures = (key, _pause_figures(tuple(p), job.epoch))
+    f = job.figures[1]
+    return (
+        float(len(p)),
+        f.longest,
+        f.spacing,
+        f.last_start,
+        f.last_end,
+        job.idle_since,
+        None if job.since is None else job.seen - job.since,
+        job.last_busy,
+        job.io if job.idle_since is not None else None,
+        f.pause_io_min,
     )
 
 
