@@ -354,7 +354,7 @@ class Family:
             for m in matchers:
                 if m.name in self.codes and (named := named_codes(self.symbols, m)) is not None:
                     rows = self._index.rows(m.name, self.codes[m.name][:n], named)
-                    break
+                    break  # None: not indexed yet, scanned below
         mask: Mask | None = None
         for m in matchers:
             col = self.codes.get(m.name)

@@ -7,7 +7,8 @@ from the family's storage so that each can be read and tested alone.
   ``=~`` of plain strings: ``node=~"n1|n2|..."``, as the rhythm learner narrows
   its traffic query to a dip's nodes) takes its rows from the label's index, the
   rows ordered by code, in time proportional to what it finds rather than to the
-  family (Prometheus's postings lists do the same).
+  family (Prometheus's postings lists do the same), once the family's rows have
+  stayed the same between two asks.
 * **By time** (``time_search``): for each row, where a time would be inserted
   among its samples, guessing that every row is aligned with the fullest one at
   its end (scrapes write every row at once) and searching only the rows where the
@@ -34,23 +35,30 @@ def named_codes(symbols: Symbols, m: Matcher) -> list[int] | None:
 
 
 class LabelIndex:
-    """Per label of one family: its rows ordered by code, and those codes. Built
-    on first use and kept until ``clear`` (the family's rows changed)."""
+    """Per label of one family: its rows ordered by code, and those codes. Kept
+    until ``clear`` (the family's rows changed), and built at the second ask
+    since then: sorting a column costs some thirty scans of it, so a family whose
+    rows change between every two asks (new pods each cycle) is scanned."""
 
     def __init__(self) -> None:
         self._by_label: dict[str, tuple[I64, I64]] = {}
+        self._asked: set[str] = set()
 
     def __bool__(self) -> bool:
         return bool(self._by_label)
 
     def clear(self) -> None:
         self._by_label.clear()
+        self._asked.clear()
 
-    def rows(self, name: str, column: I64, codes: list[int]) -> I64:
+    def rows(self, name: str, column: I64, codes: list[int]) -> I64 | None:
         """The rows (ascending) whose label ``name`` (``column``: its codes, one per
-        row) has one of ``codes``."""
+        row) has one of ``codes``; None at the first ask (the caller scans)."""
         index = self._by_label.get(name)
         if index is None:
+            if name not in self._asked:
+                self._asked.add(name)
+                return None
             order = np.argsort(column, kind="stable")
             index = self._by_label[name] = (order, column[order])
         order, sorted_codes = index
