@@ -158,7 +158,11 @@ GANG_AGE_QUERY = (
     "min by (namespace, gang) "
     "(accel_job_age_seconds * on (namespace, pod) group_left (gang) accel_gang_info)"
 )
-POD_AGE_QUERY = "accel_job_age_seconds unless on (namespace, pod) accel_gang_info"
+# The rules' own term (computed once a cycle for all), one row per pod with only
+# the pod's two labels: thousands of pods are decoded each cycle.
+POD_AGE_QUERY = (
+    "min by (namespace, pod) (accel_job_age_seconds unless on (namespace, pod) accel_gang_info)"
+)
 # What each node moves, in bytes per second over the last 2 minutes (two samples
 # at a 1-minute scrape), network and disk, both directions, as node_exporter
 # publishes it with the node's name in ``node``. A node without all four families
