@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from accel_common.names import CAPI_CLUSTER_LABEL as CLUSTER_LABEL
 from accel_common.names import CAPI_DELETE_MACHINE_ANNOTATION as DELETE_ANNOTATION
@@ -555,18 +555,19 @@ class SimKube:
         self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
     ) -> Obj:
         self._count("patch_custom")
+        return self._patch_custom(group, namespace, plural, name, patch)
+
+    def _patch_custom(self, group: str, namespace: str, plural: str, name: str, patch: Obj) -> Obj:
+        """``patch_custom``'s work, uncounted: ``patch_custom_status`` shares it."""
         self._served(group, plural)
         obj = self._custom(plural, namespace, name, group)
         before = obj.get("spec", {}).get("replicas")
         self._patch(obj, patch, f'{plural}.{group} "{name}"')
-        if self.reactor is not None:
-            if plural == MACHINE_DEPLOYMENTS:
-                if obj.get("spec", {}).get("replicas") != before:
-                    self.reactor.replicas_changed(obj)
-            else:
-                self.reactor.custom_changed(plural, obj)
-        result: Obj = copy_obj(obj)
-        return result
+        if self.reactor is not None and plural != MACHINE_DEPLOYMENTS:
+            self.reactor.custom_changed(plural, obj)
+        elif self.reactor is not None and obj.get("spec", {}).get("replicas") != before:
+            self.reactor.replicas_changed(obj)
+        return cast(Obj, copy_obj(obj))
 
     async def patch_custom_status(
         self, group: str, version: str, namespace: str, plural: str, name: str, patch: Obj
@@ -575,7 +576,7 @@ class SimKube:
         self._count("patch_custom_status")
         meta = {k: v for k, v in (patch.get("metadata") or {}).items() if k == "resourceVersion"}
         body = {"metadata": meta, "status": patch.get("status")}
-        return await self.patch_custom(group, version, namespace, plural, name, body)
+        return self._patch_custom(group, namespace, plural, name, body)
 
     async def create_custom(
         self, group: str, version: str, namespace: str, plural: str, body: Obj

@@ -304,6 +304,17 @@ def test_the_in_memory_api_behaves_like_the_server() -> None:
         await kube.delete_pod("ns", "p", uid=created["metadata"]["uid"])
         with pytest.raises(NotFound):
             await kube.evict_pod("ns", "p")
+        # A status write is one call, tallied once, and changes only the status.
+        group = ("kueue.x-k8s.io", "v1beta1", "ns", "workloads", "w")
+        wl = {"metadata": {"name": "w", "namespace": "ns"}, "spec": {"active": True}}
+        kube.add_custom("workloads", wl)
+        before = dict(kube.calls)
+        out = await kube.patch_custom_status(
+            *group, {"spec": {"active": False}, "status": {"requeueState": {"count": 1}}}
+        )
+        assert out["spec"] == {"active": True} and out["status"]["requeueState"]["count"] == 1
+        assert kube.calls["patch_custom_status"] == before.get("patch_custom_status", 0) + 1
+        assert kube.calls.get("patch_custom", 0) == before.get("patch_custom", 0)
 
     asyncio.run(check())
     assert merge_patch({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"b": None}, "l": [2]}) == {
