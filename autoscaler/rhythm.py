@@ -434,47 +434,22 @@ class Rhythm:
         now = self.now
         return sorted((k, j) for k, j in self.jobs.items() if j.seen == now)
 
-    def _current(self) -> list[tuple[JobKey, JobRhythm]]:
-        """The figures of the jobs seen in the last cycle, by job."""
-        out: list[tuple[JobKey, JobRhythm]] = []
-        for key, _ in self._current_jobs():
-            r = self.rhythm(key)
-            if r is not None:
-                out.append((key, r))
-        return out
-
     def rows(self) -> list[Row]:
         """The series of the jobs seen in the last cycle (module docstring): a job
         that went has none, at once."""
         out: list[Row] = []
-        for (kind, namespace, name), r in self._current():
+        for (kind, namespace, name), job in self._current_jobs():
             labels = {"namespace": namespace, kind: name}
             metrics = GANG_RHYTHM if kind == "gang" else JOB_RHYTHM
-            for metric, value in zip(metrics, _figures(r), strict=True):
+            for metric, value in zip(metrics, _values(job), strict=True):
                 if value is not None:
                     out.append((metric, dict(labels), value))
         return out
 
 
-def _figures(r: JobRhythm) -> tuple[float | None, ...]:
-    """A job's figures in ``_RHYTHM``'s order (``metrics.py``); None: no series."""
-    return (
-        float(r.pauses),
-        r.longest,
-        r.spacing,
-        r.last_start,
-        r.last_end,
-        r.idle_start,
-        r.watched,
-        r.last_busy,
-        r.io,
-        r.pause_io_min,
-    )
-
-
 def _values(job: _Job) -> tuple[float | None, ...]:
-    """A job's figures in ``_RHYTHM``'s order (``_figures`` of its ``JobRhythm``),
-    without building one: ``write`` asks this of every job every cycle."""
+    """A job's figures in ``_RHYTHM``'s order (``metrics.py``; None: no series),
+    which ``JobRhythm`` names: ``write`` asks this of every job every cycle."""
     p = job.pauses
     key = (len(p), p[0] if p else None, p[-1] if p else None, job.epoch)
     if job.figures is None or job.figures[0] != key:
