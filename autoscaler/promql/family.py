@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler.promql.lookup import LabelIndex, named_codes, time_search
-from autoscaler.promql.matchers import Matcher
+from autoscaler.promql.lookup import LabelIndex, time_search
+from autoscaler.promql.matchers import Matcher, MatchType
 from autoscaler.promql.symbols import F64, I64, Mask, Symbols
 from autoscaler.promql.windows import Window, joined
 from autoscaler.types import Labels
@@ -352,7 +352,10 @@ class Family:
         rows: I64 | None = None
         if n >= _INDEXED_ROWS:
             for m in matchers:
-                if m.name in self.codes and (named := named_codes(self.symbols, m)) is not None:
+                if m.name in self.codes and m.type is not MatchType.NRE:
+                    named = self.symbols.named_codes(m)
+                    if named is None:
+                        continue
                     rows = self._index.rows(m.name, self.codes[m.name][:n], named)
                     break  # None: not indexed yet, scanned below
         mask: Mask | None = None

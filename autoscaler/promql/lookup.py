@@ -19,19 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoscaler.promql.matchers import Matcher, MatchType
-from autoscaler.promql.symbols import I64, Symbols
-
-
-def named_codes(symbols: Symbols, m: Matcher) -> list[int] | None:
-    """The codes that a matcher naming its values accepts (-1: a value no series
-    ever had), or None for a matcher that names none (``!=``, ``!~``, a regular
-    expression)."""
-    if m.type is MatchType.EQ:
-        return [symbols.code(m.value)]
-    if m.type is MatchType.RE and m.literals is not None:
-        return [symbols.code(v) for v in m.literals]
-    return None
+from autoscaler.promql.symbols import I64
 
 
 class LabelIndex:
@@ -113,4 +101,4 @@ def time_search(ts: I64, cnt: I64, rows: I64, target: int, right: bool) -> I64:
     return out
 
 
-__all__ = ["LabelIndex", "named_codes", "time_search"]
+__all__ = ["LabelIndex", "time_search"]

@@ -62,6 +62,15 @@ class Symbols:
         out: list[str] = self._array[codes].tolist()
         return out
 
+    def named_codes(self, matcher: Matcher) -> list[int] | None:
+        """The codes of the values a matcher names (``=``, or ``=~``/``!~`` of plain
+        strings; -1: a value no series ever had), or None for one that names none."""
+        if matcher.type is MatchType.EQ:
+            return [self.code(matcher.value)]
+        if matcher.literals is not None:
+            return [self.code(v) for v in matcher.literals]
+        return None
+
     def match(self, matcher: Matcher, codes: I64) -> Mask:
         """Which codes satisfy the matcher (on values; the label name is the caller's)."""
         if matcher.type is MatchType.EQ:
@@ -72,7 +81,7 @@ class Symbols:
             return ne
         if matcher.literals is not None:
             # Plain strings joined by "|": the codes of those that exist.
-            wanted = [c for c in map(self.code, matcher.literals) if c >= 0]
+            wanted = [c for c in self.named_codes(matcher) or () if c >= 0]
             hit: Mask = np.isin(codes, np.array(wanted, dtype=np.int64))
             return hit if matcher.type is MatchType.RE else ~hit
         key = (matcher.type, matcher.value)
