@@ -96,62 +96,47 @@ data gives no series, and no series only leaves the conservative rules.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
-import statistics
 import weakref
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoscaler.metrics import (
-    GANG_RHYTHM,
-    JOB_RHYTHM,
-    Row,
-)
+from autoscaler.metrics import Row
+from autoscaler.promql.evaluator import Columns
 from autoscaler.promql.matchers import quote, regex_escape
-from autoscaler.promql.store import SeriesStore
-from autoscaler.sources.base import Source, StoreBacked
+from autoscaler.rhythm_learner import (
+    CONFIRM,
+    FORGET,
+    HORIZON,
+    IDLE,
+    MAX_JOBS,
+    MAX_PAUSE,
+    MAX_PAUSES,
+    MOVING,
+    RESTART_SLACK,
+    JobRhythm,
+    Rhythm,
+)
+from autoscaler.rhythm_table import Answer, JobKey
+from autoscaler.sources.base import ColumnarSource, Source, StoreBacked
 from autoscaler.types import QueryResult, Vector
 
 log = logging.getLogger(__name__)
 
-# The stall rules' idle: every device of the job at or under this.
-IDLE = 0.05
-# Pauses are remembered this long (the longest is "in the last 6 hours").
-HORIZON = 6 * 3600.0
-# At most this many pauses per job (6 hours of checkpoints every 15 minutes).
-MAX_PAUSES = 24
-# At most this many jobs learned (16,384 devices in one-device pods is the most
-# the benchmark fleet holds; beyond it new jobs keep the conservative rules).
-MAX_JOBS = 20_000
-# A job not seen for this long is forgotten: as long as its pauses are kept (a
-# gang requeued after a fault may wait hours for its nodes, and is the same run).
-FORGET = HORIZON
-# A dip longer than this is no checkpoint: not learned.
-MAX_PAUSE = 3600.0
-# What a checkpoint's write or read moves at the least, bytes/s a node (the
-# rules' ``> 1e7`` on ``_pause_io_min_bytes_per_second``).
-MOVING = 1e7
-# A dip's end is confirmed by a busy look at most this long after it.
-CONFIRM = 600.0
-# A youngest pod younger than before by more than this is a restart (ages are
-# read from a series stamped once per cycle: a minute of jitter is no restart).
-RESTART_SLACK = 90.0
 
 # The job's largest utilization over its devices in the last minute, per kind.
 GANG_QUERY = (
     "max by (namespace, gang) (accel_gang_info * on (node) group_left () "
     "max by (node) (max_over_time(accel_utilization_ratio[1m])))"
 )
-# The pods that are no gang member first: on a fleet of gangs the join is empty
-# and the evaluator skips its right-hand side.
+# Its join over every device pod is stalled-pod's own term, which the evaluator
+# then hands the rule without computing it again; the gang members go after it.
+# (It is asked only where some pod is no gang member: ``learn``.)
 POD_QUERY = (
-    "max by (namespace, pod) ((accel_device_pod_info unless on (namespace, pod) accel_gang_info)"
-    " * on (node, device) group_left () max_over_time(accel_utilization_ratio[1m]))"
+    "max by (namespace, pod) (accel_device_pod_info * on (node, device) group_left () "
+    "max_over_time(accel_utilization_ratio[1m])) unless on (namespace, pod) accel_gang_info"
 )
 # When the job's youngest pod started: now minus these ages.
 GANG_AGE_QUERY = (
@@ -243,263 +228,6 @@ def one_of(label: str, values: Iterable[str]) -> str | None:
     return f"{label}=~{body}"
 
 
-JobKey = tuple[str, str, str]  # (kind "gang" | "pod", namespace, name)
-# A recovered pause: (start, length, epoch, the least its nodes moved or None).
-Pause = tuple[float, float, int, float | None]
-
-
-@dataclass
-class _Job:
-    """What the learner holds about one job."""
-
-    born: float
-    seen: float
-    busy_seen: bool = False
-    # When the current pods were first seen busy (None: not yet).
-    since: float | None = None
-    # When the current pods were last seen busy.
-    last_busy: float | None = None
-    idle_since: float | None = None
-    # The dip in progress: the least its job's nodes moved at any look (None:
-    # a look had no figure), and what they move now (None: unknown).
-    dip_io_min: float | None = None
-    io: float | None = None
-    # A dip that ended at the last look: a pause once the next look, soon after,
-    # finds the job busy again (one busy look between two idle ones, or before
-    # the job's pods went, is no recovery).
-    ending: Pause | None = None
-    # (start, length, epoch, least moved or None) of recovered pauses, oldest first.
-    pauses: deque[Pause] = field(default_factory=lambda: deque(maxlen=MAX_PAUSES))
-    # Incremented at each restart: spacing is measured within one epoch only.
-    epoch: int = 0
-    # The figures of ``pauses`` (``_pause_figures``), and what they were computed
-    # from: how many pauses, the first and the last (the deque only grows at its
-    # end and forgets at its start, and pauses start one after another, so these
-    # name its contents) and the epoch. They change only when a pause is learned
-    # or forgotten, or the job restarts.
-    figures: tuple[tuple[int, Pause | None, Pause | None, int], _PauseFigures] | None = None
-
-
-@dataclass(frozen=True)
-class JobRhythm:
-    """The published figures of one job (None: not known yet)."""
-
-    pauses: int
-    longest: float | None
-    spacing: float | None
-    last_start: float | None
-    last_end: float | None
-    idle_start: float | None
-    watched: float | None
-    last_busy: float | None
-    io: float | None = None
-    pause_io_min: float | None = None
-
-
-class Rhythm:
-    """The learner: ``observe`` once per cycle, ``rows`` for the series."""
-
-    def __init__(self, max_jobs: int = MAX_JOBS) -> None:
-        self.jobs: dict[JobKey, _Job] = {}
-        self.max_jobs = max_jobs
-        self.refused = 0
-        self.now: float | None = None
-        # The store the rows were last written to, each job's handles there (None:
-        # not written last time), and the handles written last time.
-        self._store: SeriesStore | None = None
-        self._handles: dict[JobKey, list[int | None]] = {}
-        self._written = np.zeros(0, dtype=np.int64)
-
-    def observe(
-        self,
-        now: float,
-        util: dict[JobKey, float],
-        born: dict[JobKey, float],
-        io: dict[JobKey, float] | None = None,
-    ) -> None:
-        """One cycle's view: each job's largest utilization, youngest pod's start
-        and, where known, the most that any of its nodes moved (bytes/s)."""
-        self.now = now
-        moved = io or {}
-        for key, u in util.items():
-            b = born.get(key)
-            if b is None or not math.isfinite(u) or not math.isfinite(b):
-                continue
-            job = self.jobs.get(key)
-            if job is None:
-                if len(self.jobs) >= self.max_jobs:
-                    self.refused += 1
-                    continue
-                job = self.jobs[key] = _Job(born=b, seen=now)
-            self._step(job, now, u > IDLE, b, moved.get(key))
-        for key in [k for k, j in self.jobs.items() if now - j.seen > FORGET]:
-            del self.jobs[key]
-
-    def _step(self, job: _Job, now: float, busy: bool, born: float, io: float | None) -> None:
-        ending, job.ending = job.ending, None
-        late = now - job.seen > CONFIRM
-        if ending is not None and (late or born > job.born + RESTART_SLACK):
-            ending = None  # unseen for long, or restarted: not known to have worked on
-        job.seen = now
-        if born > job.born + RESTART_SLACK:
-            # New pods: their loading idle is no pause, and the phase starts over.
-            job.epoch += 1
-            job.busy_seen = False
-            job.idle_since = None
-            job.since = None
-            job.last_busy = None
-        job.born = born
-        job.io = io if io is not None and math.isfinite(io) else None
-        while job.pauses and now - job.pauses[0][0] > HORIZON:
-            job.pauses.popleft()
-        if not busy and not job.busy_seen and self._loading(job):
-            # New pods that read a checkpoint at its pauses' pace are at work
-            # already: a stall that stops the load is a dip (the I/O call's).
-            job.busy_seen, job.last_busy = True, now
-            job.since = job.since if job.since is not None else now
-            return
-        if busy:
-            if ending is not None:
-                job.pauses.append(ending)
-            start = job.idle_since
-            if start is not None and now - start <= MAX_PAUSE:
-                job.ending = (start, now - start, job.epoch, job.dip_io_min)
-            job.idle_since = None
-            job.busy_seen = True
-            if job.since is None:
-                job.since = now
-            job.last_busy = now
-        elif job.busy_seen:
-            if ending is not None:
-                # Idle again at once: the dip goes on from where it began.
-                job.idle_since, job.dip_io_min = ending[0], ending[3]
-            first = job.idle_since is None
-            if first:
-                job.idle_since = now
-            # One look without a figure leaves the whole dip without one.
-            if job.io is None or (not first and job.dip_io_min is None):
-                job.dip_io_min = None
-            else:
-                job.dip_io_min = job.io if first else min(job.dip_io_min or 0.0, job.io)
-
-    @staticmethod
-    def _loading(job: _Job) -> bool:
-        """Its nodes move data as its pauses did (half their least or more, that
-        least over ``MOVING``): a load, before its pods were ever seen busy."""
-        least = _least([p[3] for p in job.pauses])
-        return job.io is not None and least is not None and least > MOVING and job.io >= least / 2
-
-    def rhythm(self, key: JobKey) -> JobRhythm | None:
-        job = self.jobs.get(key)
-        if job is None:
-            return None
-        values = _values(job)
-        return JobRhythm(len(job.pauses), *values[1:])
-
-    def write(self, store: SeriesStore, now: float) -> None:
-        """The rows into ``store`` at ``now``, by handle (rendering them as text to
-        parse back cost more than the queries), and a stale marker on each series
-        written last time and not now, as a scrape's would be. Each job keeps the
-        handles of its series while they are written every cycle (a store keeps a
-        handle while its series has samples); one not written is taken again
-        after its stale marker."""
-        if store is not self._store:
-            self._store, self._handles, self._written = store, {}, np.zeros(0, dtype=np.int64)
-        handles: list[int] = []
-        values: list[float] = []
-        kept: dict[JobKey, list[int | None]] = {}
-        for key, job in self._current_jobs():
-            kind, namespace, name = key
-            refs = kept[key] = self._handles.get(key) or [None] * len(GANG_RHYTHM)
-            metrics = GANG_RHYTHM if kind == "gang" else JOB_RHYTHM
-            for i, value in enumerate(_values(job)):
-                if value is None:
-                    refs[i] = None
-                    continue
-                ref = refs[i]
-                if ref is None:
-                    labels = {"__name__": metrics[i].name, "namespace": namespace, kind: name}
-                    ref = refs[i] = store.ref(labels)
-                handles.append(ref)
-                values.append(value)
-        written = np.array(handles, dtype=np.int64)
-        store.append(written, now, np.array(values, dtype=np.float64))
-        gone = np.setdiff1d(self._written, written)
-        if gone.size:
-            store.append_stale(gone, now)
-        self._handles, self._written = kept, written
-
-    def _current_jobs(self) -> list[tuple[JobKey, _Job]]:
-        """The jobs seen in the last cycle, in key order."""
-        now = self.now
-        return sorted((k, j) for k, j in self.jobs.items() if j.seen == now)
-
-    def rows(self) -> list[Row]:
-        """The series of the jobs seen in the last cycle (module docstring): a job
-        that went has none, at once."""
-        out: list[Row] = []
-        for (kind, namespace, name), job in self._current_jobs():
-            labels = {"namespace": namespace, kind: name}
-            metrics = GANG_RHYTHM if kind == "gang" else JOB_RHYTHM
-            for metric, value in zip(metrics, _values(job), strict=True):
-                if value is not None:
-                    out.append((metric, dict(labels), value))
-        return out
-
-
-def _values(job: _Job) -> tuple[float | None, ...]:
-    """A job's figures in ``_RHYTHM``'s order (``metrics.py``; None: no series),
-    which ``JobRhythm`` names: ``write`` asks this of every job every cycle."""
-    p = job.pauses
-    key = (len(p), p[0] if p else None, p[-1] if p else None, job.epoch)
-    if job.figures is None or job.figures[0] != key:
-        job.figures = (key, _pause_figures(tuple(p), job.epoch))
-    f = job.figures[1]
-    return (
-        float(len(p)),
-        f.longest,
-        f.spacing,
-        f.last_start,
-        f.last_end,
-        job.idle_since,
-        None if job.since is None else job.seen - job.since,
-        job.last_busy,
-        job.io if job.idle_since is not None else None,
-        f.pause_io_min,
-    )
-
-
-@dataclass(frozen=True)
-class _PauseFigures:
-    """What a job's recovered pauses say (``JobRhythm``'s fields of the same names)."""
-
-    longest: float | None
-    spacing: float | None
-    last_start: float | None
-    last_end: float | None
-    pause_io_min: float | None
-
-
-def _pause_figures(pauses: tuple[Pause, ...], epoch: int) -> _PauseFigures:
-    mine = [p for p in pauses if p[2] == epoch]
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(mine)]
-    last = mine[-1] if mine else None
-    return _PauseFigures(
-        longest=max(p[1] for p in pauses) if pauses else None,
-        spacing=statistics.median(gaps) if gaps else None,
-        last_start=last[0] if last else None,
-        last_end=last[0] + last[1] if last else None,
-        pause_io_min=_least([p[3] for p in pauses]),
-    )
-
-
-def _least(values: list[float | None]) -> float | None:
-    """The least of the pauses' figures; none unless every pause had one."""
-    if not values or any(v is None for v in values):
-        return None
-    return min(v for v in values if v is not None)
-
-
 # The learner of each engine memory: it lives and dies with its EngineState, so
 # the controller, the simulator and the rule tests need no plumbing for it, and a
 # controller restart (a new EngineState) starts with no rhythm: conservative.
@@ -565,29 +293,73 @@ async def _host_io(source: Source, now: float, dipping: dict[str, set[str]]) -> 
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
+async def _answer(source: Source, expr: str, now: float, kind: str) -> Answer:
+    """One row per job of ``kind``: as code columns where the source gives them
+    (``ColumnarSource``: no ``Sample`` per row), else as keys. A failed query
+    (Unknown, or anything but a vector) is an answer with no rows: no data."""
+    if isinstance(source, ColumnarSource):
+        got = await source.query_columns(expr, now, ("namespace", kind))
+        if isinstance(got, Columns):
+            namespace, name = got.codes
+            return Answer(kind, got.values, codes=(namespace, name), symbols=got.symbols)
+        return Answer.of(kind, {})
+    return Answer.of(kind, _by_job(await source.query(expr, now), kind))
+
+
 async def learn(rhythm: Rhythm, source: Source, now: float) -> None:
     """One cycle: ask the source, observe, and write the rows into its store when
     it keeps one (else the controller's /metrics carries them)."""
-    util: dict[JobKey, float] = {}
-    born: dict[JobKey, float] = {}
+    util: list[Answer] = []
+    born: list[Answer] = []
     for kind, query, ages in (
         ("gang", GANG_QUERY, GANG_AGE_QUERY),
         ("pod", POD_QUERY, POD_AGE_QUERY),
     ):
         # The ages first: a kind with no job (no pod outside a gang, on a fleet of
         # gangs) has its utilization join over every device left unasked.
-        aged = _by_job(await source.query(ages, now), kind)
-        if not aged:
+        aged = await _answer(source, ages, now, kind)
+        if not aged.valid().any():
             continue
-        util.update(_by_job(await source.query(query, now), kind))
-        for key, age in aged.items():
-            born[key] = now - age
+        util.append(await _answer(source, query, now, kind))
+        born.append(aged.with_values(now - aged.values))
     # What the jobs' nodes move matters only in a dip: not asked otherwise.
     dipping: dict[str, set[str]] = {}
-    for (kind, _, name), u in util.items():
-        if u <= IDLE:
+    for answer in util:
+        for row in np.flatnonzero(answer.valid() & (answer.values <= IDLE)).tolist():
+            kind, _, name = answer.key(row)
             dipping.setdefault(kind, set()).add(name)
     io = await _host_io(source, now, dipping) if dipping else {}
-    rhythm.observe(now, util, born, io)
+    rhythm.observe_rows(now, util, born, io)
     if isinstance(source, StoreBacked):
         rhythm.write(source.store, now)
+
+
+__all__ = [
+    "CONFIRM",
+    "FORGET",
+    "GANG_AGE_QUERY",
+    "GANG_IO_QUERY",
+    "GANG_QUERY",
+    "HORIZON",
+    "HOST_IO",
+    "IDLE",
+    "MAX_ALTERNATION",
+    "MAX_JOBS",
+    "MAX_PAUSE",
+    "MAX_PAUSES",
+    "MOVING",
+    "POD_AGE_QUERY",
+    "POD_IO_QUERY",
+    "POD_QUERY",
+    "RESTART_SLACK",
+    "JobKey",
+    "JobRhythm",
+    "Rhythm",
+    "gang_io_query",
+    "host_io",
+    "learn",
+    "learner",
+    "one_of",
+    "pod_io_query",
+    "rows_of",
+]

@@ -127,12 +127,15 @@ async def _time_new(
     source: Source, exprs: dict[str, str], more: dict[str, str], state: object, now: float
 ) -> tuple[float, float, float]:
     """(the learner's cycle, the new stall rules', the detection rules') at ``now``."""
-    # A copy of the simulation's learner, its jobs deep. It does not write: the
-    # simulation's learner wrote its rows at this time already (a store takes one
-    # sample a series and time), and that write, timed in the cycle, is added.
+    # A copy of the simulation's learner, its jobs and table deep, the store it
+    # writes to (and whose symbols its mapped answers hold) shared. It does not
+    # write: the simulation's learner wrote its rows at this time already (a store
+    # takes one sample a series and time), and that write, timed in the cycle, is
+    # added.
     real = rhythm.learner(state)
-    mine = copy.copy(real)
-    mine.jobs = copy.deepcopy(real.jobs)
+    store = getattr(source, "store", None)
+    shared = {} if store is None else {id(store): store, id(store.symbols): store.symbols}
+    mine = copy.deepcopy(real, shared)
     mine.write = lambda store, now: None  # type: ignore[method-assign]
     _cold(source)
     start = time.perf_counter()

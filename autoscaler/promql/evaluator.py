@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
@@ -77,7 +78,7 @@ from autoscaler.promql.support import (
     RANGE_FUNCTIONS,
     unsupported_in,
 )
-from autoscaler.promql.symbols import F64, I64, Mask
+from autoscaler.promql.symbols import F64, I64, Mask, Symbols
 from autoscaler.promql.vectors import (
     Vec,
     check_unique,
@@ -109,6 +110,16 @@ def prometheus_time_ms(t: float) -> int:
     nanos = int(whole) * 1_000_000_000 + int(frac * 1e9)
     ms = abs(nanos) // 1_000_000
     return ms if nanos >= 0 else -ms
+
+
+@dataclass(frozen=True)
+class Columns:
+    """An instant vector's code columns of some label names (``Evaluator.columns``;
+    0: the row lacks the label), its values, and the symbols that decode codes."""
+
+    codes: tuple[I64, ...]
+    values: F64
+    symbols: Symbols
 
 
 class Evaluator:
@@ -174,10 +185,7 @@ class Evaluator:
         are decoded: the evaluation is the same, but a caller that reads a result
         for a few targets (a rule's recover condition, for its active targets) does
         not pay for turning thousands of rows into ``Sample`` objects."""
-        plan = self._plan(expr)
-        t_ms = prometheus_time_ms(t)
-        self._memo.check()
-        self._query_t = t_ms
+        plan, t_ms = self._start(expr, t)
         if isinstance(plan, RangeSelect) and plan.select.at is None:
             return self._matrix(plan, t_ms)
         if isinstance(plan, RangeSelect | Subquery):
@@ -190,6 +198,29 @@ class Evaluator:
         if only is not None:
             result = self._restrict(result, only)
         return self._vector(result, t_ms / 1000)
+
+    def columns(self, expr: str, t: float, names: tuple[str, ...]) -> Columns:
+        """``instant`` for a reader that keys thousands of rows by a few labels (the
+        rhythm learner, every cycle): the result's code columns of ``names`` (0
+        where a row lacks the label) and its values, with the symbols that decode
+        them, and no ``Sample`` built. ExprError unless the result is an instant
+        vector."""
+        plan, t_ms = self._start(expr, t)
+        result = None if isinstance(plan, RangeSelect | Subquery) else self._eval(plan, t_ms)
+        if not isinstance(result, Vec):
+            raise ExprError("expected an instant vector")
+        absent = np.zeros(len(result), dtype=np.int64)
+        codes = tuple(result.cols.get(n, absent) for n in names)
+        return Columns(codes, result.values, self.store.symbols)
+
+    def _start(self, expr: str, t: float) -> tuple[Plan, int]:
+        """The plan of ``expr`` and the evaluation time in milliseconds, with the
+        memo checked against the store (what an evaluation starts with)."""
+        plan = self._plan(expr)
+        t_ms = prometheus_time_ms(t)
+        self._memo.check()
+        self._query_t = t_ms
+        return plan, t_ms
 
     def _restrict(self, vec: Vec, only: TargetFilter) -> Vec:
         names, wanted = only
@@ -522,4 +553,4 @@ def _event_function(
     return keep, values, w.rows
 
 
-__all__ = ["Evaluator", "TargetFilter", "prometheus_time_ms"]
+__all__ = ["Columns", "Evaluator", "TargetFilter", "prometheus_time_ms"]

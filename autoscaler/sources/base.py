@@ -27,6 +27,7 @@ from typing import Protocol, runtime_checkable
 
 import aiohttp
 
+from autoscaler.promql.evaluator import Columns
 from autoscaler.promql.store import SeriesStore
 from autoscaler.types import QueryResult, Unknown, Vector
 
@@ -67,6 +68,17 @@ class TargetedSource(Protocol):
     async def query_targets(
         self, expr: str, at: float, names: tuple[str, ...], targets: Iterable[tuple[str, ...]]
     ) -> QueryResult: ...
+
+
+@runtime_checkable
+class ColumnarSource(Protocol):
+    """A source that can hand a result back as label code columns, without
+    building a ``Sample`` per row (``sources/store.py``): the rhythm learner reads
+    one row per job of thousands every cycle. Unknown as ``query`` would be."""
+
+    async def query_columns(
+        self, expr: str, at: float, names: tuple[str, ...]
+    ) -> Columns | Unknown: ...
 
 
 @runtime_checkable

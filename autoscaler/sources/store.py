@@ -24,8 +24,8 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 
-from autoscaler.promql.errors import EvalError
-from autoscaler.promql.evaluator import Evaluator
+from autoscaler.promql.errors import EvalError, ExprError
+from autoscaler.promql.evaluator import Columns, Evaluator
 from autoscaler.promql.store import SeriesStore
 from autoscaler.promql.support import LOOKBACK_DELTA, required_retention
 from autoscaler.types import Matrix, QueryResult, Unknown
@@ -82,6 +82,18 @@ class StoreSource:
         """``query``, keeping only the samples whose ``names`` labels have one of the
         value tuples in ``targets``."""
         return await self._answer(expr, at, (names, targets))
+
+    async def query_columns(
+        self, expr: str, at: float, names: tuple[str, ...]
+    ) -> Columns | Unknown:
+        """``query``'s result as the code columns of ``names`` and the values
+        (``Evaluator.columns``): no ``Sample`` is built."""
+        try:
+            if self.threaded:
+                return await asyncio.to_thread(self.evaluator.columns, expr, at, names)
+            return self.evaluator.columns(expr, at, names)
+        except (EvalError, ExprError) as e:
+            return Unknown(f"evaluation failed: {e}")
 
     async def _answer(
         self,
