@@ -19,7 +19,7 @@ import numpy as np
 
 from autoscaler.metrics import GANG_RHYTHM, JOB_RHYTHM, Row
 from autoscaler.promql.store import SeriesStore
-from autoscaler.promql.symbols import F64, I64, Mask
+from autoscaler.promql.symbols import F64, I64, Mask, Symbols
 from autoscaler.rhythm_table import Answer, JobKey, Mapped, Table
 
 # The stall rules' idle: every device of the job at or under this.
@@ -85,6 +85,8 @@ class _Job:
     # name its contents) and the epoch. They change only when a pause is learned
     # or forgotten, or the job restarts.
     figures: tuple[tuple[int, Pause | None, Pause | None, int], _PauseFigures] | None = None
+    # The codes its rows were found by (``Rhythm._coded``), to forget with it.
+    coded: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,10 @@ class Rhythm:
         # slots (``slots``) are kept until then.
         self.generation = 0
         self._mapped: list[Mapped] = []
+        # Each job's slot by the codes of its rows (per kind: namespace and name
+        # codes in ``_symbols``), remembered as rows are first found by key.
+        self._symbols: Symbols | None = None
+        self._coded: dict[str, dict[tuple[int, int], int]] = {}
         # The store the rows were last written to, the handles written then, and when.
         self._store: SeriesStore | None = None
         self._written = np.zeros(0, dtype=np.int64)
@@ -208,6 +214,10 @@ class Rhythm:
         job = self._by_slot[slot]
         if job is not None:
             del self.jobs[job.key]
+            for kind, pair in job.coded:
+                coded = self._coded.get(kind, {})
+                if coded.get(pair) == slot:
+                    del coded[pair]
         self._by_slot[slot] = None
         self.table.alive[slot] = False
         self._free.append(slot)
@@ -225,13 +235,30 @@ class Rhythm:
         for mapped in self._mapped:
             if mapped.fits(answer, self.generation):
                 return mapped.slots
-        assert answer.symbols is not None
-        found = (self.jobs.get(k) for k in answer.all_keys())
-        out = np.fromiter((-1 if j is None else j.slot for j in found), np.int64, len(answer))
+        out = self._by_codes(answer)
         out.flags.writeable = False
+        assert answer.symbols is not None
         kept = [m for m in self._mapped if m.generation == self.generation][-7:]
         mapped = Mapped(answer.kind, answer.symbols, answer.codes, self.generation, out)
         self._mapped = [*kept, mapped]
+        return out
+
+    def _by_codes(self, answer: Answer) -> I64:
+        """Each row's slot by its codes, as far as they were seen before; the rest
+        found by key (decoded) and remembered (``_coded``) until their job goes."""
+        assert answer.codes is not None and answer.symbols is not None
+        if answer.symbols is not self._symbols:
+            self._symbols, self._coded = answer.symbols, {}
+        coded = self._coded.setdefault(answer.kind, {})
+        namespace, name = answer.codes
+        pairs = list(zip(namespace.tolist(), name.tolist(), strict=True))
+        out = np.fromiter((coded.get(p, -2) for p in pairs), np.int64, len(pairs))
+        for row in np.flatnonzero(out == -2).tolist():
+            job = self.jobs.get(answer.key(row))
+            out[row] = -1 if job is None else job.slot
+            if job is not None:
+                coded[pairs[row]] = job.slot
+                job.coded.append((answer.kind, pairs[row]))
         return out
 
     def _step_all(self, now: float, slots: I64, busy: Mask, born: F64, moved: F64) -> None:

@@ -99,12 +99,12 @@ def test_the_fast_path_learns_what_stepping_every_job_learns() -> None:
     assert fast < 0.8 * slow, (fast, slow)
 
 
-def _fleet(t: float, cycle: int) -> str:
-    """Three gangs over two nodes each and five lone pods (one without a
+def _fleet(t: float, cycle: int, gangs: range = range(3), pods: range = range(5)) -> str:
+    """Gangs over two nodes each and lone pods of two devices (p3 without a
     namespace: no job), each idling now and then on its own beat; gang g2 and pod
     p4 go away for a while and come back."""
     lines = []
-    for g in range(3):
+    for g in gangs:
         if g == 2 and 20 <= cycle < 30:
             continue
         util = 0.0 if (cycle + 3 * g) % 11 in (0, 1) else 0.9
@@ -117,7 +117,7 @@ def _fleet(t: float, cycle: int) -> str:
                 'device="d0"} 1',
                 f'accel_job_age_seconds{{namespace="ml",pod="g{g}-{m}",node="{node}"}} {900 + t}',
             ]
-    for p in range(5):
+    for p in pods:
         if p == 4 and 10 <= cycle < 16:
             continue
         util = 0.0 if (cycle + 2 * p) % 7 == 0 else 0.8
@@ -152,25 +152,37 @@ class _Samples:
 
 
 def test_answers_read_as_code_columns_learn_what_answers_read_as_samples_do() -> None:
+    """Also across jobs forgotten (unseen for 6 hours) and slots given to new
+    ones: a row is never read as the job that had its slot before."""
+
     async def run() -> None:
         columns, samples = StoreSource(), StoreSource()
         by_samples = _Samples(samples)
         assert isinstance(columns, ColumnarSource)
         assert not isinstance(by_samples, ColumnarSource)
         a, b = Rhythm(), Rhythm()
-        for cycle in range(60):
-            t = cycle * 60.0
-            for source in (columns, samples):
-                source.store.ingest_text(_fleet(t, cycle), t, target="x")
-            await learn(a, columns, t)
-            await learn(b, by_samples, t)
-            assert a.rows() == b.rows(), f"cycle {cycle}"
-            assert _stored(columns.store, t) == _stored(samples.store, t), f"cycle {cycle}"
-        assert {k for k in a.jobs} == {("gang", "ml", f"g{g}") for g in range(3)} | {
-            ("pod", f"team{p % 2}", f"p{p}") for p in (0, 1, 2, 4)
+        # An hour of the first fleet; 7 hours on, others (g0 and p0 forgotten, their
+        # slots taken by g5 and p6), then g0 and p0 again beside them.
+        phases = (
+            (0.0, range(60), range(3), range(5)),
+            (7 * 3600.0, range(10), range(1, 6), range(1, 7)),
+            (8 * 3600.0, range(20), range(6), range(7)),
+        )
+        for start, cycles, gangs, pods in phases:
+            for cycle in cycles:
+                t = start + cycle * 60.0
+                text = _fleet(t, cycle, gangs, pods)
+                for source in (columns, samples):
+                    source.store.ingest_text(text, t, target="x")
+                await learn(a, columns, t)
+                await learn(b, by_samples, t)
+                assert a.rows() == b.rows(), f"{t}"
+                assert _stored(columns.store, t) == _stored(samples.store, t), f"{t}"
+        assert set(a.jobs) == {("gang", "ml", f"g{g}") for g in range(6)} | {
+            ("pod", f"team{p % 2}", f"p{p}") for p in (0, 1, 2, 4, 5, 6)
         }
-        assert a.rhythm(("gang", "ml", "g0")) is not None
-        assert a.rhythm(("gang", "ml", "g0")).pauses > 0  # type: ignore[union-attr]
+        found = a.rhythm(("gang", "ml", "g1"))
+        assert found is not None and found.pauses > 0
 
     asyncio.run(run())
 
