@@ -23,6 +23,7 @@ from autoscaler.rhythm import (
 )
 from autoscaler.sources.store import StoreSource
 from autoscaler.types import Vector
+from tests.support.stores import stored
 
 GANG = ("gang", "ml", "llm")
 BORN = -3600.0
@@ -316,13 +317,7 @@ def test_the_store_holds_what_rows_says_each_cycle_as_figures_and_jobs_come_and_
         r.observe(t, util, dict.fromkeys(util, BORN))
         r.write(store, t)
         want = {(m.name, tuple(sorted(labels.items()))): v for m, labels, v in r.rows()}
-        got = {}
-        for fam in store.families.values():
-            rows, values = fam.instant(np.arange(fam.n), round(t * 1000), 300_000)
-            for row, v in zip(rows.tolist(), values.tolist(), strict=True):
-                labels = tuple(sorted((k, x) for k, x in fam.labels[row] if k != "__name__"))
-                got[(fam.name, labels)] = v
-        assert got == want, f"cycle {i}"
+        assert stored(store, t) == want, f"cycle {i}"
 
 
 def test_the_traffic_query_narrowed_to_the_jobs_in_a_dip_answers_as_the_whole_fleets() -> None:

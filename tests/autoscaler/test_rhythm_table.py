@@ -20,17 +20,7 @@ from autoscaler.rhythm_table import JobKey
 from autoscaler.sources.base import ColumnarSource
 from autoscaler.sources.store import StoreSource
 from autoscaler.types import QueryResult, Unknown, Vector
-
-
-def _stored(store: SeriesStore, t: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every series' value at ``t`` (5 minutes' lookback), by name and labels."""
-    out = {}
-    for fam in store.families.values():
-        rows, values = fam.instant(np.arange(fam.n), round(t * 1000), 300_000)
-        for row, v in zip(rows.tolist(), values.tolist(), strict=True):
-            labels = tuple(sorted((k, x) for k, x in fam.labels[row] if k != "__name__"))
-            out[(fam.name, labels)] = v
-    return out
+from tests.support.stores import stored
 
 
 def _views(r: Rhythm, keys: list[JobKey]) -> tuple[Any, ...]:
@@ -88,7 +78,7 @@ def _drive(seed: int) -> tuple[int, int]:
             r.observe(t, dict(util), dict(starts), dict(io))
             r.write(store, t)
         assert _views(fast, keys) == _views(slow, keys), f"seed {seed}, cycle {cycle}"
-        assert _stored(stores[0], t) == _stored(stores[1], t), f"seed {seed}, cycle {cycle}"
+        assert stored(stores[0], t) == stored(stores[1], t), f"seed {seed}, cycle {cycle}"
     return stepped[0], stepped[1]
 
 
@@ -177,7 +167,7 @@ def test_answers_read_as_code_columns_learn_what_answers_read_as_samples_do() ->
                 await learn(a, columns, t)
                 await learn(b, by_samples, t)
                 assert a.rows() == b.rows(), f"{t}"
-                assert _stored(columns.store, t) == _stored(samples.store, t), f"{t}"
+                assert stored(columns.store, t) == stored(samples.store, t), f"{t}"
         assert set(a.jobs) == {("gang", "ml", f"g{g}") for g in range(6)} | {
             ("pod", f"team{p % 2}", f"p{p}") for p in (0, 1, 2, 4, 5, 6)
         }
@@ -202,7 +192,7 @@ def test_a_learner_that_stood_by_longer_than_the_store_keeps_series_writes_again
     r.observe(3600.0, {key: 0.9}, {key: -100.0})
     r.write(store, 3600.0)
     assert (
-        _stored(store, 3600.0)[
+        stored(store, 3600.0)[
             (
                 "accel_gang_rhythm_last_busy_timestamp_seconds",
                 (("gang", "llm"), ("namespace", "ml")),

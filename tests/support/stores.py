@@ -1,0 +1,21 @@
+"""What a ``SeriesStore`` holds, read back for tests that compare stores."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoscaler.promql.store import SeriesStore
+
+Stored = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def stored(store: SeriesStore, t: float) -> Stored:
+    """Every series' value at ``t`` (5 minutes' lookback; none for a series whose
+    latest sample is a stale marker), by name and labels."""
+    out: Stored = {}
+    for fam in store.families.values():
+        rows, values = fam.instant(np.arange(fam.n), round(t * 1000), 300_000)
+        for row, v in zip(rows.tolist(), values.tolist(), strict=True):
+            labels = tuple(sorted((k, x) for k, x in fam.labels[row] if k != "__name__"))
+            out[(fam.name, labels)] = v
+    return out
