@@ -64,6 +64,7 @@ member moved alone stalls its whole gang.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -283,10 +284,16 @@ async def _read(
             "skipped", f"node {hot_name} gave or received a pod within nodeCooldown; waiting"
         )
     gap = params.min_utilization_gap
-    cool = sorted(
-        (n for n, v in load.items() if n != hot_name and v <= load[hot_name] - gap),
-        key=lambda n: (load[n], n),
-    )[:MAX_DESTINATIONS]
+    # The coolest few, by load and then name: a heap of MAX_DESTINATIONS over
+    # (load, name) pairs, not a sort of every node with a key function
+    # (fleet-1000 weighs 1,000 nodes at each rebalance).
+    limit = load[hot_name] - gap
+    cool = [
+        n
+        for _, n in heapq.nsmallest(
+            MAX_DESTINATIONS, ((v, n) for n, v in load.items() if n != hot_name and v <= limit)
+        )
+    ]
     for name in cool:
         try:
             await fetch(name)
