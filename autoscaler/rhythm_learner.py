@@ -169,7 +169,7 @@ class Rhythm:
         moved = np.full(table.size, np.nan)
         for key, value in io.items():
             job = self.jobs.get(key)
-            if job is not None:
+            if job is not None and math.isfinite(value):
                 moved[job.slot] = value
         present = np.flatnonzero(np.isfinite(u) & np.isfinite(b))
         self._step_all(now, present, u[present] > IDLE, b[present], moved)

@@ -73,7 +73,7 @@ def _drive(seed: int) -> tuple[int, int]:
             if rnd.random() > 0.03:
                 starts[k] = born[k] if rnd.random() > 0.01 else math.inf
             if rnd.random() < 0.6:
-                io[k] = rnd.choice([1e6, 2e9, 3e5, 5e7, math.nan])
+                io[k] = rnd.choice([1e6, 2e9, 3e5, 5e7, math.nan, math.inf])
         for r, store in zip((fast, slow), stores, strict=True):
             r.observe(t, dict(util), dict(starts), dict(io))
             r.write(store, t)
