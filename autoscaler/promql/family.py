@@ -284,27 +284,27 @@ class Family:
         n = self.n
         if n == 0:
             return
-        drop = (self.ts[:n] < cutoff).sum(axis=1)
+        # How many samples of each row are older (a search per row, not a
+        # comparison of the whole matrix: the pass runs every quarter retention).
+        drop = time_search(self.ts, self.count[:n], np.arange(n), cutoff, False)
         rows = np.flatnonzero(drop)
         if rows.size == 0:
             return
-        cap = self.cap
         bits = self.vals.view(np.uint64)
         nan_bits = np.float64(np.nan).view(np.uint64)
         # Rows that lose the same number of samples shift together, as slices;
         # rows scraped together are trimmed together, so there are few groups.
+        # Only the columns that hold samples move: past the fullest row's count
+        # every row is padding already.
         shifts = drop[rows]
         for d in np.unique(shifts).tolist():
             group = rows[shifts == d]
             for part in np.array_split(group, max(1, group.size // 8192)):
-                if d >= cap:
-                    self.ts[part] = _PAD
-                    bits[part] = nan_bits
-                    continue
-                self.ts[part, : cap - d] = self.ts[part, d:]
-                self.ts[part, cap - d :] = _PAD
-                bits[part, : cap - d] = bits[part, d:]
-                bits[part, cap - d :] = nan_bits
+                end = int(self.count[part].max())
+                self.ts[part, : end - d] = self.ts[part, d:end]
+                self.ts[part, end - d : end] = _PAD
+                bits[part, : end - d] = bits[part, d:end]
+                bits[part, end - d : end] = nan_bits
         self.count[rows] -= shifts
         stale_rows = rows[self.nstale[rows] > 0]
         if stale_rows.size:
@@ -320,20 +320,23 @@ class Family:
         kept = np.flatnonzero(keep)
         removed_refs = self.refs[:n][~keep].copy()
         k = len(kept)
-        self.ts[:k] = self.ts[kept]
+        # The rows before the first one removed stay where they are.
+        first = int(np.argmin(keep))
+        moved = kept[first:]
+        self.ts[first:k] = self.ts[moved]
         self.ts[k:n] = _PAD
         bits = self.vals.view(np.uint64)
-        bits[:k] = bits[kept]
+        bits[first:k] = bits[moved]
         self.vals[k:n] = np.nan
         for name in _ROW_ARRAYS:
             arr: npt.NDArray[Any] = getattr(self, name)
-            arr[:k] = arr[kept]
+            arr[first:k] = arr[moved]
             arr[k:n] = _ROW_FILL.get(name, 0)
         for col in self.codes.values():
-            col[:k] = col[kept]
+            col[first:k] = col[moved]
             col[k:n] = 0
         self.codes = {name: col for name, col in self.codes.items() if col[:k].any()}
-        self.labels = [self.labels[i] for i in kept.tolist()]
+        self.labels = self.labels[:first] + [self.labels[i] for i in moved.tolist()]
         self.index = {labels: i for i, labels in enumerate(self.labels)}
         self._index.clear()
         self.n = k
