@@ -86,7 +86,7 @@ class _Job:
     # or forgotten, or the job restarts.
     figures: tuple[tuple[int, Pause | None, Pause | None, int], _PauseFigures] | None = None
     # The codes its rows were found by (``Rhythm._coded``), to forget with it.
-    coded: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
+    coded: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,10 @@ class Rhythm:
         # Each job's slot by the codes of its rows (per kind: namespace and name
         # codes in ``_symbols``), remembered as rows are first found by key.
         self._symbols: Symbols | None = None
-        self._coded: dict[str, dict[tuple[int, int], int]] = {}
+        self._coded: dict[str, dict[int, int]] = {}
+        # ``_coded`` per kind as sorted arrays (keys, slots), made again when it
+        # changed: a cycle's rows are looked up at once, not one by one.
+        self._index: dict[str, tuple[I64, I64]] = {}
         # The store the rows were last written to, the handles written then, and when.
         self._store: SeriesStore | None = None
         self._written = np.zeros(0, dtype=np.int64)
@@ -218,6 +221,7 @@ class Rhythm:
                 coded = self._coded.get(kind, {})
                 if coded.get(pair) == slot:
                     del coded[pair]
+                    self._index.pop(kind, None)
         self._by_slot[slot] = None
         self.table.alive[slot] = False
         self._free.append(slot)
@@ -248,17 +252,36 @@ class Rhythm:
         found by key (decoded) and remembered (``_coded``) until their job goes."""
         assert answer.codes is not None and answer.symbols is not None
         if answer.symbols is not self._symbols:
-            self._symbols, self._coded = answer.symbols, {}
-        coded = self._coded.setdefault(answer.kind, {})
-        namespace, name = answer.codes
-        pairs = list(zip(namespace.tolist(), name.tolist(), strict=True))
-        out = np.fromiter((coded.get(p, -2) for p in pairs), np.int64, len(pairs))
+            self._symbols, self._coded, self._index = answer.symbols, {}, {}
+        kind = answer.kind
+        coded = self._coded.setdefault(kind, {})
+        pairs = _pair_keys(*answer.codes)
+        index = self._index.get(kind)
+        if index is None:
+            keys = np.fromiter(coded.keys(), np.int64, len(coded))
+            slots = np.fromiter(coded.values(), np.int64, len(coded))
+            order = np.argsort(keys)
+            index = self._index[kind] = (keys[order], slots[order])
+        keys, slots = index
+        out = np.full(len(pairs), -2, dtype=np.int64)
+        if keys.size:
+            pos = np.minimum(np.searchsorted(keys, pairs), keys.size - 1)
+            hit = keys[pos] == pairs
+            out[hit] = slots[pos[hit]]
+        found: dict[int, int] = {}
         for row in np.flatnonzero(out == -2).tolist():
             job = self.jobs.get(answer.key(row))
             out[row] = -1 if job is None else job.slot
-            if job is not None:
-                coded[pairs[row]] = job.slot
-                job.coded.append((answer.kind, pairs[row]))
+            pair = int(pairs[row])
+            if job is not None and pair not in coded:
+                coded[pair] = found[pair] = job.slot
+                job.coded.append((kind, pair))
+        if found:
+            # Merged into the index in order: a few new jobs do not sort it again.
+            new = np.fromiter(sorted(found), np.int64, len(found))
+            at = np.searchsorted(keys, new)
+            new_slots = np.fromiter((found[k] for k in new.tolist()), np.int64, len(new))
+            self._index[kind] = (np.insert(keys, at, new), np.insert(slots, at, new_slots))
         return out
 
     def _step_all(self, now: float, slots: I64, busy: Mask, born: F64, moved: F64) -> None:
@@ -449,6 +472,13 @@ class Rhythm:
                 if not math.isnan(value):
                     out.append((metric, dict(labels), value))
         return out
+
+
+def _pair_keys(namespace: I64, name: I64) -> I64:
+    """One integer per (namespace, name) code pair (codes are symbol numbers, far
+    below 2**31: a store holds fewer distinct label values than that)."""
+    out: I64 = (namespace.astype(np.int64) << 32) | name.astype(np.int64)
+    return out
 
 
 def _left_out(before: I64, now: I64) -> I64:
