@@ -55,7 +55,9 @@ Execution (``execute``), through ``ctx.pools`` (a ``NodePoolProvider``):
   maximum it is refused.
 - **Down** removes up to ``step`` nodes, one at a time, never going below the
   minimum. For each: pick the pool's least-loaded node (fewest pods that hold
-  devices, ties by name), cordon and drain it (``drain_node``, which records
+  devices, ties by name) whose device pods can all run on the other nodes
+  (``ops/fit.py``: movable, and room for them; none such, and nothing is
+  removed), cordon and drain it (``drain_node``, which records
   ownership in ``accel-fleet.io/remediation`` and evicts through the Eviction API,
   for at most the drain action's default ``drainTimeout``), and only when the drain
   is done (nothing it moves is left on the node), mark its Machine for deletion and
@@ -81,7 +83,6 @@ Execution (``execute``), through ``ctx.pools`` (a ``NodePoolProvider``):
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -99,7 +100,7 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome, Status
-from autoscaler.actions.ops import spares
+from autoscaler.actions.ops import fit, spares
 from autoscaler.actions.ops.drain import DEFAULT_DRAIN_TIMEOUT, drain_node
 from autoscaler.actions.ops.ownership import event
 from autoscaler.actions.ops.pods import is_finished, uses_devices
@@ -331,11 +332,6 @@ async def _slices(ctx: ActionContext) -> DraView | None:
     return DraView(node_offers(slices), _no_claims)
 
 
-async def _device_pods(ctx: ActionContext, node: str) -> int:
-    pods = await ctx.kube.list_pods(node=node)
-    return sum(1 for p in pods if uses_devices(p) and not is_finished(p))
-
-
 async def _scale_up(
     ctx: ActionContext,
     provider: NodePoolProvider,
@@ -388,17 +384,6 @@ async def _scale_up(
     return Outcome("done", message, {**details, "to": target})
 
 
-async def least_loaded(ctx: ActionContext, nodes: Sequence[str]) -> str:
-    """The node with the fewest running or pending pods that hold devices; ties by
-    name, so the choice is the same every time the decision is retried."""
-
-    async def load(node: str) -> int:
-        return await _device_pods(ctx, node)
-
-    loads = await asyncio.gather(*(load(n) for n in nodes))
-    return min(zip(loads, nodes, strict=True))[1]
-
-
 async def _scale_down(
     ctx: ActionContext,
     provider: NodePoolProvider,
@@ -426,7 +411,14 @@ async def _scale_down(
         if not ctx.leading():
             message = f"pool {pool.name}: lost the lease; {_done(removed)}"
             return Outcome("partial", message, details)
-        node = await least_loaded(ctx, candidates)
+        picked = await fit.pick(ctx, candidates, decision.rule)
+        if isinstance(picked, fit.Unknown):
+            message = f"pool {pool.name}: {picked.reason}; no node removed; {_done(removed)}"
+            return Outcome("partial" if removed else "unknown", message, details)
+        if picked.node is None:
+            kept = picked.why
+            break
+        node = picked.node
         idle_left = [n for n in buffer.idle if n not in removed]
         if node in idle_left and len(idle_left) <= buffer.wanted:
             assert buffer.size is not None
