@@ -44,7 +44,7 @@ def binary(b: Binary, lhs: float | Vec, rhs: float | Vec, symbols: Symbols) -> f
         assert isinstance(lhs, Vec) and isinstance(rhs, Vec)
         return _set_operation(b, lhs, rhs)
     if isinstance(lhs, float) and isinstance(rhs, float):
-        value, keep = _elementwise(b.op, lhs, rhs)
+        value, keep = elementwise(b.op, lhs, rhs)
         if b.op in _COMPARISON:
             return 1.0 if bool(keep) else 0.0
         return float(value)
@@ -57,7 +57,7 @@ def binary(b: Binary, lhs: float | Vec, rhs: float | Vec, symbols: Symbols) -> f
     return _vector_scalar(b, rhs, lhs, swap=True)
 
 
-def _elementwise(op: str, lhs: F64 | float, rhs: F64 | float) -> tuple[F64, Mask]:
+def elementwise(op: str, lhs: F64 | float, rhs: F64 | float) -> tuple[F64, Mask]:
     """``vectorElemBinop``: the value, and whether a filtering comparison keeps it."""
     a = np.asarray(lhs, dtype=np.float64)
     b = np.asarray(rhs, dtype=np.float64)
@@ -103,7 +103,7 @@ def _vector_scalar(b: Binary, vec: Vec, scalar: float, swap: bool) -> Vec:
     rv: F64 | float = scalar
     if swap:
         lv, rv = rv, lv
-    value, keep = _elementwise(b.op, lv, rv)
+    value, keep = elementwise(b.op, lv, rv)
     if b.op in _COMPARISON and swap:
         value = vec.values
     if b.return_bool:
@@ -185,7 +185,7 @@ def _vector_binop(b: Binary, lhs: Vec, rhs: Vec, symbols: Symbols) -> Vec:
     vr = one.values[oi]
     if swapped:
         vl, vr = vr, vl
-    value, keep = _elementwise(b.op, vl, vr)
+    value, keep = elementwise(b.op, vl, vr)
     if b.return_bool:
         value = keep.astype(np.float64)
     elif not keep.all():
@@ -256,4 +256,4 @@ def _raise_duplicate(
     )
 
 
-__all__ = ["binary"]
+__all__ = ["binary", "elementwise"]

@@ -48,7 +48,7 @@ import numpy as np
 
 from autoscaler.promql import subquery
 from autoscaler.promql.aggregations import aggregate
-from autoscaler.promql.binops import binary
+from autoscaler.promql.binops import binary, elementwise
 from autoscaler.promql.dialect import NegativeAtError, parse
 from autoscaler.promql.errors import ExprError, UnsupportedError
 from autoscaler.promql.family import Family
@@ -518,6 +518,8 @@ class Evaluator:
     # -- binary operators --------------------------------------------------------
 
     def _binary(self, b: Binary, t: int) -> float | Vec:
+        if _filters_extremes(b):
+            return self._filtered_extremes(b, t)
         lhs = self._vector_or_scalar(b.lhs, t)
         # Every operator but ``or`` gives no sample for an instant vector with none
         # on its left, whatever the right holds, so the right is not evaluated: a
@@ -528,6 +530,60 @@ class Evaluator:
             return empty()
         rhs = self._vector_or_scalar(b.rhs, t)
         return binary(b, lhs, rhs, self.store.symbols)
+
+    def _filtered_extremes(self, b: Binary, t: int) -> float | Vec:
+        """``max by (...) (X) > c`` (``_filters_extremes``): a group's maximum passes
+        only where one of its samples does, and is then the maximum of those that
+        pass (NaN passes no comparison and no maximum keeps it beside a number), so
+        X is filtered before it is grouped: the fault rules' maxima over every
+        counter of the fleet group the few that moved, not tens of thousands. The
+        same samples and values in the same order: groups in the order of their
+        first sample in X, as Prometheus appends them (found per group, for a few
+        groups; with more, X is grouped whole as before)."""
+        agg = b.lhs
+        assert isinstance(agg, Aggregate) and isinstance(b.rhs, Num)
+        symbols = self.store.symbols
+        inner = self._vec(agg.expr, t)
+        _, keep = elementwise(b.op, inner.values, b.rhs.value)
+        grouped = aggregate(agg, inner.take(keep), None, symbols)
+        if len(grouped) > _FEW_GROUPS:
+            grouped = aggregate(agg, inner, None, symbols)
+        elif len(grouped) > 1:
+            grouped = grouped.take(np.argsort(_first_rows(grouped, inner), kind="stable"))
+        return binary(b, grouped, b.rhs.value, symbols)
+
+
+# The most groups put in their input order one by one (``_first_rows``).
+_FEW_GROUPS = 16
+
+
+def _first_rows(grouped: Vec, inner: Vec) -> I64:
+    """For each group of ``grouped`` (an aggregation of some rows of ``inner``), the
+    first row of ``inner`` with its grouping labels."""
+    out = np.zeros(len(grouped), dtype=np.int64)
+    for g in range(len(grouped)):
+        same = np.ones(len(inner), dtype=np.bool_)
+        for name, col in grouped.cols.items():
+            same &= inner.cols[name] == col[g]
+        out[g] = int(np.argmax(same))
+    return out
+
+
+# (aggregation, comparison) pairs whose filter may go before the grouping.
+_EXTREME_FILTERS = frozenset({("max", ">"), ("max", ">="), ("min", "<"), ("min", "<=")})
+
+
+def _filters_extremes(b: Binary) -> bool:
+    """A filter (no ``bool``) of a ``max`` by a lower bound, or of a ``min`` by an
+    upper one, against a number literal."""
+    agg = b.lhs
+    return (
+        isinstance(agg, Aggregate)
+        and isinstance(b.rhs, Num)
+        and not b.return_bool
+        and agg.param is None
+        and (agg.op, b.op) in _EXTREME_FILTERS
+    )
 
 
 def _names(sel: Select) -> Names:
