@@ -596,6 +596,10 @@ def _event_function(
 ) -> tuple[Mask, F64, I64]:
     """A function of ``EVENTS`` computed from each row's first and last points, and
     from all of them only for the rows that reset (or changed) since ``mint``."""
+    if name in ("rate", "increase") and rows.size:
+        still = _unchanged(fam, rows, mint, maxt)
+        if still.any():
+            return _with_unchanged(name, event, fam, rows, still, mint, maxt, range_ms)
     w = fam.window(rows, mint, maxt, need_values=False)
     keep, values = range_function(name, w, mint, maxt, range_ms, quiet=True)
     busy = np.flatnonzero(fam.last_event(event, w.rows) >= mint)
@@ -607,6 +611,50 @@ def _event_function(
         keep[busy] = busy_keep
         values[busy] = busy_values
     return keep, values, w.rows
+
+
+def _unchanged(fam: Family, rows: I64, mint: int, maxt: int) -> Mask:
+    """The rows whose value has not changed since before ``mint``, is a number, and
+    whose points all lie at or before ``maxt``, with no stale marker held: over any
+    two of their points in the window, ``rate`` and ``increase`` are exactly 0
+    (last - first is 0, and 0 extrapolated is 0)."""
+    still: Mask = (
+        (fam.last_change[rows] < mint)
+        & (fam.last_t[rows] <= maxt)
+        & (fam.nstale[rows] == 0)
+        & np.isfinite(fam.last_value[rows])
+    )
+    return still
+
+
+def _with_unchanged(
+    name: str,
+    event: str,
+    fam: Family,
+    rows: I64,
+    still: Mask,
+    mint: int,
+    maxt: int,
+    range_ms: int,
+) -> tuple[Mask, F64, I64]:
+    """``_event_function`` where the rows ``still`` marks (``_unchanged``) answer 0
+    when they have two points in the window (their second newest at ``mint`` or
+    later) and nothing otherwise, as ``rate`` and ``increase`` do, read from one
+    point each instead of a window; the other rows as before."""
+    keep = np.zeros(rows.size, dtype=np.bool_)
+    values = np.zeros(rows.size)
+    at = np.flatnonzero(still)
+    cnt = fam.count[rows[at]]
+    second = np.take(fam.ts, rows[at] * fam.cap + np.maximum(cnt - 2, 0))
+    keep[at] = (cnt >= 2) & (second >= mint)
+    other = np.flatnonzero(~still)
+    if other.size:
+        k, v, w_rows = _event_function(name, event, fam, rows[other], mint, maxt, range_ms)
+        # ``w_rows`` are the other rows with a point in the window, in their order.
+        where = other[np.isin(rows[other], w_rows, assume_unique=True)]
+        keep[where] = k
+        values[where] = v
+    return keep, values, rows
 
 
 __all__ = ["Columns", "Evaluator", "TargetFilter", "prometheus_time_ms"]
