@@ -411,16 +411,17 @@ class Family:
         newest = self.last_t[rows]
         if int(np.max(newest, where=some, initial=_MIN)) <= ref:
             # Every row's newest sample is at or before ``ref`` (the usual instant:
-            # now): it is the one, without a search. A row with no sample left (a
-            # node gone, its rows emptied) gets -1 and is left out below.
-            if not self.nstale[rows].any():
-                # No stale marker in any row: the newest is the row's last value,
-                # read from the per-row arrays instead of a gather over the matrix.
-                ok = some & (newest >= ref - lookback)
-                return rows[ok], self.last_value[rows[ok]]
-            idx = cnt - 1
-        else:
-            idx = self.search_rows(rows, ref, True) - 1
+            # now): it is the one, without a search, and its value is the row's
+            # last value, read from the per-row arrays instead of a gather over
+            # the matrix. Only a row that holds stale markers is read there, to
+            # leave it out if its newest sample is one (a node that went down).
+            ok = some & (newest >= ref - lookback)
+            marked = np.flatnonzero(self.nstale[rows] > 0)
+            if marked.size:
+                flat = rows[marked] * self.cap + np.maximum(cnt[marked] - 1, 0)
+                ok[marked] &= ~is_stale(np.take(self.vals, flat))
+            return rows[ok], self.last_value[rows[ok]]
+        idx = self.search_rows(rows, ref, True) - 1
         ok = idx >= 0
         # One flat gather per array: cheaper than numpy's 2-D fancy indexing.
         flat = rows * self.cap + np.maximum(idx, 0)
