@@ -535,8 +535,9 @@ class Evaluator:
         """``max by (...) (X) > c`` (``_filters_extremes``): a group's maximum passes
         only where one of its samples does, and is then the maximum of those that
         pass (NaN passes no comparison and no maximum keeps it beside a number), so
-        X is filtered before it is grouped: the fault rules' maxima over every
-        counter of the fleet group the few that moved, not tens of thousands. The
+        X is filtered before it is grouped; a ``sum`` drops the samples of 0. The
+        fault rules' maxima and sums over every counter of the fleet then group the
+        few that moved, not tens of thousands. The
         same samples and values in the same order: groups in the order of their
         first sample in X, as Prometheus appends them (found per group, for a few
         groups; with more, X is grouped whole as before)."""
@@ -544,7 +545,12 @@ class Evaluator:
         assert isinstance(agg, Aggregate) and isinstance(b.rhs, Num)
         symbols = self.store.symbols
         inner = self._vec(agg.expr, t)
-        _, keep = elementwise(b.op, inner.values, b.rhs.value)
+        if agg.op == "sum":
+            # A sample of 0 adds nothing (x + 0 is x), and a group of only such sums
+            # to 0, which a bound above 0 (or ``> 0``) leaves out anyway.
+            keep = inner.values != 0
+        else:
+            _, keep = elementwise(b.op, inner.values, b.rhs.value)
         grouped = aggregate(agg, inner.take(keep), None, symbols)
         if len(grouped) > _FEW_GROUPS:
             grouped = aggregate(agg, inner, None, symbols)
@@ -575,15 +581,21 @@ _EXTREME_FILTERS = frozenset({("max", ">"), ("max", ">="), ("min", "<"), ("min",
 
 def _filters_extremes(b: Binary) -> bool:
     """A filter (no ``bool``) of a ``max`` by a lower bound, or of a ``min`` by an
-    upper one, against a number literal."""
+    upper one, against a number literal; or of a ``sum`` by a lower bound that a
+    sum of 0 fails (``> c`` with c >= 0, ``>= c`` with c > 0), whose zero samples
+    are left out before grouping."""
     agg = b.lhs
-    return (
+    if not (
         isinstance(agg, Aggregate)
         and isinstance(b.rhs, Num)
         and not b.return_bool
         and agg.param is None
-        and (agg.op, b.op) in _EXTREME_FILTERS
-    )
+    ):
+        return False
+    if agg.op == "sum":
+        c = b.rhs.value
+        return (b.op == ">" and c >= 0) or (b.op == ">=" and c > 0)
+    return (agg.op, b.op) in _EXTREME_FILTERS
 
 
 def _names(sel: Select) -> Names:
