@@ -560,7 +560,7 @@ class Evaluator:
 
 
 # The most groups put in their input order one by one (``_first_rows``).
-_FEW_GROUPS = 16
+_FEW_GROUPS = 4
 
 
 def _first_rows(grouped: Vec, inner: Vec) -> I64:
