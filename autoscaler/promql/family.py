@@ -75,6 +75,21 @@ _ROW_ARRAYS = (
 _ROW_FILL = {"last_drop": _MIN, "last_change": _MIN, "last_t": _MIN}
 
 
+# Rows shifted at once by ``Family.trim``.
+_TRIM_ROWS = 256
+
+
+def _runs(rows: I64, most: int) -> list[tuple[int, int]]:
+    """``rows`` (ascending) as ``[lo, hi)`` runs of consecutive rows, none longer
+    than ``most``."""
+    breaks = (np.flatnonzero(np.diff(rows) != 1) + 1).tolist()
+    out: list[tuple[int, int]] = []
+    for a, b in zip([0, *breaks], [*breaks, rows.size], strict=True):
+        start, stop = int(rows[a]), int(rows[b - 1]) + 1
+        out.extend((lo, min(stop, lo + most)) for lo in range(start, stop, most))
+    return out
+
+
 def _room_for(samples: int) -> int:
     """A buffer for ``samples`` with a third more to spare (a trim then comes every
     quarter buffer), in whole steps of the initial capacity."""
@@ -299,12 +314,15 @@ class Family:
         shifts = drop[rows]
         for d in np.unique(shifts).tolist():
             group = rows[shifts == d]
-            for part in np.array_split(group, max(1, group.size // 8192)):
-                end = int(self.count[part].max())
-                self.ts[part, : end - d] = self.ts[part, d:end]
-                self.ts[part, end - d : end] = _PAD
-                bits[part, : end - d] = bits[part, d:end]
-                bits[part, end - d : end] = nan_bits
+            # Runs of consecutive rows shift as slices of a few hundred rows: numpy
+            # copies an overlapping slice through a buffer that then stays in the
+            # cache, where a gathered group of rows went through memory twice.
+            for lo, hi in _runs(group, _TRIM_ROWS):
+                end = int(self.count[lo:hi].max())
+                self.ts[lo:hi, : end - d] = self.ts[lo:hi, d:end]
+                self.ts[lo:hi, end - d : end] = _PAD
+                bits[lo:hi, : end - d] = bits[lo:hi, d:end]
+                bits[lo:hi, end - d : end] = nan_bits
         self.count[rows] -= shifts
         stale_rows = rows[self.nstale[rows] > 0]
         if stale_rows.size:

@@ -1,0 +1,48 @@
+"""``Family.trim`` keeps exactly each row's samples at or after the cutoff, in order,
+however its rows group (rows that lose the same number of samples shift
+together, in runs of consecutive rows cut into slices of ``_TRIM_ROWS``: two
+here, so that runs and slices both end inside a family), against a list of
+samples kept per row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoscaler.promql import family as family_module
+from autoscaler.promql.family import Family, is_stale
+from autoscaler.promql.symbols import Symbols
+
+
+def test_trim_keeps_each_rows_samples_from_the_cutoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(family_module, "_TRIM_ROWS", 2)
+    for seed in range(150):
+        rng = np.random.default_rng(seed)
+        fam = Family("m", 1, Symbols())
+        rows = int(rng.integers(1, 24))
+        for r in range(rows):
+            fam.add_row((("__name__", "m"), ("s", str(r))), r)
+        kept: list[list[tuple[int, float | None]]] = [[] for _ in range(rows)]
+        t = 0
+        for _ in range(int(rng.integers(5, 60))):
+            t += int(rng.choice([1_000, 15_000, 60_000]))
+            some = np.flatnonzero(rng.random(rows) < 0.7).astype(np.int64)
+            if not some.size:
+                continue
+            stale = rng.random() < 0.1
+            values = None if stale else rng.integers(0, 9, some.size).astype(np.float64)
+            fam.append(some, t, values, cutoff=-(2**62))
+            for i, r in enumerate(some.tolist()):
+                kept[r].append((t, None if values is None else float(values[i])))
+            if rng.random() < 0.3:
+                cutoff = t - int(rng.choice([0, 30_000, 120_000, 600_000]))
+                fam.trim(cutoff)
+                kept = [[(ts, v) for ts, v in row if ts >= cutoff] for row in kept]
+            for r in range(rows):
+                c = int(fam.count[r])
+                got = [
+                    (int(ts), None if is_stale(fam.vals[r, i : i + 1])[0] else float(v))
+                    for i, (ts, v) in enumerate(zip(fam.ts[r, :c], fam.vals[r, :c], strict=True))
+                ]
+                assert got == kept[r], (seed, r)
+                assert int(fam.nstale[r]) == sum(v is None for _, v in kept[r]), (seed, r)
