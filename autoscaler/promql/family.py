@@ -82,6 +82,8 @@ _TRIM_ROWS = 256
 def _runs(rows: I64, most: int) -> list[tuple[int, int]]:
     """``rows`` (ascending) as ``[lo, hi)`` runs of consecutive rows, none longer
     than ``most``."""
+    if not rows.size:
+        return []
     breaks = (np.flatnonzero(np.diff(rows) != 1) + 1).tolist()
     out: list[tuple[int, int]] = []
     for a, b in zip([0, *breaks], [*breaks, rows.size], strict=True):
@@ -338,14 +340,21 @@ class Family:
         kept = np.flatnonzero(keep)
         removed_refs = self.refs[:n][~keep].copy()
         k = len(kept)
-        # The rows before the first one removed stay where they are.
+        # The rows before the first one removed stay where they are; the others
+        # move up in runs of consecutive rows, as slices, and only the columns
+        # that hold samples (past a row's count is padding, in every row).
         first = int(np.argmin(keep))
         moved = kept[first:]
-        self.ts[first:k] = self.ts[moved]
-        self.ts[k:n] = _PAD
+        end = int(self.count[moved].max(initial=0))
         bits = self.vals.view(np.uint64)
-        bits[first:k] = bits[moved]
-        self.vals[k:n] = np.nan
+        dst = first
+        for lo, hi in _runs(moved, _TRIM_ROWS):
+            if lo != dst:
+                self.ts[dst : dst + hi - lo, :end] = self.ts[lo:hi, :end]
+                bits[dst : dst + hi - lo, :end] = bits[lo:hi, :end]
+            dst += hi - lo
+        self.ts[k:n, :end] = _PAD
+        self.vals[k:n, :end] = np.nan
         for name in _ROW_ARRAYS:
             arr: npt.NDArray[Any] = getattr(self, name)
             arr[first:k] = arr[moved]
@@ -354,8 +363,11 @@ class Family:
             col[first:k] = col[moved]
             col[k:n] = 0
         self.codes = {name: col for name, col in self.codes.items() if col[:k].any()}
+        for i in np.flatnonzero(~keep).tolist():
+            del self.index[self.labels[i]]
         self.labels = self.labels[:first] + [self.labels[i] for i in moved.tolist()]
-        self.index = {labels: i for i, labels in enumerate(self.labels)}
+        for i in range(first, k):
+            self.index[self.labels[i]] = i
         self._index.clear()
         self.n = k
         self._changed()

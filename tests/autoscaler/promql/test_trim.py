@@ -1,4 +1,5 @@
-"""``Family.trim`` keeps exactly each row's samples at or after the cutoff, in order,
+"""``Family.trim`` keeps exactly each row's samples at or after the cutoff, in order
+(and ``drop_empty_rows`` then the rows with any, in their order),
 however its rows group (rows that lose the same number of samples shift
 together, in runs of consecutive rows cut into slices of ``_TRIM_ROWS``: two
 here, so that runs and slices both end inside a family), against a list of
@@ -23,6 +24,9 @@ def test_trim_keeps_each_rows_samples_from_the_cutoff(monkeypatch: pytest.Monkey
         for r in range(rows):
             fam.add_row((("__name__", "m"), ("s", str(r))), r)
         kept: list[list[tuple[int, float | None]]] = [[] for _ in range(rows)]
+        names = [str(r) for r in range(rows)]
+        # A row that never had a sample is kept (a series just made).
+        ever = [False] * rows
         t = 0
         for _ in range(int(rng.integers(5, 60))):
             t += int(rng.choice([1_000, 15_000, 60_000]))
@@ -34,10 +38,25 @@ def test_trim_keeps_each_rows_samples_from_the_cutoff(monkeypatch: pytest.Monkey
             fam.append(some, t, values, cutoff=-(2**62))
             for i, r in enumerate(some.tolist()):
                 kept[r].append((t, None if values is None else float(values[i])))
+                ever[r] = True
             if rng.random() < 0.3:
                 cutoff = t - int(rng.choice([0, 30_000, 120_000, 600_000]))
                 fam.trim(cutoff)
                 kept = [[(ts, v) for ts, v in row if ts >= cutoff] for row in kept]
+                if rng.random() < 0.5:
+                    # Rows left with no sample go; the others keep their order.
+                    fam.drop_empty_rows()
+                    stay = [bool(row) or not e for row, e in zip(kept, ever, strict=True)]
+                    names = [n for n, k in zip(names, stay, strict=True) if k]
+                    ever = [e for e, k in zip(ever, stay, strict=True) if k]
+                    kept = [row for row, k in zip(kept, stay, strict=True) if k]
+                    rows = len(kept)
+                    assert fam.n == rows
+                    assert [dict(fam.labels[r])["s"] for r in range(rows)] == names
+                    assert all(fam.index[fam.labels[r]] == r for r in range(rows))
+                    assert len(fam.index) == rows
+            if not rows:
+                break
             for r in range(rows):
                 c = int(fam.count[r])
                 got = [
@@ -46,3 +65,6 @@ def test_trim_keeps_each_rows_samples_from_the_cutoff(monkeypatch: pytest.Monkey
                 ]
                 assert got == kept[r], (seed, r)
                 assert int(fam.nstale[r]) == sum(v is None for _, v in kept[r]), (seed, r)
+                # Past a row's count is padding only.
+                assert np.isnan(fam.vals[r, c:]).all(), (seed, r)
+                assert (fam.ts[r, c:] == fam.ts[r, fam.cap - 1]).all(), (seed, r)
