@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from autoscaler.promql.store import SeriesStore
+from autoscaler.types import Vector
 
 Stored = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -19,3 +22,20 @@ def stored(store: SeriesStore, t: float) -> Stored:
             labels = tuple(sorted((k, x) for k, x in fam.labels[row] if k != "__name__"))
             out[(fam.name, labels)] = v
     return out
+
+
+Answer = list[tuple[object, float]]
+
+
+def answer(result: object) -> Answer:
+    """An instant vector's samples as (labels, value), in its order."""
+    assert isinstance(result, Vector), result
+    return [(s.labels, s.value) for s in result.samples]
+
+
+def same_answer(a: Answer, b: Answer) -> bool:
+    """The same samples in the same order, NaN equal to NaN."""
+    return len(a) == len(b) and all(
+        la == lb and (va == vb or (math.isnan(va) and math.isnan(vb)))
+        for (la, va), (lb, vb) in zip(a, b, strict=True)
+    )

@@ -141,6 +141,16 @@ def pod(
     }
 
 
+def budget(app: str) -> dict[str, Any]:
+    """A PodDisruptionBudget that keeps one pod labelled ``app`` running."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": app, "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+    }
+
+
 def add_pool(
     api: FakeApiServer,
     name: str,
@@ -452,14 +462,7 @@ async def test_scale_down_waits_for_the_drain_and_reports_partial(
     api.add(pod("held-0", names[0], labels={"app": "held"}))
     api.add(pod("other-0", names[1]))
     api.add(pod("other-1", names[1]))
-    api.add(
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": "held", "namespace": "ml"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}},
-        }
-    )
+    api.add(budget("held"))
     ctx = context(kube)
 
     out = await scale_node_pool.execute(ctx, decision("a100", "down"))

@@ -13,6 +13,7 @@ from autoscaler.actions.ops.fit import SAFE_TO_EVICT
 from autoscaler.kube.client import ClientKube
 from tests.autoscaler.pools.test_pools import (
     add_pool,
+    budget,
     context,
     decision,
     events,
@@ -131,14 +132,7 @@ async def test_a_drain_this_rule_began_is_resumed_even_once_its_pod_no_longer_fi
     n0, n1 = add_pool(api, "a100", replicas=2, nodes=2, bounds=(1, 6))
     api.add(pod("held-0", n0, gpus=2, labels={"app": "held"}))
     api.add(pod("other-0", n1, gpus=4))
-    api.add(
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": "held", "namespace": "ml"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}},
-        }
-    )
+    api.add(budget("held"))
     ctx = context(kube)
     first = await scale_node_pool.execute(ctx, decision("a100", "down"))
     assert first.status == "partial", first.message

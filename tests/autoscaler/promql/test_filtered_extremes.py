@@ -15,7 +15,7 @@ import pytest
 from autoscaler.promql.evaluator import Evaluator, _filters_extremes
 from autoscaler.promql.plans import Binary
 from autoscaler.promql.store import SeriesStore
-from autoscaler.types import Vector
+from tests.support.stores import answer, same_answer
 
 T = 1_700_000_000.0
 VALUES = [math.nan, -math.inf, -1.0, 0.0, 0.5, 1.0, 1.0, 2.0, math.inf]
@@ -58,18 +58,6 @@ def _early(expr: str) -> bool:
     return isinstance(plan, Binary) and _filters_extremes(plan)
 
 
-def _samples(result: object) -> list[tuple[object, float]]:
-    assert isinstance(result, Vector)
-    return [(s.labels, s.value) for s in result.samples]
-
-
-def _same(a: list[tuple[object, float]], b: list[tuple[object, float]]) -> bool:
-    return len(a) == len(b) and all(
-        la == lb and (va == vb or (math.isnan(va) and math.isnan(vb)))
-        for (la, va), (lb, vb) in zip(a, b, strict=True)
-    )
-
-
 @pytest.mark.parametrize(("agg", "op", "bound"), QUERIES)
 def test_filtering_before_grouping_answers_what_grouping_first_does(
     agg: str, op: str, bound: float
@@ -80,8 +68,8 @@ def test_filtering_before_grouping_answers_what_grouping_first_does(
     matched = 0
     for seed in range(150):
         ev = Evaluator(_store(seed))
-        got, want = _samples(ev.instant(early, T)), _samples(ev.instant(late, T))
-        assert _same(got, want), (seed, early, got, want)
+        got, want = answer(ev.instant(early, T)), answer(ev.instant(late, T))
+        assert same_answer(got, want), (seed, early, got, want)
         matched += bool(want)
     # The random vectors gave both answers with samples and without.
     assert 0 < matched < 150 or " by (c) " in agg or "m - m" in agg

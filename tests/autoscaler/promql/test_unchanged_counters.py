@@ -15,7 +15,7 @@ import pytest
 from autoscaler.promql import evaluator as evaluator_module
 from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.store import SeriesStore
-from autoscaler.types import Vector
+from tests.support.stores import Answer, answer, same_answer
 
 T0 = 1_700_000_000.0
 SPECIAL = [math.nan, math.inf, -math.inf]
@@ -49,17 +49,8 @@ def _store(seed: int) -> tuple[SeriesStore, list[float]]:
     return store, times
 
 
-def _answer(store: SeriesStore, expr: str, t: float) -> list[tuple[object, float]]:
-    result = Evaluator(store).instant(expr, t)
-    assert isinstance(result, Vector)
-    return [(s.labels, s.value) for s in result.samples]
-
-
-def _same(a: list[tuple[object, float]], b: list[tuple[object, float]]) -> bool:
-    return len(a) == len(b) and all(
-        la == lb and (va == vb or (math.isnan(va) and math.isnan(vb)))
-        for (la, va), (lb, vb) in zip(a, b, strict=True)
-    )
+def _answer(store: SeriesStore, expr: str, t: float) -> Answer:
+    return answer(Evaluator(store).instant(expr, t))
 
 
 @pytest.mark.parametrize(
@@ -89,7 +80,7 @@ def test_unchanged_counters_answer_what_their_window_does(
                 lambda fam, rows, mint, maxt: np.zeros(rows.size, dtype=np.bool_),
             )
             want = _answer(store, expr, t)
-            assert _same(got, want), (seed, t, expr, got, want)
+            assert same_answer(got, want), (seed, t, expr, got, want)
             used += any(v == 0 for _, v in want)
     # Counters that stood still were among them.
     assert used > 0
