@@ -82,9 +82,9 @@ restarted meanwhile is seen as restarted, one unseen for ``FORGET`` is forgotten
 and a pause that spanned the standby is learned long, which only slows the
 rules (the 10-minute default bounds them).
 At 16,384 devices a cycle of the learner (its queries, the host traffic in a
-cycle where some job is in a dip, and its rows written) takes 7 to 8 ms for 121
-gangs and 5 to 9 ms for 2,048 one-node pods on the 2-core development machine
-from a cold start (``bench/stall_rules.py``). Its utilization and ages are the
+cycle where some job is in a dip, and its rows written) takes 6 to 7 ms for 121
+gangs and about 5 ms for 2,048 one-node pods on the 2-core development machine
+from a cold start (``bench/stall_rules.py``, 2026-12-03). Its utilization and ages are the
 stall rules' own terms, which the evaluator then hands them without computing
 them again (``promql/memo.py``); it reads them as label code columns where the
 source keeps its series (``ColumnarSource``), and keeps its jobs' clocks in
