@@ -411,7 +411,7 @@ async def _scale_down(
         if not ctx.leading():
             message = f"pool {pool.name}: lost the lease; {_done(removed)}"
             return Outcome("partial", message, details)
-        picked = await fit.pick(ctx, candidates, decision.rule)
+        picked = await _next_node(ctx, candidates, removed, decision.rule, buffer)
         if isinstance(picked, fit.Unknown):
             message = f"pool {pool.name}: {picked.reason}; no node removed; {_done(removed)}"
             return Outcome("partial" if removed else "unknown", message, details)
@@ -419,14 +419,6 @@ async def _scale_down(
             kept = picked.why
             break
         node = picked.node
-        idle_left = [n for n in buffer.idle if n not in removed]
-        if node in idle_left and len(idle_left) <= buffer.wanted:
-            assert buffer.size is not None
-            kept = (
-                f"node {node} is one of the {buffer.wanted} spare(s) the buffer keeps "
-                f"({buffer.size.explain()})"
-            )
-            break
         why = f"scale-down of pool {pool.name} ({_why(decision)})"
         drained = await drain_node(
             ctx,
@@ -469,6 +461,26 @@ async def _scale_down(
         f"{_done(removed)}",
         {**details, "to": replicas},
     )
+
+
+async def _next_node(
+    ctx: ActionContext, candidates: list[str], removed: list[str], rule: str, buffer: _Buffer
+) -> fit.Pick | fit.Unknown:
+    """The node a scale-down removes next (``ops/fit.py``: its device pods can run
+    elsewhere), or why none: none fits, the one that does is a spare the buffer
+    keeps, or the nodes could not be read (``Unknown``)."""
+    picked = await fit.pick(ctx, candidates, rule)
+    if isinstance(picked, fit.Unknown) or picked.node is None:
+        return picked
+    idle_left = [n for n in buffer.idle if n not in removed]
+    if picked.node in idle_left and len(idle_left) <= buffer.wanted:
+        assert buffer.size is not None
+        return fit.Pick(
+            None,
+            f"node {picked.node} is one of the {buffer.wanted} spare(s) the buffer keeps "
+            f"({buffer.size.explain()})",
+        )
+    return picked
 
 
 async def _none_removed(
