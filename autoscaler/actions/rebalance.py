@@ -88,6 +88,7 @@ from autoscaler.actions.base import (
     to_params,
 )
 from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.ops.fit import schedulable, used_devices
 from autoscaler.actions.ops.nodes import node_of
 from autoscaler.actions.ops.ownership import NO_REBALANCE, event, iso
 from autoscaler.actions.ops.pods import (
@@ -96,8 +97,6 @@ from autoscaler.actions.ops.pods import (
     dra_node_devices,
     evictable,
     is_device_resource,
-    is_finished,
-    is_terminating,
     pod_key,
     uses_devices,
 )
@@ -171,13 +170,6 @@ def _capacity(node: Obj) -> dict[str, int]:
             if count.isdigit() and len(count) <= 6:
                 out[k] = int(count)
     return out
-
-
-def _schedulable(node: Obj) -> bool:
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
-        return False
-    return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
 
 
 def _cooling(node: Obj, now: float, cooldown: float) -> bool:
@@ -313,14 +305,9 @@ def _weigh(
     params: RebalanceParams,
 ) -> _Node:
     obj, pods = read
-    used: dict[str, int] = {}
-    for p in pods:
-        if not is_finished(p) and not is_terminating(p):
-            for r, k in all_device_requests(p, dra).items():
-                used[r] = used.get(r, 0) + k
     capacity = {**_capacity(obj), **dra_node_devices(name, dra)}
     cooling = _cooling(obj, now, params.node_cooldown)
-    return _Node(name, load, capacity, used, _schedulable(obj), cooling, obj)
+    return _Node(name, load, capacity, used_devices(pods, dra), schedulable(obj), cooling, obj)
 
 
 async def _move(

@@ -44,8 +44,8 @@ from autoscaler.actions.ops.pods import (
     RECREATING_OWNERS,
     controller_owner,
     is_daemonset_pod,
+    is_live,
     is_mirror_pod,
-    is_terminating,
     pod_key,
     uses_devices,
 )
@@ -53,7 +53,7 @@ from autoscaler.clusterstate import all_device_requests, dra_node_devices
 from autoscaler.kube.dra import read_dra
 from autoscaler.kube.errors import KubeError, NotFound
 from autoscaler.kube.protocol import Obj
-from autoscaler.pools.capacity import finished, node_devices
+from autoscaler.pools.capacity import node_devices
 
 # cluster-autoscaler's annotation: "false" on a pod keeps its node.
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
@@ -102,30 +102,40 @@ def keeps_node(pod: Obj, dra: DraState | None) -> str | None:
     return None
 
 
-def _live(pod: Obj) -> bool:
-    return not finished(pod) and not is_terminating(pod)
+def schedulable(node: Obj) -> bool:
+    """Whether new pods may land on the node: not cordoned, no taint that keeps
+    pods off (``NoSchedule``, ``NoExecute``)."""
+    spec = node.get("spec") or {}
+    return not spec.get("unschedulable") and not any(
+        isinstance(t, Mapping) and t.get("effect") in ("NoSchedule", "NoExecute")
+        for t in spec.get("taints") or ()
+    )
+
+
+def used_devices(pods: Sequence[Obj], dra: DraState | None) -> dict[str, int]:
+    """The devices the live pods of a node hold, by resource (device plugins' and,
+    under their drivers' names, the claims')."""
+    used: dict[str, int] = {}
+    for p in pods:
+        if is_live(p):
+            for resource, n in all_device_requests(p, dra).items():
+                used[resource] = used.get(resource, 0) + n
+    return used
 
 
 def weigh(name: str, obj: Obj, pods: list[Obj], dra: DraState | None) -> Node:
     """The node's free devices (by resource) and its device pods."""
-    live = [p for p in pods if _live(p)]
     # A DaemonSet's pod or a static pod belongs to the node: it goes with it and
     # needs no room elsewhere (cluster-autoscaler counts neither).
     devices = [
-        p for p in live if uses_devices(p, dra) and not is_daemonset_pod(p) and not is_mirror_pod(p)
+        p
+        for p in pods
+        if is_live(p) and uses_devices(p, dra) and not is_daemonset_pod(p) and not is_mirror_pod(p)
     ]
     capacity = {**node_devices(obj), **dra_node_devices(name, dra)}
-    used: dict[str, int] = {}
-    for p in live:
-        for resource, n in all_device_requests(p, dra).items():
-            used[resource] = used.get(resource, 0) + n
+    used = used_devices(pods, dra)
     free = {r: capacity.get(r, 0) - used.get(r, 0) for r in capacity}
-    spec = obj.get("spec") or {}
-    schedulable = not spec.get("unschedulable") and not any(
-        isinstance(t, Mapping) and t.get("effect") in ("NoSchedule", "NoExecute")
-        for t in spec.get("taints") or ()
-    )
-    return Node(name, obj, pods, free, schedulable, devices)
+    return Node(name, obj, pods, free, schedulable(obj), devices)
 
 
 def fits(node: Node, others: Sequence[Node], dra: DraState | None) -> str | None:
@@ -210,5 +220,7 @@ __all__ = [
     "keeps_node",
     "pick",
     "read_nodes",
+    "schedulable",
+    "used_devices",
     "weigh",
 ]

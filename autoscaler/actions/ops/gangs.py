@@ -81,8 +81,7 @@ from autoscaler.actions.ops.ownership import event, iso
 from autoscaler.actions.ops.pods import (
     EvictionResult,
     controller_owner,
-    is_finished,
-    is_terminating,
+    is_live,
     meta,
     pod_key,
 )
@@ -131,10 +130,6 @@ class Restart:
     message: str
     deleted: list[str] = field(default_factory=list)
     command: str = ""
-
-
-def _live(pod: Obj) -> bool:
-    return not is_finished(pod) and not is_terminating(pod)
 
 
 def _labels(obj: Obj) -> Mapping[str, str]:
@@ -210,7 +205,7 @@ async def find(ctx: ActionContext, pod: Obj) -> Gang | None:
     else:
         selector = ""  # Volcano: by ownerReference or label, both read below
     pods = await kube.list_pods(namespace=ns, label_selector=selector or None)
-    members = [p for p in pods if _live(p) and _same(p, ref)]
+    members = [p for p in pods if is_live(p) and _same(p, ref)]
     if ref.kind in (JOBSET, TRAINJOB) and holder is not None:
         # An unreadable attempt leaves the members unfiltered: restarts_left then
         # reads the same status as none left, so nothing is deleted.
@@ -557,7 +552,7 @@ async def restart_on_node(
         if ref is None or not select(pod):
             continue
         result.members.add(pod_key(pod))
-        if ref in seen or not _live(pod):
+        if ref in seen or not is_live(pod):
             continue
         seen.add(ref)
         try:

@@ -108,6 +108,11 @@ def is_terminating(pod: Obj) -> bool:
     return bool(meta(pod).get("deletionTimestamp"))
 
 
+def is_live(pod: Obj) -> bool:
+    """Neither finished nor terminating: a pod that holds what it asked for."""
+    return not is_finished(pod) and not is_terminating(pod)
+
+
 def evictable(pod: Obj) -> str | None:
     """Why a pod on a node being drained stays, or None if it goes."""
     if is_mirror_pod(pod):
@@ -369,6 +374,7 @@ __all__ = [
     "is_device_resource",
     "is_finished",
     "is_mirror_pod",
+    "is_live",
     "is_terminating",
     "meta",
     "pod_key",
