@@ -46,7 +46,7 @@ from itertools import repeat
 
 import numpy as np
 
-from autoscaler.promql import subquery
+from autoscaler.promql import prefilter, subquery
 from autoscaler.promql.aggregations import aggregate
 from autoscaler.promql.binops import binary, elementwise
 from autoscaler.promql.dialect import NegativeAtError, parse
@@ -518,8 +518,14 @@ class Evaluator:
     # -- binary operators --------------------------------------------------------
 
     def _binary(self, b: Binary, t: int) -> float | Vec:
-        if _filters_extremes(b):
+        if prefilter.filters_extremes(b):
             return self._filtered_extremes(b, t)
+        sel = prefilter.filters_selection(b)
+        if sel is not None:
+            return self._filtered_selection(b, sel, t)
+        window = prefilter.bounds_window(b)
+        if window is not None:
+            return self._bounded_window(b, *window, t)
         lhs = self._vector_or_scalar(b.lhs, t)
         # Every operator but ``or`` gives no sample for an instant vector with none
         # on its left, whatever the right holds, so the right is not evaluated: a
@@ -532,7 +538,7 @@ class Evaluator:
         return binary(b, lhs, rhs, self.store.symbols)
 
     def _filtered_extremes(self, b: Binary, t: int) -> float | Vec:
-        """``max by (...) (X) > c`` (``_filters_extremes``): a group's maximum passes
+        """``max by (...) (X) > c`` (``prefilter.filters_extremes``): a group's maximum passes
         only where one of its samples does, and is then the maximum of those that
         pass (NaN passes no comparison and no maximum keeps it beside a number), so
         X is filtered before it is grouped; a ``sum`` drops the samples of 0. The
@@ -552,50 +558,48 @@ class Evaluator:
         else:
             _, keep = elementwise(b.op, inner.values, b.rhs.value)
         grouped = aggregate(agg, inner.take(keep), None, symbols)
-        if len(grouped) > _FEW_GROUPS:
+        if len(grouped) > prefilter.FEW_GROUPS:
             grouped = aggregate(agg, inner, None, symbols)
         elif len(grouped) > 1:
-            grouped = grouped.take(np.argsort(_first_rows(grouped, inner), kind="stable"))
+            order = prefilter.first_rows(grouped, inner)
+            grouped = grouped.take(np.argsort(order, kind="stable"))
         return binary(b, grouped, b.rhs.value, symbols)
 
-
-# The most groups put in their input order one by one (``_first_rows``).
-_FEW_GROUPS = 4
-
-
-def _first_rows(grouped: Vec, inner: Vec) -> I64:
-    """For each group of ``grouped`` (an aggregation of some rows of ``inner``), the
-    first row of ``inner`` with its grouping labels."""
-    out = np.zeros(len(grouped), dtype=np.int64)
-    for g in range(len(grouped)):
-        same = np.ones(len(inner), dtype=np.bool_)
-        for name, col in grouped.cols.items():
-            same &= inner.cols[name] == col[g]
-        out[g] = int(np.argmax(same))
-    return out
-
-
-# (aggregation, comparison) pairs whose filter may go before the grouping.
-_EXTREME_FILTERS = frozenset({("max", ">"), ("max", ">="), ("min", "<"), ("min", "<=")})
-
-
-def _filters_extremes(b: Binary) -> bool:
-    """A filter (no ``bool``) of a ``max`` by a lower bound, or of a ``min`` by an
-    upper one, against a number literal; or of a ``sum`` by a lower bound that a
-    sum of 0 fails (``> c`` with c >= 0, ``>= c`` with c > 0), whose zero samples
-    are left out before grouping."""
-    agg = b.lhs
-    if not (
-        isinstance(agg, Aggregate)
-        and isinstance(b.rhs, Num)
-        and not b.return_bool
-        and agg.param is None
-    ):
-        return False
-    if agg.op == "sum":
+    def _filtered_selection(self, b: Binary, sel: Select, t: int) -> Vec:
+        """``X <op> c`` for an instant selector X (``prefilter``): the label columns
+        gathered only for the rows whose value passes, then compared as before."""
+        assert isinstance(b.rhs, Num)
         c = b.rhs.value
-        return (b.op == ">" and c >= 0) or (b.op == ">=" and c > 0)
-    return (agg.op, b.op) in _EXTREME_FILTERS
+        parts: list[Vec] = []
+        for fam, rows, values in self._selection(sel, t):
+            _, keep = elementwise(b.op, values, c)
+            if keep.any():
+                parts.append(family_vec(fam, rows[keep], values[keep], keep_name=True))
+        return binary(b, concat(parts), c, self.store.symbols)
+
+    def _bounded_window(self, b: Binary, name: str, arg: RangeSelect, t: int) -> float | Vec:
+        """``max_over_time(X[r]) <= c`` and its kin (``prefilter``): the windows of
+        the rows whose newest number cannot pass are not read, unless the whole
+        answer is already known at ``t``."""
+        assert isinstance(b.rhs, Num)
+        c = b.rhs.value
+        symbols = self.store.symbols
+        known: Vec | None = self._memo.get(
+            ("range", name, arg.select.key, arg.range, t), _names(arg.select)
+        )
+        if known is not None:
+            return binary(b, known, c, symbols)
+        selected = self.store.select(arg.select.matchers)
+        if len(selected) != 1:
+            return binary(b, self._range_call(name, arg, t), c, symbols)
+        fam, rows = selected[0]
+        maxt = t - arg.select.offset
+        mint = maxt - arg.range
+        rows = rows[~prefilter.cannot_pass(fam, rows, name, b.op, c, maxt)]
+        w = fam.window(rows, mint, maxt, need_values=True)
+        keep, values = range_function(name, w, mint, maxt, arg.range)
+        vec = family_vec(fam, w.rows[keep], values[keep], keep_name=False)
+        return binary(b, vec, c, symbols)
 
 
 def _names(sel: Select) -> Names:

@@ -12,8 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from autoscaler.promql.evaluator import Evaluator, _filters_extremes
+from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.plans import Binary
+from autoscaler.promql.prefilter import filters_extremes
 from autoscaler.promql.store import SeriesStore
 from tests.support.stores import answer, same_answer
 
@@ -55,7 +56,7 @@ def _store(seed: int) -> SeriesStore:
 
 def _early(expr: str) -> bool:
     plan = Evaluator(SeriesStore())._plan(expr)
-    return isinstance(plan, Binary) and _filters_extremes(plan)
+    return isinstance(plan, Binary) and filters_extremes(plan)
 
 
 @pytest.mark.parametrize(("agg", "op", "bound"), QUERIES)

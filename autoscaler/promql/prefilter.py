@@ -1,0 +1,146 @@
+"""Comparisons with a number that leave out, before the vector is built, the rows
+that cannot pass them.
+
+Why a module of its own: the rules filter large vectors by a bound far more often
+than they keep them whole (``accel_link_throughput_bytes_per_second == 0`` over
+every link, ``max_over_time(accel_node_ready[1m]) == 0`` over every node), and
+what passes is nearly always a handful of rows or none. The evaluator builds the
+whole vector first, label columns and windows included, then filters it. The
+shapes here are recognised in the plan, and the rows that cannot pass are found
+from what the family keeps per row, so only the others are built:
+
+* **An instant selection compared with a number** (``X > c``, any comparison, no
+  ``bool``): the selection's values are read anyway; the label columns are
+  gathered only for the rows whose value passes.
+* **``max_over_time(X[r])`` bounded above** (``== c``, ``<= c``, ``< c``) and
+  **``min_over_time(X[r])`` bounded below** (``== c``, ``>= c``, ``> c``): a
+  window's maximum is at least the number it ends with, so a row whose newest
+  sample at or before the window's end is a number that fails the bound fails it
+  over that window, and where that sample lies before the window, the window
+  holds nothing and answers nothing. A row whose newest sample there is a stale
+  marker is read in full. Only a selection of one family is filtered: over
+  several, the full answer's duplicate label sets are an error that a smaller
+  answer could miss.
+* **``max by (...) (X) > c``** and its kin (``filters_extremes``): X is filtered
+  before it is grouped (``Evaluator._filtered_extremes``).
+
+In each case the comparison itself then runs as before on what is left, so the
+samples, their values and their order are the full computation's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoscaler.promql.family import Family
+from autoscaler.promql.plans import Aggregate, Binary, Call, Num, RangeSelect, Select
+from autoscaler.promql.symbols import I64, Mask
+from autoscaler.promql.vectors import Vec
+
+COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
+
+# The comparisons each window extreme may be filtered by, and whether the newest
+# number equal to the bound already fails it.
+_WINDOW_BOUNDS: dict[tuple[str, str], bool] = {
+    ("max_over_time", "=="): False,
+    ("max_over_time", "<="): False,
+    ("max_over_time", "<"): True,
+    ("min_over_time", "=="): False,
+    ("min_over_time", ">="): False,
+    ("min_over_time", ">"): True,
+}
+
+# The most groups put in their input order one by one (``first_rows``).
+FEW_GROUPS = 4
+
+# (aggregation, comparison) pairs whose filter may go before the grouping.
+_EXTREME_FILTERS = frozenset({("max", ">"), ("max", ">="), ("min", "<"), ("min", "<=")})
+
+
+def _against_number(b: Binary) -> bool:
+    return isinstance(b.rhs, Num) and not b.return_bool and b.op in COMPARISONS
+
+
+def filters_selection(b: Binary) -> Select | None:
+    """The instant selector X of ``X <op> c`` (a comparison, no ``bool``), else
+    None."""
+    if _against_number(b) and isinstance(b.lhs, Select):
+        return b.lhs
+    return None
+
+
+def bounds_window(b: Binary) -> tuple[str, RangeSelect] | None:
+    """(function, range selector) of ``max_over_time(X[r]) <= c`` and its kin
+    (``_WINDOW_BOUNDS``), X a plain range selector (no ``@``), else None."""
+    call = b.lhs
+    if not (
+        _against_number(b)
+        and isinstance(call, Call)
+        and (call.name, b.op) in _WINDOW_BOUNDS
+        and len(call.args) == 1
+    ):
+        return None
+    arg = call.args[0]
+    if isinstance(arg, RangeSelect) and arg.select.at is None:
+        return call.name, arg
+    return None
+
+
+def cannot_pass(fam: Family, rows: I64, function: str, op: str, c: float, maxt: int) -> Mask:
+    """The ``rows`` whose window ending at ``maxt`` cannot give a ``function``
+    (``max_over_time`` or ``min_over_time``) that passes ``<op> c``: the newest
+    sample at or before ``maxt`` is a number beyond the bound (NaN, a stale
+    marker's value included, is beyond nothing)."""
+    idx = fam.search_rows(rows, maxt, True) - 1
+    newest = np.take(fam.vals, rows * fam.cap + np.maximum(idx, 0))
+    judged = idx >= 0
+    strict = _WINDOW_BOUNDS[(function, op)]
+    with np.errstate(invalid="ignore"):
+        if function == "max_over_time":
+            beyond = newest >= c if strict else newest > c
+        else:
+            beyond = newest <= c if strict else newest < c
+    out: Mask = judged & beyond
+    return out
+
+
+def filters_extremes(b: Binary) -> bool:
+    """A filter (no ``bool``) of a ``max`` by a lower bound, or of a ``min`` by an
+    upper one, against a number literal; or of a ``sum`` by a lower bound that a
+    sum of 0 fails (``> c`` with c >= 0, ``>= c`` with c > 0), whose zero samples
+    are left out before grouping."""
+    agg = b.lhs
+    if not (
+        isinstance(agg, Aggregate)
+        and isinstance(b.rhs, Num)
+        and not b.return_bool
+        and agg.param is None
+    ):
+        return False
+    if agg.op == "sum":
+        c = b.rhs.value
+        return (b.op == ">" and c >= 0) or (b.op == ">=" and c > 0)
+    return (agg.op, b.op) in _EXTREME_FILTERS
+
+
+def first_rows(grouped: Vec, inner: Vec) -> I64:
+    """For each group of ``grouped`` (an aggregation of some rows of ``inner``), the
+    first row of ``inner`` with its grouping labels."""
+    out = np.zeros(len(grouped), dtype=np.int64)
+    for g in range(len(grouped)):
+        same = np.ones(len(inner), dtype=np.bool_)
+        for name, col in grouped.cols.items():
+            same &= inner.cols[name] == col[g]
+        out[g] = int(np.argmax(same))
+    return out
+
+
+__all__ = [
+    "COMPARISONS",
+    "FEW_GROUPS",
+    "bounds_window",
+    "cannot_pass",
+    "filters_extremes",
+    "filters_selection",
+    "first_rows",
+]
