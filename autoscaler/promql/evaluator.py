@@ -565,7 +565,7 @@ class Evaluator:
             grouped = grouped.take(np.argsort(order, kind="stable"))
         return binary(b, grouped, b.rhs.value, symbols)
 
-    def _filtered_selection(self, b: Binary, sel: Select, t: int) -> Vec:
+    def _filtered_selection(self, b: Binary, sel: Select, t: int) -> float | Vec:
         """``X <op> c`` for an instant selector X (``prefilter``): the label columns
         gathered only for the rows whose value passes, then compared as before."""
         assert isinstance(b.rhs, Num)
