@@ -52,7 +52,7 @@ from autoscaler.promql.binops import binary, elementwise
 from autoscaler.promql.dialect import NegativeAtError, parse
 from autoscaler.promql.errors import ExprError, UnsupportedError
 from autoscaler.promql.family import Family
-from autoscaler.promql.functions import EVENTS, NEEDS_POINTS, range_function
+from autoscaler.promql.functions import range_function
 from autoscaler.promql.histogram import histogram_quantile
 from autoscaler.promql.instant_functions import DATE_FUNCTIONS, vector_function
 from autoscaler.promql.matchers import MatchType
@@ -71,6 +71,7 @@ from autoscaler.promql.plans import (
     Subquery,
     compile_plan,
 )
+from autoscaler.promql.ranges import range_rows
 from autoscaler.promql.store import SeriesStore
 from autoscaler.promql.support import (
     FUNCTIONS,
@@ -78,7 +79,7 @@ from autoscaler.promql.support import (
     RANGE_FUNCTIONS,
     unsupported_in,
 )
-from autoscaler.promql.symbols import F64, I64, Mask, Symbols
+from autoscaler.promql.symbols import F64, I64, Symbols
 from autoscaler.promql.vectors import (
     Vec,
     check_unique,
@@ -478,26 +479,10 @@ class Evaluator:
         maxt = t - arg.select.offset
         mint = maxt - arg.range
         parts: list[Vec] = []
-        event = EVENTS.get(name)
         for fam, rows in self.store.select(arg.select.matchers):
-            # Rows with stale markers are windowed apart (``Family.window``), and a
-            # row's last reset or change skips them as a window does, so the
-            # first-and-last shortcut holds for them too.
-            if event is not None:
-                keep, values, w_rows = _event_function(
-                    name, event, fam, rows, mint, maxt, arg.range
-                )
-            else:
-                w = fam.window(rows, mint, maxt, need_values=name in NEEDS_POINTS)
-                keep, values = range_function(name, w, mint, maxt, arg.range)
-                w_rows = w.rows
-            if not len(w_rows):
-                continue
-            rows_out = w_rows[keep]
-            if rows_out.size:
-                parts.append(
-                    family_vec(fam, rows_out, values[keep], keep_name=name == "last_over_time")
-                )
+            vec = range_rows(name, fam, rows, mint, maxt, arg.range)
+            if len(vec):
+                parts.append(vec)
         out = concat(parts)
         if len(parts) > 1 and name != "last_over_time":
             check_unique(out)
@@ -596,81 +581,12 @@ class Evaluator:
         maxt = t - arg.select.offset
         mint = maxt - arg.range
         rows = rows[~prefilter.cannot_pass(fam, rows, name, b.op, c, maxt)]
-        w = fam.window(rows, mint, maxt, need_values=True)
-        keep, values = range_function(name, w, mint, maxt, arg.range)
-        vec = family_vec(fam, w.rows[keep], values[keep], keep_name=False)
-        return binary(b, vec, c, symbols)
+        return binary(b, range_rows(name, fam, rows, mint, maxt, arg.range), c, symbols)
 
 
 def _names(sel: Select) -> Names:
     name = select_name(sel)
     return None if name is None else (name,)
-
-
-def _event_function(
-    name: str, event: str, fam: Family, rows: I64, mint: int, maxt: int, range_ms: int
-) -> tuple[Mask, F64, I64]:
-    """A function of ``EVENTS`` computed from each row's first and last points, and
-    from all of them only for the rows that reset (or changed) since ``mint``."""
-    if name in ("rate", "increase") and rows.size:
-        still = _unchanged(fam, rows, mint, maxt)
-        if still.any():
-            return _with_unchanged(name, event, fam, rows, still, mint, maxt, range_ms)
-    w = fam.window(rows, mint, maxt, need_values=False)
-    keep, values = range_function(name, w, mint, maxt, range_ms, quiet=True)
-    busy = np.flatnonzero(fam.last_event(event, w.rows) >= mint)
-    if busy.size:
-        full = fam.window(w.rows[busy], mint, maxt, need_values=True)
-        busy_keep, busy_values = range_function(name, full, mint, maxt, range_ms)
-        keep = keep.copy()
-        values = values.copy()
-        keep[busy] = busy_keep
-        values[busy] = busy_values
-    return keep, values, w.rows
-
-
-def _unchanged(fam: Family, rows: I64, mint: int, maxt: int) -> Mask:
-    """The rows whose value has not changed since before ``mint``, is a number, and
-    whose points all lie at or before ``maxt``, with no stale marker held: over any
-    two of their points in the window, ``rate`` and ``increase`` are exactly 0
-    (last - first is 0, and 0 extrapolated is 0)."""
-    still: Mask = (
-        (fam.last_change[rows] < mint)
-        & (fam.last_t[rows] <= maxt)
-        & (fam.nstale[rows] == 0)
-        & np.isfinite(fam.last_value[rows])
-    )
-    return still
-
-
-def _with_unchanged(
-    name: str,
-    event: str,
-    fam: Family,
-    rows: I64,
-    still: Mask,
-    mint: int,
-    maxt: int,
-    range_ms: int,
-) -> tuple[Mask, F64, I64]:
-    """``_event_function`` where the rows ``still`` marks (``_unchanged``) answer 0
-    when they have two points in the window (their second newest at ``mint`` or
-    later) and nothing otherwise, as ``rate`` and ``increase`` do, read from one
-    point each instead of a window; the other rows as before."""
-    keep = np.zeros(rows.size, dtype=np.bool_)
-    values = np.zeros(rows.size)
-    at = np.flatnonzero(still)
-    cnt = fam.count[rows[at]]
-    second = np.take(fam.ts, rows[at] * fam.cap + np.maximum(cnt - 2, 0))
-    keep[at] = (cnt >= 2) & (second >= mint)
-    other = np.flatnonzero(~still)
-    if other.size:
-        k, v, w_rows = _event_function(name, event, fam, rows[other], mint, maxt, range_ms)
-        # ``w_rows`` are the other rows with a point in the window, in their order.
-        where = other[np.isin(rows[other], w_rows, assume_unique=True)]
-        keep[where] = k
-        values[where] = v
-    return keep, values, rows
 
 
 __all__ = ["Columns", "Evaluator", "TargetFilter", "prometheus_time_ms"]

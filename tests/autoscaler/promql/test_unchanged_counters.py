@@ -1,5 +1,5 @@
 """``rate`` and ``increase`` over counters that have not changed since before the
-window answer 0 from one point each (``evaluator._unchanged``), and that answer is
+window answer 0 from one point each (``ranges._unchanged``), and that answer is
 the one the full window gives: a randomized differential against the same
 evaluator with that shortcut off, over counters that stay, step, reset, hold NaN
 or infinities, carry stale markers, have one point or none in the window, or a
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from autoscaler.promql import evaluator as evaluator_module
+from autoscaler.promql import ranges as ranges_module
 from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.store import SeriesStore
 from tests.support.stores import Answer, answer, same_answer
@@ -66,16 +66,16 @@ def _answer(store: SeriesStore, expr: str, t: float) -> Answer:
 def test_unchanged_counters_answer_what_their_window_does(
     expr: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    shortcut = evaluator_module._unchanged
+    shortcut = ranges_module._unchanged
     used = 0
     for seed in range(120):
         store, times = _store(seed)
         for t in (times[5], times[8] - 1.0, times[11], times[11] - 30.0):
             # Both answers from the same store: with the shortcut, then without.
-            monkeypatch.setattr(evaluator_module, "_unchanged", shortcut)
+            monkeypatch.setattr(ranges_module, "_unchanged", shortcut)
             got = _answer(store, expr, t)
             monkeypatch.setattr(
-                evaluator_module,
+                ranges_module,
                 "_unchanged",
                 lambda fam, rows, mint, maxt: np.zeros(rows.size, dtype=np.bool_),
             )
