@@ -87,6 +87,7 @@ from autoscaler.promql.vectors import (
     drop_name,
     empty,
     family_vec,
+    label_key,
 )
 from autoscaler.types import Labels, Matrix, Sample, Scalar, Series, Vector
 
@@ -519,7 +520,8 @@ class Evaluator:
         # selector is empty, e.g. on a fleet that runs no gangs.
         if isinstance(lhs, Vec) and not len(lhs) and b.op != "or":
             return empty()
-        rhs = self._vector_or_scalar(b.rhs, t)
+        narrowed = self._narrowed_right(b, lhs, t) if isinstance(lhs, Vec) else None
+        rhs = self._vector_or_scalar(b.rhs, t) if narrowed is None else narrowed
         return binary(b, lhs, rhs, self.store.symbols)
 
     def _filtered_extremes(self, b: Binary, t: int) -> float | Vec:
@@ -582,6 +584,36 @@ class Evaluator:
         mint = maxt - arg.range
         rows = rows[~prefilter.cannot_pass(fam, rows, name, b.op, c, maxt)]
         return binary(b, range_rows(name, fam, rows, mint, maxt, arg.range), c, symbols)
+
+    def _narrowed_right(self, b: Binary, lhs: Vec, t: int) -> Vec | None:
+        """The right of ``A * on (labels) group_left f(X[r])`` (``prefilter``)
+        computed only for the series of X that a sample of A matches, where A has
+        few samples; None where it is computed whole: A matches many, X spans
+        families, the whole is known at ``t``, or two of X's answers share their
+        labels (the whole then raises Prometheus's error)."""
+        found = prefilter.narrows_join(b)
+        if found is None:
+            return None
+        call, agg = found
+        arg = call.args[0]
+        assert isinstance(arg, RangeSelect)
+        names = _names(arg.select)
+        if self._memo.get(("range", call.name, arg.select.key, arg.range, t), names) is not None:
+            return None
+        selected = self.store.select(arg.select.matchers)
+        if len(selected) != 1 or len(lhs) * prefilter.NARROW_SHARE > selected[0][1].size:
+            return None
+        fam, rows = selected[0]
+        maxt = t - arg.select.offset
+        mint = maxt - arg.range
+        left, right = prefilter.join_keys(fam, rows, lhs, b.labels)
+        shared = prefilter.shared_keys(right)
+        if agg is None and shared.any():
+            twins = range_rows(call.name, fam, rows[shared], mint, maxt, arg.range)
+            if prefilter.shared_keys(label_key(twins, sorted(set(b.labels)))).any():
+                return None
+        out = range_rows(call.name, fam, rows[np.isin(right, left)], mint, maxt, arg.range)
+        return out if agg is None else aggregate(agg, out, None, self.store.symbols)
 
 
 def _names(sel: Select) -> Names:

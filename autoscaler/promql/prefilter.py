@@ -21,6 +21,14 @@ from what the family keeps per row, so only the others are built:
   marker is read in full. Only a selection of one family is filtered: over
   several, the full answer's duplicate label sets are an error that a smaller
   answer could miss.
+* **A join whose right is a range function of a selector** (``A * on (node,
+  device) group_left f(X[r])``, arithmetic or a comparison, one-to-one or
+  many-to-one, on listed labels; or that function aggregated ``by`` exactly those
+  labels), where A has few samples against X's series: only the series of X whose
+  labels some sample of A has are windowed (``join_keys``). The series a join
+  leaves unmatched change nothing but an error: two of X's answers with the same
+  labels are Prometheus's "duplicate series" error, so the series that share their
+  labels are computed (few or none), and where two of them answer, the whole is.
 * **``max by (...) (X) > c``** and its kin (``filters_extremes``): X is filtered
   before it is grouped (``Evaluator._filtered_extremes``).
 
@@ -33,9 +41,10 @@ from __future__ import annotations
 import numpy as np
 
 from autoscaler.promql.family import Family
-from autoscaler.promql.plans import Aggregate, Binary, Call, Num, RangeSelect, Select
+from autoscaler.promql.over_time import POINT_FUNCTIONS
+from autoscaler.promql.plans import Aggregate, Binary, Call, Num, Plan, RangeSelect, Select
 from autoscaler.promql.symbols import I64, Mask
-from autoscaler.promql.vectors import Vec
+from autoscaler.promql.vectors import Vec, combine
 
 COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
 
@@ -104,6 +113,77 @@ def cannot_pass(fam: Family, rows: I64, function: str, op: str, c: float, maxt: 
     return out
 
 
+# A join narrows its right when its left has fewer samples than this share of
+# the right's series: a join of every device to its pod (the rhythm learner's)
+# computes the whole right, which other rules then share.
+NARROW_SHARE = 8
+# Aggregations whose groups the narrowing keeps whole (no parameter).
+_GROUPINGS = frozenset({"sum", "min", "max", "avg", "count", "group"})
+
+
+def narrows_join(b: Binary) -> tuple[Call, Aggregate | None] | None:
+    """The range function on the right of ``A <op> on (labels) [group_left]
+    f(X[r])`` (arithmetic or a comparison, one-to-one or many-to-one, on listed
+    labels but ``__name__``; ``f`` read by ``Evaluator._range_call``: X a plain
+    range selector, ``f`` not one of ``POINT_FUNCTIONS``), and the aggregation
+    around it where the right is ``agg by (labels) (f(X[r]))``; else None."""
+    if not (
+        b.on
+        and b.card in ("one-to-one", "many-to-one")
+        and b.op not in ("and", "or", "unless")
+        and "__name__" not in b.labels
+    ):
+        return None
+    right: Plan = b.rhs
+    agg: Aggregate | None = None
+    if isinstance(right, Aggregate):
+        if not (
+            right.op in _GROUPINGS
+            and right.param is None
+            and not right.without
+            and set(right.labels) == set(b.labels)
+        ):
+            return None
+        agg = right
+        right = right.expr
+    if not (isinstance(right, Call) and len(right.args) == 1):
+        return None
+    arg = right.args[0]
+    if (
+        isinstance(arg, RangeSelect)
+        and arg.select.at is None
+        and right.name not in POINT_FUNCTIONS
+        and right.name not in ("absent_over_time", "last_over_time")
+    ):
+        return right, agg
+    return None
+
+
+def join_keys(fam: Family, rows: I64, lhs: Vec, labels: tuple[str, ...]) -> tuple[I64, I64]:
+    """The match keys (``on (labels)``, as ``binops`` computes them) of the samples
+    of ``lhs`` and of the ``rows`` of ``fam``, comparable with each other."""
+    nl, nr = len(lhs), rows.size
+    columns = [
+        np.concatenate(
+            [
+                lhs.cols.get(k, np.zeros(nl, dtype=np.int64)),
+                fam.codes[k][rows] if k in fam.codes else np.zeros(nr, dtype=np.int64),
+            ]
+        )
+        for k in sorted(set(labels))
+        if k in lhs.cols or k in fam.codes
+    ]
+    key = combine(columns, nl + nr)
+    return key[:nl], key[nl:]
+
+
+def shared_keys(keys: I64) -> Mask:
+    """Which of ``keys`` occur more than once."""
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    out: Mask = counts[inverse] > 1
+    return out
+
+
 def filters_extremes(b: Binary) -> bool:
     """A filter (no ``bool``) of a ``max`` by a lower bound, or of a ``min`` by an
     upper one, against a number literal; or of a ``sum`` by a lower bound that a
@@ -138,9 +218,13 @@ def first_rows(grouped: Vec, inner: Vec) -> I64:
 __all__ = [
     "COMPARISONS",
     "FEW_GROUPS",
+    "NARROW_SHARE",
     "bounds_window",
     "cannot_pass",
     "filters_extremes",
     "filters_selection",
     "first_rows",
+    "join_keys",
+    "narrows_join",
+    "shared_keys",
 ]
