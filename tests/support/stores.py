@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from autoscaler.promql.errors import EvalError, ExprError
+from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.store import SeriesStore
 from autoscaler.types import Vector
 
@@ -31,6 +33,22 @@ def answer(result: object) -> Answer:
     """An instant vector's samples as (labels, value), in its order."""
     assert isinstance(result, Vector), result
     return [(s.labels, s.value) for s in result.samples]
+
+
+def answer_or_error(store: SeriesStore, expr: str, t: float) -> Answer | str:
+    """``expr``'s answer at ``t`` from a fresh evaluator over ``store``, or the
+    evaluation error as its type and message."""
+    try:
+        return answer(Evaluator(store).instant(expr, t))
+    except (EvalError, ExprError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def same_answer_or_error(got: Answer | str, want: Answer | str) -> bool:
+    """``same_answer``, or the same error."""
+    if isinstance(got, str) or isinstance(want, str):
+        return got == want
+    return same_answer(got, want)
 
 
 def same_answer(a: Answer, b: Answer) -> bool:

@@ -18,11 +18,10 @@ import numpy as np
 import pytest
 
 from autoscaler.promql import prefilter
-from autoscaler.promql.errors import EvalError, ExprError
 from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.plans import Binary
 from autoscaler.promql.store import SeriesStore
-from tests.support.stores import Answer, answer, same_answer
+from tests.support.stores import answer_or_error, same_answer
 
 T0 = 1_700_000_000.0
 SCRAPES = 14
@@ -78,13 +77,6 @@ def _store(seed: int) -> SeriesStore:
     return store
 
 
-def _answer(store: SeriesStore, expr: str, t: float) -> Answer | str:
-    try:
-        return answer(Evaluator(store).instant(expr, t))
-    except (EvalError, ExprError) as e:
-        return f"{type(e).__name__}: {e}"
-
-
 @pytest.mark.parametrize("expr", JOINS)
 def test_a_narrowed_join_answers_what_the_whole_right_does(
     expr: str, monkeypatch: pytest.MonkeyPatch
@@ -104,9 +96,9 @@ def test_a_narrowed_join_answers_what_the_whole_right_does(
         store = _store(seed)
         for t in TIMES:
             monkeypatch.setattr(prefilter, "narrows_join", narrows)
-            got = _answer(store, expr, t)
+            got = answer_or_error(store, expr, t)
             monkeypatch.setattr(prefilter, "narrows_join", lambda b: None)
-            want = _answer(store, expr, t)
+            want = answer_or_error(store, expr, t)
             if isinstance(got, str) or isinstance(want, str):
                 assert got == want, (seed, t, expr, got, want)
                 errors += 1

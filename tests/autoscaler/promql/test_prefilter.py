@@ -18,11 +18,10 @@ import numpy as np
 import pytest
 
 from autoscaler.promql import prefilter
-from autoscaler.promql.errors import EvalError, ExprError
 from autoscaler.promql.evaluator import Evaluator
 from autoscaler.promql.plans import Binary
 from autoscaler.promql.store import SeriesStore
-from tests.support.stores import Answer, answer, same_answer
+from tests.support.stores import answer, answer_or_error, same_answer, same_answer_or_error
 
 T0 = 1_700_000_000.0
 VALUES = [0.0, 0.0, 0.5, 1.0, 1.0, 2.0, -1.0, math.nan, math.inf, -math.inf]
@@ -84,19 +83,6 @@ def _store(seed: int) -> SeriesStore:
     return store
 
 
-def _answer(store: SeriesStore, expr: str, t: float) -> Answer | str:
-    try:
-        return answer(Evaluator(store).instant(expr, t))
-    except (EvalError, ExprError) as e:
-        return f"{type(e).__name__}: {e}"
-
-
-def _same(got: Answer | str, want: Answer | str) -> bool:
-    if isinstance(got, str) or isinstance(want, str):
-        return got == want
-    return same_answer(got, want)
-
-
 def _early(expr: str) -> bool:
     plan = Evaluator(SeriesStore())._plan(expr)
     if not isinstance(plan, Binary):
@@ -117,8 +103,8 @@ def test_leaving_out_what_cannot_pass_answers_what_the_full_vector_does(
     for seed in range(120):
         store = _store(seed)
         for t in TIMES:
-            got, want = _answer(store, early, t), _answer(store, late, t)
-            assert _same(got, want), (seed, t, early, got, want)
+            got, want = answer_or_error(store, early, t), answer_or_error(store, late, t)
+            assert same_answer_or_error(got, want), (seed, t, early, got, want)
             passed += isinstance(want, list) and bool(want)
             errors += isinstance(want, str)
     # The random series gave answers with samples (and, over two families, errors).
