@@ -570,20 +570,13 @@ class Evaluator:
         answer is already known at ``t``."""
         assert isinstance(b.rhs, Num)
         c = b.rhs.value
-        symbols = self.store.symbols
-        known: Vec | None = self._memo.get(
-            ("range", name, arg.select.key, arg.range, t), _names(arg.select)
-        )
-        if known is not None:
-            return binary(b, known, c, symbols)
-        selected = self.store.select(arg.select.matchers)
-        if len(selected) != 1:
-            return binary(b, self._range_call(name, arg, t), c, symbols)
-        fam, rows = selected[0]
-        maxt = t - arg.select.offset
-        mint = maxt - arg.range
+        found = self._one_family(name, arg, t)
+        if found is None:
+            return binary(b, self._range_call(name, arg, t), c, self.store.symbols)
+        fam, rows, mint, maxt = found
         rows = rows[~prefilter.cannot_pass(fam, rows, name, b.op, c, maxt)]
-        return binary(b, range_rows(name, fam, rows, mint, maxt, arg.range), c, symbols)
+        vec = range_rows(name, fam, rows, mint, maxt, arg.range)
+        return binary(b, vec, c, self.store.symbols)
 
     def _narrowed_right(self, b: Binary, lhs: Vec, t: int) -> Vec | None:
         """The right of ``A * on (labels) group_left f(X[r])`` (``prefilter``)
@@ -597,15 +590,10 @@ class Evaluator:
         call, agg = found
         arg = call.args[0]
         assert isinstance(arg, RangeSelect)
-        names = _names(arg.select)
-        if self._memo.get(("range", call.name, arg.select.key, arg.range, t), names) is not None:
+        one = self._one_family(call.name, arg, t)
+        if one is None or len(lhs) * prefilter.NARROW_SHARE > one[1].size:
             return None
-        selected = self.store.select(arg.select.matchers)
-        if len(selected) != 1 or len(lhs) * prefilter.NARROW_SHARE > selected[0][1].size:
-            return None
-        fam, rows = selected[0]
-        maxt = t - arg.select.offset
-        mint = maxt - arg.range
+        fam, rows, mint, maxt = one
         left, right = prefilter.join_keys(fam, rows, lhs, b.labels)
         shared = prefilter.shared_keys(right)
         if agg is None and shared.any():
@@ -614,6 +602,22 @@ class Evaluator:
                 return None
         out = range_rows(call.name, fam, rows[np.isin(right, left)], mint, maxt, arg.range)
         return out if agg is None else aggregate(agg, out, None, self.store.symbols)
+
+    def _one_family(
+        self, name: str, arg: RangeSelect, t: int
+    ) -> tuple[Family, I64, int, int] | None:
+        """The family ``name(arg)`` reads at ``t``, its rows and its window's ends
+        (``mint``, ``maxt``), for a filter to compute it for some of the rows; None
+        where it reads several families or its whole answer is known already."""
+        known = self._memo.get(("range", name, arg.select.key, arg.range, t), _names(arg.select))
+        if known is not None:
+            return None
+        selected = self.store.select(arg.select.matchers)
+        if len(selected) != 1:
+            return None
+        fam, rows = selected[0]
+        maxt = t - arg.select.offset
+        return fam, rows, maxt - arg.range, maxt
 
 
 def _names(sel: Select) -> Names:

@@ -1,5 +1,6 @@
-"""Comparisons with a number that leave out, before the vector is built, the rows
-that cannot pass them.
+"""What a comparison with a number, or a join with few samples on its left,
+leaves out before the vector or the window is built: the rows that cannot pass
+it, or cannot match.
 
 Why a module of its own: the rules filter large vectors by a bound far more often
 than they keep them whole (``accel_link_throughput_bytes_per_second == 0`` over
