@@ -447,8 +447,10 @@ class Rhythm:
                 handles[row, col] = store.ref(labels)
         table.handles.fill(-1)
         table.handles[current] = handles
-        written = handles[have]
-        store.append(written, now, values[have])
+        # Column by column: each column is one family, so the store finds its
+        # families in runs instead of sorting the series of every job apart.
+        written = handles.T[have.T]
+        store.append(written, now, values.T[have.T])
         gone = _left_out(self._written, written)
         if gone.size:
             store.append_stale(gone, now)
