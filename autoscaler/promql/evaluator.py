@@ -520,7 +520,7 @@ class Evaluator:
         # selector is empty, e.g. on a fleet that runs no gangs.
         if isinstance(lhs, Vec) and not len(lhs) and b.op != "or":
             return empty()
-        narrowed = self._narrowed_right(b, lhs, t) if isinstance(lhs, Vec) else None
+        narrowed = self._narrowed_side(b, lhs, t) if isinstance(lhs, Vec) else None
         rhs = self._vector_or_scalar(b.rhs, t) if narrowed is None else narrowed
         return binary(b, lhs, rhs, self.store.symbols)
 
@@ -577,6 +577,28 @@ class Evaluator:
         rows = rows[~prefilter.cannot_pass(fam, rows, name, b.op, c, maxt)]
         vec = range_rows(name, fam, rows, mint, maxt, arg.range)
         return binary(b, vec, c, self.store.symbols)
+
+    def _narrowed_side(self, b: Binary, lhs: Vec, t: int) -> Vec | None:
+        """The right of a join or set operator whose left ``lhs`` has few samples,
+        computed only for the series that can match them (``prefilter``); None
+        where it is computed whole."""
+        sel = prefilter.narrows_set(b)
+        if sel is None:
+            return self._narrowed_right(b, lhs, t)
+        selection = self._selection(sel, t)
+        if len(lhs) * prefilter.NARROW_SHARE > sum(rows.size for _, rows, _ in selection):
+            return None
+        compare = b.rhs if isinstance(b.rhs, Binary) else None
+        parts: list[Vec] = []
+        for fam, rows, values in selection:
+            left, right = prefilter.join_keys(fam, rows, lhs, b.labels)
+            keep = np.isin(right, left)
+            if compare is not None:
+                assert isinstance(compare.rhs, Num)
+                keep &= elementwise(compare.op, values, compare.rhs.value)[1]
+            if keep.any():
+                parts.append(family_vec(fam, rows[keep], values[keep], keep_name=True))
+        return concat(parts)
 
     def _narrowed_right(self, b: Binary, lhs: Vec, t: int) -> Vec | None:
         """The right of ``A * on (labels) group_left f(X[r])`` (``prefilter``)

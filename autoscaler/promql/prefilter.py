@@ -30,6 +30,9 @@ from what the family keeps per row, so only the others are built:
   leaves unmatched change nothing but an error: two of X's answers with the same
   labels are Prometheus's "duplicate series" error, so the series that share their
   labels are computed (few or none), and where two of them answer, the whole is.
+* **A set operator whose left has few samples** (``A unless on (node, device)
+  X > 0``, X a selector, compared with a number or not): only the series of X
+  with the labels of some sample of A are read into the vector.
 * **``max by (...) (X) > c``** and its kin (``filters_extremes``): X is filtered
   before it is grouped (``Evaluator._filtered_extremes``).
 
@@ -160,6 +163,20 @@ def narrows_join(b: Binary) -> tuple[Call, Aggregate | None] | None:
     return None
 
 
+def narrows_set(b: Binary) -> Select | None:
+    """The selector X of ``A and on (labels) X`` or ``A unless on (labels) X``, or
+    of the same with ``X <op> c`` on the right (a comparison with a number, no
+    ``bool``); else None. A set operator reads only the labels of its right, and
+    only whether a sample of the left has them: the right's other series change
+    nothing, and neither X nor its comparison can raise an error."""
+    if not (b.on and b.op in ("and", "unless") and "__name__" not in b.labels):
+        return None
+    right = b.rhs
+    if isinstance(right, Binary) and _against_number(right):
+        right = right.lhs
+    return right if isinstance(right, Select) else None
+
+
 def join_keys(fam: Family, rows: I64, lhs: Vec, labels: tuple[str, ...]) -> tuple[I64, I64]:
     """The match keys (``on (labels)``, as ``binops`` computes them) of the samples
     of ``lhs`` and of the ``rows`` of ``fam``, comparable with each other."""
@@ -227,5 +244,6 @@ __all__ = [
     "first_rows",
     "join_keys",
     "narrows_join",
+    "narrows_set",
     "shared_keys",
 ]

@@ -1,8 +1,9 @@
 """A join whose right is a range function of a selector (``A * on (node, device)
 group_left f(X[r])``, or that function aggregated by the labels it matches on)
-windows only the series of X that A's few samples match
-(``Evaluator._narrowed_right``), and answers what windowing every series
-answers: the same samples, values and order, or the same error.
+windows only the series of X that A's few samples match, and a set operator
+(``A unless on (node, device) X > 0``) reads only those series of X
+(``Evaluator._narrowed_side``); each answers what reading every series answers:
+the same samples, values and order, or the same error.
 
 A randomized differential against the same evaluator with the narrowing off,
 over series of X that share their match labels (twins: Prometheus's duplicate
@@ -37,6 +38,12 @@ JOINS = [
     "info * on (node) group_left max by (node) (max_over_time(x[3m]))",
     "info * on (node) group_left () sum by (node) (increase(x[5m]))",
     "info == on (node, device) group_left max_over_time(x[1m])",
+    # Set operators, their right a selector or its comparison with a number.
+    "info and on (node, device) x",
+    "info unless on (node, device) x > 2",
+    "info unless on (node) x == 0",
+    'info and on (node, device) {__name__=~"x|info"} >= 1',
+    "info and on (device) x offset 2m",
 ]
 
 
@@ -81,9 +88,9 @@ def _store(seed: int) -> SeriesStore:
 def test_a_narrowed_join_answers_what_the_whole_right_does(
     expr: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    narrows = prefilter.narrows_join
+    narrows, sets = prefilter.narrows_join, prefilter.narrows_set
     narrowed = answered = errors = 0
-    real = Evaluator._narrowed_right
+    real = Evaluator._narrowed_side
 
     def counted(self: Evaluator, *args: object) -> object:
         nonlocal narrowed
@@ -91,13 +98,15 @@ def test_a_narrowed_join_answers_what_the_whole_right_does(
         narrowed += out is not None
         return out
 
-    monkeypatch.setattr(Evaluator, "_narrowed_right", counted)
+    monkeypatch.setattr(Evaluator, "_narrowed_side", counted)
     for seed in range(100):
         store = _store(seed)
         for t in TIMES:
             monkeypatch.setattr(prefilter, "narrows_join", narrows)
+            monkeypatch.setattr(prefilter, "narrows_set", sets)
             got = answer_or_error(store, expr, t)
             monkeypatch.setattr(prefilter, "narrows_join", lambda b: None)
+            monkeypatch.setattr(prefilter, "narrows_set", lambda b: None)
             want = answer_or_error(store, expr, t)
             if isinstance(got, str) or isinstance(want, str):
                 assert got == want, (seed, t, expr, got, want)
@@ -109,17 +118,24 @@ def test_a_narrowed_join_answers_what_the_whole_right_does(
     # share their labels: the twins' error), and gave answers with samples.
     assert narrowed > 50 or "on (device)" in expr
     assert answered > 0
-    # Twins and repeated left labels gave errors where they must.
-    assert errors > 0 or ("group_left" in expr and "by (node)" in expr)
+    # Twins and repeated left labels gave errors where they must; a set operator
+    # never raises one.
+    if " and " in expr or " unless " in expr:
+        assert errors == 0
+    else:
+        assert errors > 0 or ("group_left" in expr and "by (node)" in expr)
 
 
 def _narrows(expr: str) -> bool:
     plan = Evaluator(SeriesStore())._plan(expr)
-    return isinstance(plan, Binary) and prefilter.narrows_join(plan) is not None
+    return isinstance(plan, Binary) and (
+        prefilter.narrows_join(plan) is not None or prefilter.narrows_set(plan) is not None
+    )
 
 
 def test_joins_of_other_shapes_are_computed_whole() -> None:
     assert _narrows("info * on (node) group_left max_over_time(x[3m])")
+    assert _narrows("info unless on (node) x > 0")
     for expr in (
         "info * ignoring (pod) group_left max_over_time(x[3m])",
         "info * on (node) group_right max_over_time(x[3m])",
@@ -130,5 +146,11 @@ def test_joins_of_other_shapes_are_computed_whole() -> None:
         "info * on (node) group_left max_over_time(x[3m] @ 100)",
         "info * on (node) group_left deriv(x[3m])",
         "info * on (__name__) group_left max_over_time(x[3m])",
+        "info and x",
+        "info or on (node) x",
+        "info and on (__name__) x",
+        "info and on (node) x > bool 1",
+        "info and on (node) rate(x[5m])",
+        "info unless on (node) x > on (node) info",
     ):
         assert not _narrows(expr), expr
