@@ -118,7 +118,7 @@ def _vector_scalar(b: Binary, vec: Vec, scalar: float, swap: bool) -> Vec:
     return out
 
 
-def _signatures(lhs: Vec, rhs: Vec, on: bool, labels: tuple[str, ...]) -> tuple[I64, I64]:
+def signatures(lhs: Vec, rhs: Vec, on: bool, labels: tuple[str, ...]) -> tuple[I64, I64]:
     """Match-group keys for both sides (``signatureFunc``): the ``on`` labels, or
     every label but ``__name__`` and the ``ignoring`` ones."""
     if on:
@@ -149,7 +149,7 @@ def _set_operation(b: Binary, lhs: Vec, rhs: Vec) -> Vec:
             return lhs
     elif len(lhs) == 0 or len(rhs) == 0:
         return empty() if b.op == "and" else lhs
-    lk, rk = _signatures(lhs, rhs, b.on, b.labels)
+    lk, rk = signatures(lhs, rhs, b.on, b.labels)
     if b.op == "and":
         return lhs.take(np.isin(lk, rk))
     if b.op == "unless":
@@ -170,7 +170,7 @@ def _vector_binop(b: Binary, lhs: Vec, rhs: Vec, symbols: Symbols) -> Vec:
         return empty()
     swapped = b.card == "one-to-many"
     many, one = (rhs, lhs) if swapped else (lhs, rhs)
-    many_key, one_key = _signatures(many, one, b.on, b.labels)
+    many_key, one_key = signatures(many, one, b.on, b.labels)
     order = np.argsort(one_key, kind="stable")
     sorted_keys = one_key[order]
     dup = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])
@@ -256,4 +256,8 @@ def _raise_duplicate(
     )
 
 
-__all__ = ["binary", "elementwise"]
+__all__ = [
+    "binary",
+    "elementwise",
+    "signatures",
+]

@@ -557,12 +557,31 @@ class Evaluator:
         gathered only for the rows whose value passes, then compared as before."""
         assert isinstance(b.rhs, Num)
         c = b.rhs.value
+        kept = self._selected(self._selection(sel, t), b)
+        return binary(b, kept, c, self.store.symbols)
+
+    def _selected(
+        self,
+        selection: list[tuple[Family, I64, F64]],
+        compare: Binary | None,
+        lhs: Vec | None = None,
+        labels: tuple[str, ...] = (),
+    ) -> Vec:
+        """The rows of ``selection`` that pass ``compare`` (``X <op> c``) and, with
+        ``lhs``, have the ``on (labels)`` of one of its samples, as one vector with
+        the metric name: label columns are gathered only for those rows."""
         parts: list[Vec] = []
-        for fam, rows, values in self._selection(sel, t):
-            _, keep = elementwise(b.op, values, c)
-            if keep.any():
-                parts.append(family_vec(fam, rows[keep], values[keep], keep_name=True))
-        return binary(b, concat(parts), c, self.store.symbols)
+        for fam, rows, values in selection:
+            passed = np.ones(rows.size, dtype=np.bool_)
+            if lhs is not None:
+                left, right = prefilter.join_keys(fam, rows, lhs, labels)
+                passed = np.isin(right, left)
+            if compare is not None:
+                assert isinstance(compare.rhs, Num)
+                passed &= elementwise(compare.op, values, compare.rhs.value)[1]
+            if passed.any():
+                parts.append(family_vec(fam, rows[passed], values[passed], keep_name=True))
+        return concat(parts)
 
     def _bounded_window(self, b: Binary, name: str, arg: RangeSelect, t: int) -> float | Vec:
         """``max_over_time(X[r]) <= c`` and its kin (``prefilter``): the windows of
@@ -589,16 +608,7 @@ class Evaluator:
         if len(lhs) * prefilter.NARROW_SHARE > sum(rows.size for _, rows, _ in selection):
             return None
         compare = b.rhs if isinstance(b.rhs, Binary) else None
-        parts: list[Vec] = []
-        for fam, rows, values in selection:
-            left, right = prefilter.join_keys(fam, rows, lhs, b.labels)
-            keep = np.isin(right, left)
-            if compare is not None:
-                assert isinstance(compare.rhs, Num)
-                keep &= elementwise(compare.op, values, compare.rhs.value)[1]
-            if keep.any():
-                parts.append(family_vec(fam, rows[keep], values[keep], keep_name=True))
-        return concat(parts)
+        return self._selected(selection, compare, lhs, b.labels)
 
     def _narrowed_right(self, b: Binary, lhs: Vec, t: int) -> Vec | None:
         """The right of ``A * on (labels) group_left f(X[r])`` (``prefilter``)

@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoscaler.promql.binops import signatures
 from autoscaler.promql.family import Family
 from autoscaler.promql.over_time import POINT_FUNCTIONS
 from autoscaler.promql.plans import Aggregate, Binary, Call, Num, Plan, RangeSelect, Select
 from autoscaler.promql.symbols import I64, Mask
-from autoscaler.promql.vectors import Vec, combine
+from autoscaler.promql.vectors import Vec
 
 COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
 
@@ -178,21 +179,11 @@ def narrows_set(b: Binary) -> Select | None:
 
 
 def join_keys(fam: Family, rows: I64, lhs: Vec, labels: tuple[str, ...]) -> tuple[I64, I64]:
-    """The match keys (``on (labels)``, as ``binops`` computes them) of the samples
-    of ``lhs`` and of the ``rows`` of ``fam``, comparable with each other."""
-    nl, nr = len(lhs), rows.size
-    columns = [
-        np.concatenate(
-            [
-                lhs.cols.get(k, np.zeros(nl, dtype=np.int64)),
-                fam.codes[k][rows] if k in fam.codes else np.zeros(nr, dtype=np.int64),
-            ]
-        )
-        for k in sorted(set(labels))
-        if k in lhs.cols or k in fam.codes
-    ]
-    key = combine(columns, nl + nr)
-    return key[:nl], key[nl:]
+    """The match keys (``on (labels)``) of the samples of ``lhs`` and of the
+    ``rows`` of ``fam``, comparable with each other: ``binops.signatures`` over
+    the rows' columns of those labels only, not a vector of all of them."""
+    cols = {k: fam.codes[k][rows] for k in set(labels) if k in fam.codes}
+    return signatures(lhs, Vec(cols, np.zeros(rows.size)), True, labels)
 
 
 def shared_keys(keys: I64) -> Mask:
