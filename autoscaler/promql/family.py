@@ -6,11 +6,14 @@ of them: "the last sample at or before t" or "the samples in [t-r, t]". Python
 objects per series or per sample would make one cycle take seconds, so:
 
 * A family holds two 2-D arrays, timestamps (int64 milliseconds, like Prometheus)
-  and values (float64), one row per series, samples left-aligned and sorted by
-  time, padding at the end. Rows scraped together stay aligned column for column,
-  so a window of 80,000 series is usually one slice of the values array, and every
-  range function is a numpy reduction along one axis. Label values are codes of
-  the store's ``Symbols``, one int64 column per label name.
+  and values (float64), time-major: sample ``k`` of series (row) ``r`` is at
+  ``[k, r]``, each series' samples sorted by time from ``k = 0``, padding after
+  them. Series scraped together stay aligned, so a scrape writes one run of
+  array row ``k``, a window of 80,000 series is one block of a few array rows
+  (handed to the range functions transposed, as rows x points, a view), and a
+  trim moves whole array rows (one array row per series made a scrape's writes
+  a cache miss apiece). Label values are codes of the store's ``Symbols``, one
+  int64 column per label name.
 * Finding each row's window is a vectorised binary search; rows that are aligned
   with the family's fullest row are answered from that one row and verified with
   two gathers, and the answers are cached until the family changes. Targets
@@ -75,8 +78,8 @@ _ROW_ARRAYS = (
 _ROW_FILL = {"last_drop": _MIN, "last_change": _MIN, "last_t": _MIN}
 
 
-# Rows shifted at once by ``Family.trim``.
-_TRIM_ROWS = 256
+# Rows moved at once by ``Family.drop_empty_rows``.
+_MOVE_ROWS = 256
 
 
 def _runs(rows: I64, most: int) -> list[tuple[int, int]]:
@@ -117,8 +120,8 @@ class Family:
         self.labels: list[Labels] = []
         self.index: dict[Labels, int] = {}
         self.codes: dict[str, I64] = {}
-        self.ts: I64 = np.full((0, _INITIAL_CAP), _PAD, dtype=np.int64)
-        self.vals: F64 = np.full((0, _INITIAL_CAP), np.nan)
+        self.ts: I64 = np.full((_INITIAL_CAP, 0), _PAD, dtype=np.int64)
+        self.vals: F64 = np.full((_INITIAL_CAP, 0), np.nan)
         self.count: I64 = np.zeros(0, dtype=np.int64)
         self.nstale: I64 = np.zeros(0, dtype=np.int64)
         self.refs: I64 = np.zeros(0, dtype=np.int64)
@@ -147,24 +150,32 @@ class Family:
 
     @property
     def cap(self) -> int:
+        """How many samples each row holds at most before a trim or a resize."""
+        return int(self.ts.shape[0])
+
+    @property
+    def width(self) -> int:
+        """How many rows the arrays hold (``n`` and the spare ones after it)."""
         return int(self.ts.shape[1])
+
+    def flat(self, rows: I64, at: I64 | int) -> I64:
+        """Flat indices of each row's sample ``at`` (cheaper than 2-D indexing)."""
+        out: I64 = at * self.width + rows
+        return out
 
     # -- rows -------------------------------------------------------------------
 
     def add_row(self, labels: Labels, ref: int) -> int:
         row = self.n
-        if row == self.ts.shape[0]:
-            self._resize(max(16, 2 * row), self.cap)
-        # Rows past ``n`` are left unwritten by ``_resize`` (their pages then cost no
-        # memory until used): a new row's padding is written here.
-        self.ts[row] = _PAD
-        self.vals[row] = np.nan
+        if row == self.width:
+            self._resize(max(16, row + row // 4), self.cap)
+        # Rows past ``n`` are padding already (``_resize``, ``drop_empty_rows``).
         for k, v in labels:
             if k == "__name__":
                 continue
             col = self.codes.get(k)
             if col is None:
-                col = self.codes[k] = np.zeros(self.ts.shape[0], dtype=np.int64)
+                col = self.codes[k] = np.zeros(self.width, dtype=np.int64)
             col[row] = self.symbols.intern(v)
         self.labels.append(labels)
         self.index[labels] = row
@@ -175,17 +186,19 @@ class Family:
         return row
 
     def _resize(self, rows: int, cap: int) -> None:
-        """New arrays of ``rows`` x ``cap``: the first ``n`` rows copied and padded,
-        each page written once (a fill and then a copy wrote the kept part twice);
-        the rows past ``n`` are padded by ``add_row`` when they are taken."""
+        """New arrays of ``cap`` samples x ``rows`` rows: the first ``n`` rows'
+        samples copied, everything else padding, each element written once (a fill
+        and then a copy wrote the kept part twice)."""
         n = self.n
         keep = min(cap, self.cap)
-        ts = np.empty((rows, cap), dtype=np.int64)
-        vals = np.empty((rows, cap))
-        ts[:n, :keep] = self.ts[:n, :keep]
-        ts[:n, keep:] = _PAD
-        vals.view(np.uint64)[:n, :keep] = self.vals.view(np.uint64)[:n, :keep]
-        vals[:n, keep:] = np.nan
+        ts = np.empty((cap, rows), dtype=np.int64)
+        vals = np.empty((cap, rows))
+        ts[:keep, :n] = self.ts[:keep, :n]
+        ts[keep:, :n] = _PAD
+        ts[:, n:] = _PAD
+        vals.view(np.uint64)[:keep, :n] = self.vals.view(np.uint64)[:keep, :n]
+        vals[keep:, :n] = np.nan
+        vals[:, n:] = np.nan
         self.ts, self.vals = ts, vals
         for name in _ROW_ARRAYS:
             old: npt.NDArray[Any] = getattr(self, name)
@@ -221,9 +234,9 @@ class Family:
         if int(cnt.max()) >= self.cap:
             self.make_room(cutoff)
             cnt = self.count[at]
-        # Flat indices into the C-ordered arrays: numpy's 2-D fancy indexing costs
-        # several times more per element.
-        flat = rows * self.cap + cnt
+        # Rows appended together at one count (a scrape) write one run of the
+        # sample's row of the arrays.
+        flat = self.flat(rows, cnt)
         np.put(self.ts, flat, t)
         if values is None:
             np.put(self.vals.view(np.uint64), flat, STALE_NAN_BITS)
@@ -274,10 +287,10 @@ class Family:
                 # No cadence to go by, or a retention far longer than what has
                 # come so far (math.inf keeps everything): amortised doubling.
                 cap = max(cap, 2 * self.cap)
-            # Spare rows cost no memory until a series takes one (``_resize`` leaves
-            # them unwritten), and a family as wide as the fleet would otherwise be
-            # copied whole, at its new length, for the first node a scale-up adds.
-            self._resize(max(self.ts.shape[0], self.n + self.n // 4 + _INITIAL_CAP), cap)
+            # An eighth more rows to spare (their samples' room is written): a
+            # family as wide as the fleet would otherwise be copied whole, at its
+            # new length, for the first node a scale-up adds.
+            self._resize(max(self.width, self.n + self.n // 8 + _INITIAL_CAP), cap)
 
     def _projected(self, cutoff: int) -> int:
         """The buffer that holds, with a quarter to spare, what the fullest row
@@ -290,7 +303,7 @@ class Family:
         c0 = int(self.count[r0])
         if c0 < 2:
             return 0
-        first, newest = int(self.ts[r0, 0]), int(self.ts[r0, c0 - 1])
+        first, newest = int(self.ts[0, r0]), int(self.ts[c0 - 1, r0])
         if newest <= first:
             return 0
         held = (newest - max(cutoff, _MIN + 1)) * (c0 - 1) // (newest - first) + 2
@@ -311,24 +324,26 @@ class Family:
         nan_bits = np.float64(np.nan).view(np.uint64)
         # Rows that lose the same number of samples shift together, as slices;
         # rows scraped together are trimmed together, so there are few groups.
-        # Only the columns that hold samples move: past the fullest row's count
-        # every row is padding already.
+        # Only the samples a row holds move: past the fullest row's count every
+        # row is padding already.
         shifts = drop[rows]
         for d in np.unique(shifts).tolist():
             group = rows[shifts == d]
-            # Runs of consecutive rows shift as slices of a few hundred rows: numpy
-            # copies an overlapping slice through a buffer that then stays in the
-            # cache, where a gathered group of rows went through memory twice.
-            for lo, hi in _runs(group, _TRIM_ROWS):
+            # Whole runs of consecutive rows: each array row's part is contiguous.
+            for lo, hi in _runs(group, n):
                 end = int(self.count[lo:hi].max())
-                self.ts[lo:hi, : end - d] = self.ts[lo:hi, d:end]
-                self.ts[lo:hi, end - d : end] = _PAD
-                bits[lo:hi, : end - d] = bits[lo:hi, d:end]
-                bits[lo:hi, end - d : end] = nan_bits
+                # Up by d samples, d at a time: no two parts overlap, so numpy
+                # copies each straight rather than through a buffer.
+                for k in range(0, end - d, d):
+                    m = min(d, end - d - k)
+                    self.ts[k : k + m, lo:hi] = self.ts[k + d : k + d + m, lo:hi]
+                    bits[k : k + m, lo:hi] = bits[k + d : k + d + m, lo:hi]
+                self.ts[end - d : end, lo:hi] = _PAD
+                bits[end - d : end, lo:hi] = nan_bits
         self.count[rows] -= shifts
         stale_rows = rows[self.nstale[rows] > 0]
         if stale_rows.size:
-            self.nstale[stale_rows] = (bits[stale_rows] == STALE_NAN_BITS).sum(axis=1)
+            self.nstale[stale_rows] = (bits[:, stale_rows] == STALE_NAN_BITS).sum(axis=0)
         self._changed()
 
     def drop_empty_rows(self) -> tuple[I64, I64]:
@@ -348,13 +363,13 @@ class Family:
         end = int(self.count[moved].max(initial=0))
         bits = self.vals.view(np.uint64)
         dst = first
-        for lo, hi in _runs(moved, _TRIM_ROWS):
+        for lo, hi in _runs(moved, _MOVE_ROWS):
             if lo != dst:
-                self.ts[dst : dst + hi - lo, :end] = self.ts[lo:hi, :end]
-                bits[dst : dst + hi - lo, :end] = bits[lo:hi, :end]
+                self.ts[:end, dst : dst + hi - lo] = self.ts[:end, lo:hi]
+                bits[:end, dst : dst + hi - lo] = bits[:end, lo:hi]
             dst += hi - lo
-        self.ts[k:n, :end] = _PAD
-        self.vals[k:n, :end] = np.nan
+        self.ts[:end, k:n] = _PAD
+        self.vals[:end, k:n] = np.nan
         for name in _ROW_ARRAYS:
             arr: npt.NDArray[Any] = getattr(self, name)
             arr[first:k] = arr[moved]
@@ -448,13 +463,13 @@ class Family:
             ok = some & (newest >= ref - lookback)
             marked = np.flatnonzero(self.nstale[rows] > 0)
             if marked.size:
-                flat = rows[marked] * self.cap + np.maximum(cnt[marked] - 1, 0)
+                flat = self.flat(rows[marked], np.maximum(cnt[marked] - 1, 0))
                 ok[marked] &= ~is_stale(np.take(self.vals, flat))
             return rows[ok], self.last_value[rows[ok]]
         idx = self.search_rows(rows, ref, True) - 1
         ok = idx >= 0
         # One flat gather per array: cheaper than numpy's 2-D fancy indexing.
-        flat = rows * self.cap + np.maximum(idx, 0)
+        flat = self.flat(rows, np.maximum(idx, 0))
         t = np.take(self.ts, flat)
         v = np.take(self.vals, flat)
         ok &= t >= ref - lookback
@@ -513,7 +528,7 @@ class Family:
                 if need_values:
                     w.values = last_v[:, None]
                 return w
-            first = rows * self.cap + lo
+            first = self.flat(rows, lo)
             w = Window(
                 rows, cnt, np.take(self.ts, first), last_t, np.take(self.vals, first), last_v
             )
@@ -548,8 +563,8 @@ class Family:
         c0 = int(cnt[0])
         if (lo == lo0).all() and (cnt == c0).all():
             if rows.size == self.n and int(rows[0]) == 0 and int(rows[-1]) == self.n - 1:
-                return [(np.arange(rows.size), self.vals[: self.n, lo0 : lo0 + c0])]
-            return [(np.arange(rows.size), self.vals[rows, lo0 : lo0 + c0])]
+                return [(np.arange(rows.size), self.vals[lo0 : lo0 + c0, : self.n].T)]
+            return [(np.arange(rows.size), self.vals[lo0 : lo0 + c0, rows].T)]
         key = lo * (self.cap + 1) + cnt
         # Usually most rows share the first row's shape (scraped together) and a
         # few do not: only those few are sorted into their shapes.
@@ -571,13 +586,12 @@ class Family:
         for positions in groups:
             start = int(lo[positions[0]])
             width = int(cnt[positions[0]])
-            parts.append((positions, self.vals[rows[positions], start : start + width]))
+            parts.append((positions, self.vals[start : start + width, rows[positions]].T))
         return parts
 
     def _ends(self, rows: I64, lo: I64, hi: I64, cnt: I64) -> Window:
-        base = rows * self.cap
-        first = base + lo
-        last = base + hi - 1
+        first = self.flat(rows, lo)
+        last = self.flat(rows, hi - 1)
         return Window(
             rows=rows,
             count=cnt,
@@ -596,15 +610,15 @@ class Family:
         c0 = int(cnt[0])
         if (lo == lo0).all() and (cnt == c0).all():
             if rows.size == self.n and int(rows[0]) == 0 and int(rows[-1]) == self.n - 1:
-                block = src[: self.n, lo0 : lo0 + c0]
+                block = src[lo0 : lo0 + c0, : self.n].T
             else:
-                block = src[rows, lo0 : lo0 + c0]
+                block = src[lo0 : lo0 + c0, rows].T
             return block, None
         width = int(cnt.max())
         offsets = np.arange(width)
         valid = offsets[None, :] < cnt[:, None]
         idx = np.minimum(lo[:, None] + offsets[None, :], self.cap - 1)
-        block = src[rows[:, None], idx]
+        block = np.take(src, self.flat(rows[:, None], idx))
         return block, valid
 
     def _drop_stale(
@@ -669,16 +683,16 @@ class Family:
     def instant_times(self, rows: I64, ref: int) -> I64:
         """The time of each row's latest sample at or before ``ref``."""
         idx = np.maximum(self.search_rows(rows, ref, True) - 1, 0)
-        out: I64 = self.ts[rows, idx]
+        out: I64 = np.take(self.ts, self.flat(rows, idx))
         return out
 
     def points(self, row: int, mint: int, maxt: int) -> list[tuple[int, float]]:
         """One row's non-stale points in [mint, maxt] (for range-vector results)."""
         c = int(self.count[row])
-        ts = self.ts[row, :c]
+        ts = np.ascontiguousarray(self.ts[:c, row])
         lo = int(np.searchsorted(ts, mint, side="left"))
         hi = int(np.searchsorted(ts, maxt, side="right"))
-        vals = self.vals[row, lo:hi]
+        vals = self.vals[lo:hi, row]
         keep = ~is_stale(vals)
         return list(zip(ts[lo:hi][keep].tolist(), vals[keep].tolist(), strict=True))
 

@@ -61,22 +61,26 @@ class LabelIndex:
 
 
 def time_search(ts: I64, cnt: I64, rows: I64, target: int, right: bool) -> I64:
-    """For each of ``rows`` of the time matrix ``ts`` (``cnt``: its samples per
-    row), how many of its samples are ``<= target`` (right) or ``< target``
-    (left): the index where ``target`` would be inserted."""
+    """For each of ``rows`` of the time matrix ``ts`` (time-major: sample k of row
+    r at ``[k, r]``; ``cnt``: its samples per row), how many of its samples are
+    ``<= target`` (right) or ``< target`` (left): the index where ``target``
+    would be inserted."""
     if rows.size == 0:
         return np.zeros(0, dtype=np.int64)
-    cap = int(ts.shape[1])
+    cap, width = int(ts.shape[0]), int(ts.shape[1])
     r0 = int(np.argmax(cnt))
     c0 = int(cnt[r0])
     i0 = int(
-        np.searchsorted(ts[int(rows[r0]), :c0], np.int64(target), "right" if right else "left")
+        np.searchsorted(
+            np.ascontiguousarray(ts[:c0, int(rows[r0])]),
+            np.int64(target),
+            "right" if right else "left",
+        )
     )
     # Guess that every row is aligned with the fullest one at its end, then check.
     guess = np.clip(cnt - (c0 - i0), 0, cnt)
-    base = rows * cap
-    before = np.take(ts, base + np.maximum(guess - 1, 0))
-    at = np.take(ts, base + np.minimum(guess, cap - 1))
+    before = np.take(ts, np.maximum(guess - 1, 0) * width + rows)
+    at = np.take(ts, np.minimum(guess, cap - 1) * width + rows)
     if right:
         good = ((guess == 0) | (before <= target)) & ((guess >= cnt) | (at > target))
     else:
@@ -91,7 +95,7 @@ def time_search(ts: I64, cnt: I64, rows: I64, target: int, right: bool) -> I64:
             if not active.any():
                 break
             mid = (lo + hi) >> 1
-            v = ts[where, np.minimum(mid, cap - 1)]
+            v = np.take(ts, np.minimum(mid, cap - 1) * width + where)
             go = (v <= target) if right else (v < target)
             go &= active
             lo = np.where(go, mid + 1, lo)

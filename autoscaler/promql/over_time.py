@@ -248,7 +248,10 @@ def _holt_winters(p: Points, sf: float, tf: float) -> F64:
 def compensated_sum(values: F64, valid: Mask | None) -> F64:
     """Each row's sum as ``kahanSumInc`` computes it; the plain sum is kept for
     the rows where no cancellation can make the two differ."""
-    x = values if valid is None else np.where(valid, values, 0.0)
+    # Row by row in memory, whatever the window's layout (a store's block is a
+    # transposed view): numpy sums a contiguous row pairwise and a strided one in
+    # order, and the two can differ in the last bit.
+    x = np.ascontiguousarray(values if valid is None else np.where(valid, values, 0.0))
     with np.errstate(all="ignore"):
         plain: F64 = x.sum(axis=1)
         magnitude = np.abs(x).sum(axis=1)

@@ -106,7 +106,7 @@ def cannot_pass(fam: Family, rows: I64, function: str, op: str, c: float, maxt: 
     sample at or before ``maxt`` is a number beyond the bound (NaN, a stale
     marker's value included, is beyond nothing)."""
     idx = fam.search_rows(rows, maxt, True) - 1
-    newest = np.take(fam.vals, rows * fam.cap + np.maximum(idx, 0))
+    newest = np.take(fam.vals, fam.flat(rows, np.maximum(idx, 0)))
     judged = idx >= 0
     strict = _WINDOW_BOUNDS[(function, op)]
     with np.errstate(invalid="ignore"):

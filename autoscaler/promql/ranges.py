@@ -93,7 +93,7 @@ def _with_unchanged(
     values = np.zeros(rows.size)
     at = np.flatnonzero(still)
     cnt = fam.count[rows[at]]
-    second = np.take(fam.ts, rows[at] * fam.cap + np.maximum(cnt - 2, 0))
+    second = np.take(fam.ts, fam.flat(rows[at], np.maximum(cnt - 2, 0)))
     keep[at] = (cnt >= 2) & (second >= mint)
     other = np.flatnonzero(~still)
     if other.size:

@@ -1,9 +1,9 @@
 """``Family.trim`` keeps exactly each row's samples at or after the cutoff, in order
 (and ``drop_empty_rows`` then the rows with any, in their order),
 however its rows group (rows that lose the same number of samples shift
-together, in runs of consecutive rows cut into slices of ``_TRIM_ROWS``: two
-here, so that runs and slices both end inside a family), against a list of
-samples kept per row."""
+together, in runs of consecutive rows, a few samples at a time; ``drop_empty_rows``
+moves runs cut into slices of ``_MOVE_ROWS``: two here, so that runs and slices
+both end inside a family), against a list of samples kept per row."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from autoscaler.promql.symbols import Symbols
 
 
 def test_trim_keeps_each_rows_samples_from_the_cutoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(family_module, "_TRIM_ROWS", 2)
+    monkeypatch.setattr(family_module, "_MOVE_ROWS", 2)
     for seed in range(150):
         rng = np.random.default_rng(seed)
         fam = Family("m", 1, Symbols())
@@ -60,11 +60,11 @@ def test_trim_keeps_each_rows_samples_from_the_cutoff(monkeypatch: pytest.Monkey
             for r in range(rows):
                 c = int(fam.count[r])
                 got = [
-                    (int(ts), None if is_stale(fam.vals[r, i : i + 1])[0] else float(v))
-                    for i, (ts, v) in enumerate(zip(fam.ts[r, :c], fam.vals[r, :c], strict=True))
+                    (int(ts), None if is_stale(fam.vals[i : i + 1, r])[0] else float(v))
+                    for i, (ts, v) in enumerate(zip(fam.ts[:c, r], fam.vals[:c, r], strict=True))
                 ]
                 assert got == kept[r], (seed, r)
                 assert int(fam.nstale[r]) == sum(v is None for _, v in kept[r]), (seed, r)
                 # Past a row's count is padding only.
-                assert np.isnan(fam.vals[r, c:]).all(), (seed, r)
-                assert (fam.ts[r, c:] == fam.ts[r, fam.cap - 1]).all(), (seed, r)
+                assert np.isnan(fam.vals[c:, r]).all(), (seed, r)
+                assert (fam.ts[c:, r] == fam.ts[fam.cap - 1, r]).all(), (seed, r)
