@@ -512,6 +512,10 @@ class Evaluator:
         window = prefilter.bounds_window(b)
         if window is not None:
             return self._bounded_window(b, *window, t)
+        if b.op not in ("or", "unless") and self._holds_nothing(b.rhs):
+            # Nor on its right: a join to a metric the store has no series of
+            # (``accel_gang_info`` on a fleet that runs no gangs) is not computed.
+            return empty()
         lhs = self._vector_or_scalar(b.lhs, t)
         # Every operator but ``or`` gives no sample for an instant vector with none
         # on its left, whatever the right holds, so the right is not evaluated: a
@@ -523,6 +527,17 @@ class Evaluator:
         narrowed = self._narrowed_side(b, lhs, t) if isinstance(lhs, Vec) else None
         rhs = self._vector_or_scalar(b.rhs, t) if narrowed is None else narrowed
         return binary(b, lhs, rhs, self.store.symbols)
+
+    def _holds_nothing(self, plan: Plan) -> bool:
+        """Whether ``plan`` is an instant selector of one metric name that the store
+        holds no series of: its answer is empty at any time, known without a look."""
+        if not isinstance(plan, Select):
+            return False
+        name = select_name(plan)
+        if name is None:
+            return False
+        fam = self.store.families.get(name)
+        return fam is None or fam.n == 0
 
     def _filtered_extremes(self, b: Binary, t: int) -> float | Vec:
         """``max by (...) (X) > c`` (``prefilter.filters_extremes``): a group's maximum passes
