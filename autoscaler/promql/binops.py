@@ -27,6 +27,7 @@ from autoscaler.promql.vectors import (
     drop_name,
     empty,
     label_key,
+    member,
 )
 from autoscaler.types import Labels
 
@@ -151,10 +152,10 @@ def _set_operation(b: Binary, lhs: Vec, rhs: Vec) -> Vec:
         return empty() if b.op == "and" else lhs
     lk, rk = signatures(lhs, rhs, b.on, b.labels)
     if b.op == "and":
-        return lhs.take(np.isin(lk, rk))
+        return lhs.take(member(lk, rk))
     if b.op == "unless":
-        return lhs.take(~np.isin(lk, rk))
-    return concat([lhs, rhs.take(~np.isin(rk, lk))])
+        return lhs.take(~member(lk, rk))
+    return concat([lhs, rhs.take(~member(rk, lk))])
 
 
 def _row_labels(vec: Vec, i: int, symbols: Symbols) -> Labels:

@@ -88,6 +88,7 @@ from autoscaler.promql.vectors import (
     empty,
     family_vec,
     label_key,
+    member,
 )
 from autoscaler.types import Labels, Matrix, Sample, Scalar, Series, Vector
 
@@ -590,7 +591,7 @@ class Evaluator:
             passed = np.ones(rows.size, dtype=np.bool_)
             if lhs is not None:
                 left, right = prefilter.join_keys(fam, rows, lhs, labels)
-                passed = np.isin(right, left)
+                passed = member(right, left)
             if compare is not None:
                 assert isinstance(compare.rhs, Num)
                 passed &= elementwise(compare.op, values, compare.rhs.value)[1]
@@ -647,7 +648,7 @@ class Evaluator:
             twins = range_rows(call.name, fam, rows[shared], mint, maxt, arg.range)
             if prefilter.shared_keys(label_key(twins, sorted(set(b.labels)))).any():
                 return None
-        out = range_rows(call.name, fam, rows[np.isin(right, left)], mint, maxt, arg.range)
+        out = range_rows(call.name, fam, rows[member(right, left)], mint, maxt, arg.range)
         return out if agg is None else aggregate(agg, out, None, self.store.symbols)
 
     def _one_family(
