@@ -514,8 +514,10 @@ class Evaluator:
         if window is not None:
             return self._bounded_window(b, *window, t)
         if b.op not in ("or", "unless") and self._holds_nothing(b.rhs):
-            # Nor on its right: a join to a metric the store has no series of
-            # (``accel_gang_info`` on a fleet that runs no gangs) is not computed.
+            # Every operator but ``or`` and ``unless`` gives no sample where its
+            # right is an instant selector of a metric the store has no series
+            # of, so the left is not evaluated: the rhythm learner's join of every
+            # job's age to ``accel_gang_info`` costs nothing on a fleet of no gangs.
             return empty()
         lhs = self._vector_or_scalar(b.lhs, t)
         # Every operator but ``or`` gives no sample for an instant vector with none
