@@ -56,8 +56,17 @@ class LabelIndex:
         parts = [order[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True) if b > a]
         if not parts:
             return np.zeros(0, dtype=np.int64)
-        found = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
-        return found.astype(np.int64)
+        if len(parts) == 1:
+            return parts[0].astype(np.int64)
+        if sum(p.size for p in parts) * 16 < order.size:
+            return np.sort(np.concatenate(parts)).astype(np.int64)
+        # Much of the family (``action=~"reset|reboot|isolate"`` over every fault
+        # counter): marking the rows in a mask puts them in order in one pass,
+        # where sorting them cost a third of the fault rules' evaluation.
+        hit = np.zeros(order.size, dtype=np.bool_)
+        for part in parts:
+            hit[part] = True
+        return np.flatnonzero(hit).astype(np.int64)
 
 
 def time_search(ts: I64, cnt: I64, rows: I64, target: int, right: bool) -> I64:

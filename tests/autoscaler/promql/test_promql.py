@@ -794,3 +794,19 @@ def test_a_window_ending_at_the_newest_samples_holds_the_points_a_slice_holds() 
             assert got == want, (width, end)
         else:
             assert set(w.rows.tolist()) == set(want)
+
+
+def test_a_labels_index_answers_rows_in_order_for_few_values_and_for_most() -> None:
+    """``LabelIndex.rows`` gives the ascending rows whose code is one of the asked,
+    whether they are a few rows (sorted) or much of the family (marked in a mask):
+    the fault rules' ``action=~"reset|reboot|isolate"`` selects most counters."""
+    from autoscaler.promql.lookup import LabelIndex
+
+    rng = np.random.default_rng(3)
+    column = rng.integers(0, 12, size=5_000).astype(np.int64)
+    for codes in ([3], [3, 7], [0, 1, 2, 4, 5, 6, 8, 9, 10, 11], [99], [2, 99, 2]):
+        index = LabelIndex()
+        assert index.rows("node", column, codes) is None  # the first ask scans
+        got = index.rows("node", column, codes)
+        assert got is not None
+        assert got.tolist() == np.flatnonzero(np.isin(column, codes)).tolist(), codes
