@@ -84,12 +84,18 @@ rules (the 10-minute default bounds them).
 At 16,384 devices a cycle of the learner (its queries, the host traffic in a
 cycle where some job is in a dip, and its rows written) takes 6 to 7 ms for 121
 gangs and about 5 ms for 2,048 one-node pods on the 2-core development machine
-from a cold start (``bench/stall_rules.py``, 2026-12-03). Its utilization and ages are the
-stall rules' own terms, which the evaluator then hands them without computing
-them again (``promql/memo.py``); it reads them as label code columns where the
-source keeps its series (``ColumnarSource``), and keeps its jobs' clocks in
-arrays (``rhythm_table.py``), so that a busy, steady job costs no Python of its
-own.
+from a cold start (``bench/stall_rules.py``, 2026-12-03; the pods' figure
+before the learner joined them itself, below). The gangs' utilization and ages
+are the stall rules' own terms, which the evaluator then hands them without
+computing them again (``promql/memo.py``). For the pods, where the source keeps
+its series (``ColumnarSource``), the learner asks the two sides of the join
+apart (each device's ``[1m]`` window, which the rules then share, and the device
+pods) and joins them itself, keeping the join while the devices and pods stay,
+and takes the least age per pod itself (``rhythm_join.py``): the join of every
+device to its pod was most of a cycle on a fleet of one-node jobs, and
+``stalled-pod`` joins only the pods in a dip. It reads its answers as label code
+columns, and keeps its jobs' clocks in arrays (``rhythm_table.py``), so that a
+busy, steady job costs no Python of its own.
 
 Bounds: ``MAX_JOBS`` jobs (others are not learned: no series, so the rules'
 conservative default applies), ``MAX_PAUSES`` pauses per job within
@@ -110,6 +116,13 @@ import numpy as np
 from autoscaler.metrics import Row
 from autoscaler.promql.evaluator import Columns
 from autoscaler.promql.matchers import quote, regex_escape
+from autoscaler.rhythm_join import (
+    DEVICE_UTIL_LABELS,
+    DEVICE_UTIL_QUERY,
+    POD_AGE_TERM,
+    POD_DEVICES_LABELS,
+    POD_DEVICES_QUERY,
+)
 from autoscaler.rhythm_learner import (
     CONFIRM,
     FORGET,
@@ -135,9 +148,10 @@ GANG_QUERY = (
     "max by (namespace, gang) (accel_gang_info * on (node) group_left () "
     "max by (node) (max_over_time(accel_utilization_ratio[1m])))"
 )
-# Its join over every device pod is stalled-pod's own term, which the evaluator
-# then hands the rule without computing it again; the gang members go after it.
-# (It is asked only where some pod is no gang member: ``learn``.)
+# The same for every device pod that is no gang member, as one query for a source
+# that answers only vectors (Prometheus); a source that gives code columns has
+# its two sides asked apart and joined by the learner (``_pod_util``), with the
+# same answer. (Asked only where some pod is no gang member: ``learn``.)
 POD_QUERY = (
     "max by (namespace, pod) (accel_device_pod_info * on (node, device) group_left () "
     "max_over_time(accel_utilization_ratio[1m])) unless on (namespace, pod) accel_gang_info"
@@ -147,8 +161,9 @@ GANG_AGE_QUERY = (
     "min by (namespace, gang) "
     "(accel_job_age_seconds * on (namespace, pod) group_left (gang) accel_gang_info)"
 )
-# The rules' own term (computed once a cycle for all), one row per pod with only
-# the pod's two labels: thousands of pods are decoded each cycle.
+# One row per pod with only the pod's two labels: thousands of pods are decoded
+# each cycle. Its term is the rules' own (``rhythm_join.POD_AGE_TERM``), which a
+# source that gives code columns is asked for instead (``_pod_ages``).
 POD_AGE_QUERY = (
     "min by (namespace, pod) (accel_job_age_seconds unless on (namespace, pod) accel_gang_info)"
 )
@@ -310,21 +325,52 @@ async def _answer(source: Source, expr: str, now: float, kind: str) -> Answer:
     return Answer.of(kind, _by_job(await source.query(expr, now), kind))
 
 
+async def _pod_util(rhythm: Rhythm, source: Source, now: float) -> Answer:
+    """``POD_QUERY``'s answer: where the source gives code columns, its two sides
+    asked apart and joined by the learner, the join kept while the devices and
+    pods stay (``rhythm_join.py``); else the query itself."""
+    if not isinstance(source, ColumnarSource):
+        return await _answer(source, POD_QUERY, now, "pod")
+    util = await source.query_columns(DEVICE_UTIL_QUERY, now, DEVICE_UTIL_LABELS)
+    if not isinstance(util, Columns):
+        return Answer.of("pod", {})
+    info = await source.query_columns(POD_DEVICES_QUERY, now, POD_DEVICES_LABELS)
+    if not isinstance(info, Columns):
+        return Answer.of("pod", {})
+    namespace, pod, values = rhythm.pod_join.per_pod(util, info)
+    return Answer("pod", values, codes=(namespace, pod), symbols=util.symbols)
+
+
+async def _pod_ages(rhythm: Rhythm, source: Source, now: float) -> Answer:
+    """``POD_AGE_QUERY``'s answer: where the source gives code columns, its term
+    asked and the least per pod taken by the learner (``rhythm_join.JobGroups``)."""
+    if not isinstance(source, ColumnarSource):
+        return await _answer(source, POD_AGE_QUERY, now, "pod")
+    found = await source.query_columns(POD_AGE_TERM, now, ("namespace", "pod"))
+    if not isinstance(found, Columns):
+        return Answer.of("pod", {})
+    namespace, pod, values = rhythm.pod_ages.least(found)
+    return Answer("pod", values, codes=(namespace, pod), symbols=found.symbols)
+
+
 async def learn(rhythm: Rhythm, source: Source, now: float) -> None:
     """One cycle: ask the source, observe, and write the rows into its store when
     it keeps one (else the controller's /metrics carries them)."""
     util: list[Answer] = []
     born: list[Answer] = []
-    for kind, query, ages in (
-        ("gang", GANG_QUERY, GANG_AGE_QUERY),
-        ("pod", POD_QUERY, POD_AGE_QUERY),
-    ):
+    for kind in ("gang", "pod"):
         # The ages first: a kind with no job (no pod outside a gang, on a fleet of
         # gangs) has its utilization join over every device left unasked.
-        aged = await _answer(source, ages, now, kind)
+        if kind == "gang":
+            aged = await _answer(source, GANG_AGE_QUERY, now, kind)
+        else:
+            aged = await _pod_ages(rhythm, source, now)
         if not aged.valid().any():
             continue
-        util.append(await _answer(source, query, now, kind))
+        if kind == "gang":
+            util.append(await _answer(source, GANG_QUERY, now, kind))
+        else:
+            util.append(await _pod_util(rhythm, source, now))
         born.append(aged.with_values(now - aged.values))
     # What the jobs' nodes move matters only in a dip: not asked otherwise.
     dipping: dict[str, set[str]] = {}

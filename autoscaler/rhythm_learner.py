@@ -20,6 +20,7 @@ import numpy as np
 from autoscaler.metrics import GANG_RHYTHM, JOB_RHYTHM, Row
 from autoscaler.promql.store import SeriesStore
 from autoscaler.promql.symbols import F64, I64, Mask, Symbols
+from autoscaler.rhythm_join import DeviceJoin, JobGroups
 from autoscaler.rhythm_table import Answer, JobKey, Mapped, Table
 
 # The stall rules' idle: every device of the job at or under this.
@@ -142,6 +143,10 @@ class Rhythm:
         self._store: SeriesStore | None = None
         self._written = np.zeros(0, dtype=np.int64)
         self._written_at: float | None = None
+        # The device pods' join to their devices' utilization (``rhythm_join.py``).
+        self.pod_join = DeviceJoin()
+        # The pods' ages grouped by pod (``rhythm_join.JobGroups``).
+        self.pod_ages = JobGroups()
 
     def observe(
         self,
