@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler.promql.lookup import LabelIndex, time_search
+from autoscaler.promql.lookup import LabelIndex, runs, time_search
 from autoscaler.promql.matchers import Matcher, MatchType
 from autoscaler.promql.symbols import F64, I64, Mask, Symbols
 from autoscaler.promql.windows import Window, joined
@@ -80,19 +80,6 @@ _ROW_FILL = {"last_drop": _MIN, "last_change": _MIN, "last_t": _MIN}
 
 # Rows moved at once by ``Family.drop_empty_rows``.
 _MOVE_ROWS = 256
-
-
-def _runs(rows: I64, most: int) -> list[tuple[int, int]]:
-    """``rows`` (ascending) as ``[lo, hi)`` runs of consecutive rows, none longer
-    than ``most``."""
-    if not rows.size:
-        return []
-    breaks = (np.flatnonzero(np.diff(rows) != 1) + 1).tolist()
-    out: list[tuple[int, int]] = []
-    for a, b in zip([0, *breaks], [*breaks, rows.size], strict=True):
-        start, stop = int(rows[a]), int(rows[b - 1]) + 1
-        out.extend((lo, min(stop, lo + most)) for lo in range(start, stop, most))
-    return out
 
 
 def _room_for(samples: int) -> int:
@@ -330,7 +317,7 @@ class Family:
         for d in np.unique(shifts).tolist():
             group = rows[shifts == d]
             # Whole runs of consecutive rows: each array row's part is contiguous.
-            for lo, hi in _runs(group, n):
+            for lo, hi in runs(group, n):
                 end = int(self.count[lo:hi].max())
                 # Up by d samples, d at a time: no two parts overlap, so numpy
                 # copies each straight rather than through a buffer.
@@ -363,7 +350,7 @@ class Family:
         end = int(self.count[moved].max(initial=0))
         bits = self.vals.view(np.uint64)
         dst = first
-        for lo, hi in _runs(moved, _MOVE_ROWS):
+        for lo, hi in runs(moved, _MOVE_ROWS):
             if lo != dst:
                 self.ts[:end, dst : dst + hi - lo] = self.ts[:end, lo:hi]
                 bits[:end, dst : dst + hi - lo] = bits[:end, lo:hi]
@@ -451,9 +438,13 @@ class Family:
         and that sample's value (Prometheus 2.x: both ends included)."""
         if rows.size == 0:
             return rows, np.zeros(0)
-        cnt = self.count[rows]
+        # Every row (a selector with no matcher but the name, over a family of
+        # 32,816 link series): the per-row arrays are read as slices, not gathered.
+        every = self._every_row(rows)
+        at: I64 | slice = slice(0, self.n) if every else rows
+        cnt = self.count[at]
         some = cnt > 0
-        newest = self.last_t[rows]
+        newest = self.last_t[at]
         if int(np.max(newest, where=some, initial=_MIN)) <= ref:
             # Every row's newest sample is at or before ``ref`` (the usual instant:
             # now): it is the one, without a search, and its value is the row's
@@ -461,10 +452,12 @@ class Family:
             # the matrix. Only a row that holds stale markers is read there, to
             # leave it out if its newest sample is one (a node that went down).
             ok = some & (newest >= ref - lookback)
-            marked = np.flatnonzero(self.nstale[rows] > 0)
+            marked = np.flatnonzero(self.nstale[at] > 0)
             if marked.size:
                 flat = self.flat(rows[marked], np.maximum(cnt[marked] - 1, 0))
                 ok[marked] &= ~is_stale(np.take(self.vals, flat))
+            if every and bool(ok.all()):
+                return rows, self.last_value[: self.n].copy()
             return rows[ok], self.last_value[rows[ok]]
         idx = self.search_rows(rows, ref, True) - 1
         ok = idx >= 0

@@ -69,6 +69,19 @@ class LabelIndex:
         return np.flatnonzero(hit).astype(np.int64)
 
 
+def runs(rows: I64, most: int) -> list[tuple[int, int]]:
+    """``rows`` (ascending) as ``[lo, hi)`` runs of consecutive rows, none longer
+    than ``most`` (a family's trims and moves go run by run)."""
+    if not rows.size:
+        return []
+    breaks = (np.flatnonzero(np.diff(rows) != 1) + 1).tolist()
+    out: list[tuple[int, int]] = []
+    for a, b in zip([0, *breaks], [*breaks, rows.size], strict=True):
+        start, stop = int(rows[a]), int(rows[b - 1]) + 1
+        out.extend((lo, min(stop, lo + most)) for lo in range(start, stop, most))
+    return out
+
+
 def time_search(ts: I64, cnt: I64, rows: I64, target: int, right: bool) -> I64:
     """For each of ``rows`` of the time matrix ``ts`` (time-major: sample k of row
     r at ``[k, r]``; ``cnt``: its samples per row), how many of its samples are
@@ -114,4 +127,4 @@ def time_search(ts: I64, cnt: I64, rows: I64, target: int, right: bool) -> I64:
     return out
 
 
-__all__ = ["LabelIndex", "time_search"]
+__all__ = ["LabelIndex", "runs", "time_search"]

@@ -56,3 +56,8 @@ def test_instant_reads_follow_the_newest_sample_rule() -> None:
             assert got.keys() == want.keys(), (seed, ref)
             for row, v in want.items():
                 assert got[row] == v or (math.isnan(v) and math.isnan(got[row])), (seed, ref, row)
+            # The values read are the reader's: writing over them changes nothing
+            # the family holds (every row read at once is a copy of its last values).
+            values[:] = -1.0
+            again = fam.instant(np.arange(fam.n), ref, LOOKBACK)[1]
+            assert np.array_equal(again, np.array(list(got.values())), equal_nan=True)
