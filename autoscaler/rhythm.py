@@ -82,20 +82,19 @@ restarted meanwhile is seen as restarted, one unseen for ``FORGET`` is forgotten
 and a pause that spanned the standby is learned long, which only slows the
 rules (the 10-minute default bounds them).
 At 16,384 devices a cycle of the learner (its queries, the host traffic in a
-cycle where some job is in a dip, and its rows written) takes 6 to 7 ms for 121
-gangs and about 5 ms for 2,048 one-node pods on the 2-core development machine
-from a cold start (``bench/stall_rules.py``, 2026-12-03; the pods' figure
-before the learner joined them itself, below). The gangs' utilization and ages
-are the stall rules' own terms, which the evaluator then hands them without
-computing them again (``promql/memo.py``). For the pods, where the source keeps
-its series (``ColumnarSource``), the learner asks the two sides of the join
-apart (each device's ``[1m]`` window, which the rules then share, and the device
-pods) and joins them itself, keeping the join while the devices and pods stay,
-and takes the least age per pod itself (``rhythm_join.py``): the join of every
-device to its pod was most of a cycle on a fleet of one-node jobs, and
-``stalled-pod`` joins only the pods in a dip. It reads its answers as label code
-columns, and keeps its jobs' clocks in arrays (``rhythm_table.py``), so that a
-busy, steady job costs no Python of its own.
+cycle where some job is in a dip, and its rows written) takes 6.6 to 8.7 ms for
+121 gangs and 3.7 to 5.1 ms for 2,048 one-node pods on the 2-core development
+machine from a cold start (``bench/stall_rules.py``, 2026-12-03, a busy hour).
+The gangs' utilization and ages are the stall rules' own terms, which the
+evaluator then hands them without computing them again (``promql/memo.py``). For
+the pods, where the source keeps its series (``ColumnarSource``), the learner
+asks the two sides of the join apart (each device's ``[1m]`` window, which the
+rules then share, and the device pods) and joins them itself, keeping the join
+while the devices and pods stay, and takes the least age per pod itself
+(``rhythm_join.py``): the join of every device to its pod was most of a cycle on
+a fleet of one-node jobs, and ``stalled-pod`` joins only the pods in a dip. It
+reads its answers as label code columns, and keeps its jobs' clocks in arrays
+(``rhythm_table.py``), so that a busy, steady job costs no Python of its own.
 
 Bounds: ``MAX_JOBS`` jobs (others are not learned: no series, so the rules'
 conservative default applies), ``MAX_PAUSES`` pauses per job within
