@@ -37,11 +37,12 @@ gang member: ``(namespace, pod)``), and published as ``accel_gang_rhythm_*``
   A checkpoint writes (a restore reads), a stall moves nothing: the rules tell
   the two apart by this while both idle every device (docs/rules.md).
 
-Every figure is measured by one instrument: each evaluation cycle asks the source
-two instant queries per kind of job (gangs, other device pods): its youngest
-pod's age and, where the kind has jobs, the job's largest
-``max_over_time(accel_utilization_ratio[1m])`` over its devices (the stall rules'
-own idle test); a dip starts at the first cycle that
+Every figure is measured by one instrument: each evaluation cycle asks the source,
+per kind of job (gangs, other device pods), its youngest pod's age and, where the
+kind has jobs, the job's largest ``max_over_time(accel_utilization_ratio[1m])``
+over its devices (the stall rules' own idle test; for pods, asked as its two
+sides and joined by the learner where the source gives code columns:
+``rhythm_join.py``); a dip starts at the first cycle that
 sees the job idle and ends at the first that sees it busy. A pause's length and the current dip's
 length are therefore measured alike (both late by the same scrape and window),
 so the rules may compare them directly.

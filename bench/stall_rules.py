@@ -10,8 +10,8 @@ What is measured
   ``stalled-pod``, ``stalled-job``) as they were at ``--old-ref`` (read with
   ``git show REF:rules/remediation.yaml``; ``--old-rules FILE`` instead).
 * **New**: one evaluation of the same three rules as ``rules/`` ships them, plus
-  the rhythm learner's work of one cycle (``autoscaler.rhythm.learn``: its four
-  queries, in a cycle where some job is idle its three host-traffic queries, the
+  the rhythm learner's work of one cycle (``autoscaler.rhythm.learn``: its
+  queries, in a cycle where some job is idle its host-traffic queries, the
   observation and the rows written back into the store), on a copy of the
   learner so that the simulation's own is not disturbed; and, apart, the three
   detection rules issue 31 added (``hung-collective``, ``lost-node``,
