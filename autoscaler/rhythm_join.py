@@ -74,12 +74,7 @@ class DeviceJoin:
             return none, none, np.zeros(0)
         codes = (*util.codes, *info.codes)
         match = self.match
-        if (
-            match is None
-            or self.symbols is not util.symbols
-            or len(codes) != len(self.codes)
-            or not all(np.array_equal(a, b) for a, b in zip(codes, self.codes, strict=True))
-        ):
+        if match is None or not _kept(self.symbols, self.codes, util.symbols, codes):
             match = self.match = _match(util.codes, info.codes)
             self.symbols, self.codes = util.symbols, codes
             self.made += 1
@@ -111,20 +106,36 @@ class JobGroups:
             none = np.zeros(0, dtype=np.int64)
             return none, none, np.zeros(0)
         codes = found.codes
-        if (
-            self.symbols is not found.symbols
-            or len(codes) != len(self.codes)
-            or not all(np.array_equal(a, b) for a, b in zip(codes, self.codes, strict=True))
-        ):
-            key = combine(list(codes), len(found.values))
-            self.order = np.argsort(key, kind="stable")
-            ordered = key[self.order]
-            self.starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+        if not _kept(self.symbols, self.codes, found.symbols, codes):
+            self.order, self.starts = _grouped(combine(list(codes), len(found.values)))
             self.symbols, self.codes = found.symbols, codes
             self.made += 1
         first = self.order[self.starts]
         values: F64 = np.fmin.reduceat(found.values[self.order], self.starts)
         return codes[0][first], codes[1][first], values
+
+
+def _kept(
+    symbols: Symbols | None, codes: tuple[I64, ...], now: Symbols, found: tuple[I64, ...]
+) -> bool:
+    """Whether an answer's code columns (``found``, decoded by ``now``) are those a
+    kept grouping or match was made from: the same symbols, codes and order."""
+    return (
+        symbols is now
+        and len(codes) == len(found)
+        and all(np.array_equal(a, b) for a, b in zip(codes, found, strict=True))
+    )
+
+
+def _grouped(key: I64) -> tuple[I64, I64]:
+    """``(order, starts)``: the rows in key order (stable) and where each key's run
+    of rows starts in it."""
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    if not ordered.size:
+        return order.astype(np.int64), np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    return order.astype(np.int64), starts.astype(np.int64)
 
 
 def _match(util: tuple[I64, ...], info: tuple[I64, ...]) -> _Match:
@@ -143,10 +154,7 @@ def _match(util: tuple[I64, ...], info: tuple[I64, ...]) -> _Match:
     info_rows = np.flatnonzero(ordered[at] == info_key)
     util_rows = order[at[info_rows]]
     namespace, pod = info[2][info_rows], info[3][info_rows]
-    job = combine([namespace, pod], info_rows.size)
-    by_job = np.argsort(job, kind="stable")
-    job = job[by_job]
-    starts = np.flatnonzero(np.concatenate([[True], job[1:] != job[:-1]])) if job.size else none
+    by_job, starts = _grouped(combine([namespace, pod], info_rows.size))
     first = by_job[starts]
     return _Match(
         info_rows[by_job],
