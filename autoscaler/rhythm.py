@@ -225,6 +225,21 @@ _JOB_NODES = {
     "gang": "group by (node) (accel_gang_info{{{}}})",
     "pod": "group by (node) (accel_device_pod_info{{{}}})",
 }
+# Every expression the learner asks (a narrowed one reads what its widest form
+# does): a store that keeps each metric's history for its readers keeps these
+# (``wiring.retained``).
+READS = (
+    GANG_QUERY,
+    POD_QUERY,
+    GANG_AGE_QUERY,
+    POD_AGE_QUERY,
+    GANG_IO_QUERY,
+    POD_IO_QUERY,
+    DEVICE_UTIL_QUERY,
+    POD_DEVICES_QUERY,
+    POD_AGE_TERM,
+    *(q.format('x="y"') for q in _JOB_NODES.values()),
+)
 # The longest alternation of names one matcher may hold: four of them for the
 # nodes stay well inside the evaluator's 16,384 characters per expression. More
 # nodes than that in a dip at once (over 250 of them), and the traffic query
@@ -401,6 +416,7 @@ __all__ = [
     "POD_AGE_QUERY",
     "POD_IO_QUERY",
     "POD_QUERY",
+    "READS",
     "RESTART_SLACK",
     "JobKey",
     "JobRhythm",

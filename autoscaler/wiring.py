@@ -17,8 +17,10 @@ simulator prints comes from the same wiring the controller runs.
   controller and the simulator are both wired here, they count the same acts.
 - What a source keeps history for is decided from ``Rule.expressions()`` (every
   expression a rule may be asked: its own, its recover's, its ladder steps'
-  recovers) and ``NODES_QUERY`` (the breaker's nodes), in ``retained``; a source
-  with the ``Retaining`` capability is told, others keep their own history.
+  recovers), ``NODES_QUERY`` (the breaker's nodes), what the actions and the
+  rhythm learner ask themselves, in ``retained``; a source with the ``Retaining``
+  capability is told (and keeps of each metric what these read of it), others
+  keep their own history.
 - The cluster-state series go into the source's store when it has one
   (``StoreBacked``): capabilities are Protocols checked with ``isinstance``.
 
@@ -35,11 +37,15 @@ from typing import Any
 
 from accel_common.remedies import UNSUPPORTED_REASON
 from autoscaler.actions.context import ActionContext, Outcome
+from autoscaler.actions.ops.spares import POOL_PLACEHOLDER
+from autoscaler.actions.rebalance import LOAD_QUERY
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import NODES_QUERY
 from autoscaler.engine.state import NOTHING_DONE, EngineState
 from autoscaler.executor import Executor, LadderStep, OnOutcome
+from autoscaler.promql.matchers import quote
 from autoscaler.promql.store import SeriesStore
+from autoscaler.rhythm import READS as RHYTHM_READS
 from autoscaler.ruleset.model import RuleSet
 from autoscaler.sources.base import Retaining, Source, StoreBacked
 from autoscaler.types import labels_of
@@ -153,8 +159,25 @@ def ladder_steps(state: EngineState, rules: Rules) -> LadderStep:
 
 def retained(ruleset: RuleSet) -> list[str]:
     """The expressions whose history a source must keep for ``ruleset``: the
-    breaker's ``NODES_QUERY`` and every rule's ``expressions()``."""
-    return [NODES_QUERY, *ruleset.expressions()]
+    breaker's ``NODES_QUERY``, every rule's ``expressions()``, what its actions
+    ask themselves (``action_queries``) and the rhythm learner's queries."""
+    return [NODES_QUERY, *ruleset.expressions(), *action_queries(ruleset), *RHYTHM_READS]
+
+
+def action_queries(ruleset: RuleSet) -> list[str]:
+    """The expressions the rules' actions ask the source themselves, over windows
+    (``rebalance``'s load, a pool's ``spareFaultRateQuery`` with ``$pool`` filled
+    in); their instant lookups of one device need only the lookback, which every
+    metric keeps."""
+    out: list[str] = []
+    for rule in ruleset.rules:
+        for action in (rule.action, *(step.action for step in rule.escalate)):
+            if action.type == "rebalance":
+                out.append(LOAD_QUERY)
+            spare = action.params.get("spareFaultRateQuery")
+            if isinstance(spare, str) and spare:
+                out.append(spare.replace(POOL_PLACEHOLDER, quote("pool")))
+    return list(dict.fromkeys(out))
 
 
 def retain(source: Source, ruleset: RuleSet) -> None:
@@ -168,6 +191,7 @@ __all__ = [
     "Rules",
     "Wiring",
     "acted",
+    "action_queries",
     "ladder_outcome",
     "ladder_steps",
     "report_outcomes",

@@ -46,7 +46,7 @@ from itertools import repeat
 
 import numpy as np
 
-from autoscaler.promql import prefilter, subquery
+from autoscaler.promql import prefilter, reads, subquery
 from autoscaler.promql.aggregations import aggregate
 from autoscaler.promql.binops import binary, elementwise
 from autoscaler.promql.dialect import NegativeAtError, parse
@@ -268,7 +268,7 @@ class Evaluator:
         series: list[Series] = []
         for fam, rows in self.store.select(plan.select.matchers):
             for row in rows.tolist():
-                points = fam.points(row, mint, maxt)
+                points = reads.points(fam, row, mint, maxt)
                 if points:
                     series.append(
                         Series(fam.labels[row], tuple((ts / 1000, v) for ts, v in points))
@@ -389,7 +389,9 @@ class Evaluator:
         else is stamped with the evaluation time."""
         if isinstance(arg, Select):
             times = [
-                fam.instant_times(rows, subquery.at_time(arg.at, t, self._query_t) - arg.offset)
+                reads.instant_times(
+                    fam, rows, subquery.at_time(arg.at, t, self._query_t) - arg.offset
+                )
                 for fam, rows, _ in self._selection(arg, t)
             ]
             stamps = np.concatenate(times) if times else np.zeros(0, dtype=np.int64)

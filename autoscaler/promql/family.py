@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler.promql.errors import HistoryNotKept
 from autoscaler.promql.lookup import LabelIndex, runs, time_search
 from autoscaler.promql.matchers import Matcher, MatchType
 from autoscaler.promql.symbols import F64, I64, Mask, Symbols
@@ -130,6 +131,13 @@ class Family:
         """``select``'s index by label, forgotten when the rows change."""
         self.version = 0
         """Counts every change of the rows or their samples (``memo.py``)."""
+        self.short = False
+        """Whether the family keeps less history than the store's retention
+        (``SeriesStore.kept_by_name``); only then is a read before ``kept_from``
+        refused (``require``): past the retention, as past Prometheus's, a
+        window holds what is left."""
+        self.kept_from = _MIN
+        """The latest cutoff a trim of a ``short`` family dropped samples before."""
 
     def _changed(self) -> None:
         self._searches.clear()
@@ -328,15 +336,19 @@ class Family:
                 self.ts[end - d : end, lo:hi] = _PAD
                 bits[end - d : end, lo:hi] = nan_bits
         self.count[rows] -= shifts
+        if self.short:
+            self.kept_from = max(self.kept_from, cutoff)
         stale_rows = rows[self.nstale[rows] > 0]
         if stale_rows.size:
             self.nstale[stale_rows] = (bits[:, stale_rows] == STALE_NAN_BITS).sum(axis=0)
         self._changed()
 
-    def drop_empty_rows(self) -> tuple[I64, I64]:
-        """Removes series with no samples; returns (removed refs, kept refs)."""
+    def drop_empty_rows(self, before: int = _PAD) -> tuple[I64, I64]:
+        """Removes series with no samples whose newest was before ``before`` (a
+        ``short`` family's rows live as long as the retention would keep them:
+        their refs stay valid as long); returns (removed refs, kept refs)."""
         n = self.n
-        keep = (self.count[:n] > 0) | ~self.had_samples[:n]
+        keep = (self.count[:n] > 0) | ~self.had_samples[:n] | (self.last_t[:n] >= before)
         if keep.all():
             return np.zeros(0, dtype=np.int64), self.refs[:n].copy()
         kept = np.flatnonzero(keep)
@@ -376,6 +388,17 @@ class Family:
         return removed_refs, self.refs[:k].copy()
 
     # -- reading ----------------------------------------------------------------
+
+    def require(self, t: int) -> None:
+        """Raises ``HistoryNotKept`` if samples at or after ``t`` (milliseconds)
+        may have been trimmed: the family kept less than the read asks."""
+        if t < self.kept_from:
+            raise HistoryNotKept(
+                f"{self.name}: the query reads from {t / 1000:.3f} but the store keeps "
+                f"this metric's samples from {self.kept_from / 1000:.3f} on; a source "
+                "keeps the history of the expressions it was told of (the rules', "
+                "their actions' and the rhythm learner's)"
+            )
 
     def select(self, matchers: Sequence[Matcher]) -> I64:
         """Rows whose labels satisfy every matcher (``__name__`` matchers excluded).
@@ -438,6 +461,7 @@ class Family:
         and that sample's value (Prometheus 2.x: both ends included)."""
         if rows.size == 0:
             return rows, np.zeros(0)
+        self.require(ref - lookback)
         # Every row (a selector with no matcher but the name, over a family of
         # 32,816 link series): the per-row arrays are read as slices, not gathered.
         every = self._every_row(rows)
@@ -479,6 +503,7 @@ class Family:
     def window(self, rows: I64, mint: int, maxt: int, need_values: bool) -> Window:
         """The non-stale points of each row with ``mint <= t <= maxt``; rows with
         none are left out. ``need_values`` builds the point matrix."""
+        self.require(mint)
         lo = self.search_rows(rows, mint, False)
         total = self.count[rows]
         # Every row's newest sample at or before ``maxt`` (a window ending now):
@@ -529,7 +554,7 @@ class Family:
             return w
         parts = self._uniform_parts(rows, lo, cnt)
         if parts is None:
-            w.values, w.valid = self._block(self.vals, rows, lo, cnt)
+            w.values, w.valid = self.block(self.vals, rows, lo, cnt)
         elif len(parts) == 1:
             w.values = parts[0][1]
         else:
@@ -538,7 +563,7 @@ class Family:
 
     def _marked_window(self, rows: I64, lo: I64, hi: I64, cnt: I64) -> Window:
         """``window`` of rows that hold stale markers (maybe not in this range)."""
-        values, valid = self._block(self.vals, rows, lo, cnt)
+        values, valid = self.block(self.vals, rows, lo, cnt)
         stale = is_stale(values)
         if valid is not None:
             stale &= valid
@@ -594,7 +619,7 @@ class Family:
             last_v=np.take(self.vals, last),
         )
 
-    def _block(
+    def block(
         self, src: npt.NDArray[Any], rows: I64, lo: I64, cnt: I64
     ) -> tuple[npt.NDArray[Any], Mask | None]:
         """Each row's points from ``lo`` on, ``cnt`` of them: a slice when the rows
@@ -617,7 +642,7 @@ class Family:
     def _drop_stale(
         self, rows: I64, lo: I64, cnt: I64, values: F64, valid: Mask | None, stale: Mask
     ) -> Window:
-        times, _ = self._block(self.ts, rows, lo, cnt)
+        times, _ = self.block(self.ts, rows, lo, cnt)
         keep = ~stale if valid is None else valid & ~stale
         # Move each row's kept points to its front, in order.
         order = np.argsort(~keep, axis=1, kind="stable")
@@ -642,52 +667,6 @@ class Family:
             valid=valid2,
             timestamps=times,
         )
-
-    def dense(self, rows: I64, mint: int, maxt: int) -> tuple[I64, F64, I64, I64]:
-        """``(rows, values, times, count)``: each row's non-stale points in
-        [mint, maxt] left-aligned, with their times; rows with none left out."""
-        lo = self.search_rows(rows, mint, False)
-        total = self.count[rows]
-        # Every row's newest sample at or before ``maxt`` (a window ending now):
-        # each row's points end at its last, without a search.
-        at_end = int(np.max(self.last_t[rows], where=total > 0, initial=_MIN)) <= maxt
-        hi = total if at_end else self.search_rows(rows, maxt, True)
-        cnt = hi - lo
-        some = cnt > 0
-        rows, lo, cnt = rows[some], lo[some], cnt[some]
-        if rows.size == 0:
-            return rows, np.zeros((0, 0)), np.zeros((0, 0), dtype=np.int64), cnt
-        values, valid = self._block(self.vals, rows, lo, cnt)
-        times, _ = self._block(self.ts, rows, lo, cnt)
-        if not self.nstale[rows].any():
-            return rows, values, times, cnt
-        keep = ~is_stale(values)
-        if valid is not None:
-            keep &= valid
-        if not keep.all():
-            order = np.argsort(~keep, axis=1, kind="stable")
-            values = np.take_along_axis(values, order, axis=1)
-            times = np.take_along_axis(times, order, axis=1)
-            cnt = keep.sum(axis=1).astype(np.int64)
-            some = cnt > 0
-            rows, values, times, cnt = rows[some], values[some], times[some], cnt[some]
-        return rows, values, times, cnt
-
-    def instant_times(self, rows: I64, ref: int) -> I64:
-        """The time of each row's latest sample at or before ``ref``."""
-        idx = np.maximum(self.search_rows(rows, ref, True) - 1, 0)
-        out: I64 = np.take(self.ts, self.flat(rows, idx))
-        return out
-
-    def points(self, row: int, mint: int, maxt: int) -> list[tuple[int, float]]:
-        """One row's non-stale points in [mint, maxt] (for range-vector results)."""
-        c = int(self.count[row])
-        ts = np.ascontiguousarray(self.ts[:c, row])
-        lo = int(np.searchsorted(ts, mint, side="left"))
-        hi = int(np.searchsorted(ts, maxt, side="right"))
-        vals = self.vals[lo:hi, row]
-        keep = ~is_stale(vals)
-        return list(zip(ts[lo:hi][keep].tolist(), vals[keep].tolist(), strict=True))
 
 
 __all__ = ["STALE_NAN_BITS", "Family", "is_stale"]

@@ -7,6 +7,14 @@ ring buffer that makes a cycle over 80,000 series cheap), interns label values
 once (``symbols.py``) and keeps the retention: a full pass trims every family and
 drops series with no samples left at least every quarter of the retention.
 
+A metric the readers ask for over a shorter window than the longest keeps only
+that (``kept_by_name``, set by ``StoreSource.retain`` from each expression's
+windows, ``support.retention_by_name``): the rules read six hours of fault
+counters but five minutes of link throughput, and a fleet's largest families are
+the ones read over the shortest windows. A read that reaches before what a family
+kept raises ``HistoryNotKept`` (``family.py``) rather than answer from part of the
+window: a query no one declared is *unknown*, never a guess.
+
 Prometheus semantics kept here
 ------------------------------
 * Samples for one series must arrive in time order: an older or equal timestamp is
@@ -76,6 +84,13 @@ class SeriesStore:
 
     def __init__(self, retention: float = 3600.0) -> None:
         self.retention = retention
+        self.kept_by_name: dict[str, float] = {}
+        """Seconds of history kept of a metric name, where the readers need less
+        of it than ``retention`` (which the names not listed keep)."""
+        self.lead = 0.0
+        """Seconds by which samples may be stamped after the time their readers
+        ask (the simulator's pipeline writes a scrape before the evaluation that
+        reads the one before): every retention keeps that much more."""
         self.symbols = Symbols()
         self.families: dict[str, Family] = {}
         self._family_list: list[Family] = []
@@ -95,10 +110,15 @@ class SeriesStore:
 
     @property
     def retention_ms(self) -> int:
-        """The retention in milliseconds (``math.inf`` keeps everything)."""
-        if math.isinf(self.retention):
-            return _FOREVER
-        return min(seconds_to_ms(self.retention), _FOREVER)
+        """The retention and the lead in milliseconds (``math.inf`` keeps
+        everything)."""
+        return _ms(self.retention + self.lead)
+
+    def kept_ms(self, name: str) -> int:
+        """What the family ``name`` keeps, in milliseconds: its own retention
+        where it has a shorter one, and the lead."""
+        kept = min(self.kept_by_name.get(name, self.retention), self.retention)
+        return _ms(kept + self.lead)
 
     @property
     def series_count(self) -> int:
@@ -202,8 +222,16 @@ class SeriesStore:
             self._last_full_trim = t
         elif t - self._last_full_trim >= self.retention_ms // 4:
             newest = max(t, self._max_t)
-            self._drop_before_ms(max(newest - self.retention_ms, _MIN + 1))
+            self._drop_before_ms(max(newest - self.retention_ms, _MIN + 1), newest)
             self._last_full_trim = t
+
+    def _cutoff(self, fam: Family, newest: int) -> int:
+        """What ``fam`` keeps when the newest sample is at ``newest``: samples
+        before the returned time may go. A family that keeps less than the
+        retention refuses reads before what it kept (``Family.short``)."""
+        kept = self.kept_ms(fam.name)
+        fam.short = kept < self.retention_ms
+        return max(newest - kept, _MIN + 1)
 
     def _store(self, refs: I64, t: int, values: F64 | None) -> int:
         if refs.size == 0:
@@ -220,7 +248,6 @@ class SeriesStore:
         rows = self._ref_row[refs]
         if t > self._max_t:
             self._max_t = t
-        cutoff = max(self._max_t - self.retention_ms, _MIN + 1)
         stored = 0
         f0 = int(fam_ids[0])
         if (fam_ids == f0).all():
@@ -240,7 +267,7 @@ class SeriesStore:
                 first.sort()
                 r = r[first]
                 vals = None if vals is None else vals[first]
-            stored += fam.append(r, t, vals, cutoff)
+            stored += fam.append(r, t, vals, self._cutoff(fam, self._max_t))
         self.writes += 1
         return stored
 
@@ -248,11 +275,13 @@ class SeriesStore:
         """Forgets samples older than t, and the series left with none."""
         self._drop_before_ms(seconds_to_ms(t))
 
-    def _drop_before_ms(self, cutoff: int) -> None:
+    def _drop_before_ms(self, cutoff: int, newest: int | None = None) -> None:
+        """Forgets samples before ``cutoff``; with ``newest`` (the retention's
+        pass), also those each family's own retention no longer keeps."""
         dropped = False
         for fam in self._family_list:
-            fam.trim(cutoff)
-            removed, kept = fam.drop_empty_rows()
+            fam.trim(cutoff if newest is None else max(cutoff, self._cutoff(fam, newest)))
+            removed, kept = fam.drop_empty_rows(cutoff)
             if removed.size:
                 dropped = True
                 self._ref_family[removed] = -1
@@ -445,6 +474,13 @@ class SeriesStore:
             if rows.size:
                 out.append((fam, rows))
         return out
+
+
+def _ms(seconds: float) -> int:
+    """A retention in milliseconds, ``math.inf`` (and past) as keeping everything."""
+    if math.isinf(seconds):
+        return _FOREVER
+    return min(seconds_to_ms(seconds), _FOREVER)
 
 
 def labels_name(labels: Labels) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoscaler.promql import reads
 from autoscaler.promql.over_time import Points
 from autoscaler.promql.plans import At, Plan, RangeSelect, Subquery
 from autoscaler.promql.store import SeriesStore
@@ -65,7 +66,7 @@ def stored(store: SeriesStore, arg: RangeSelect, t: int, query_t: int) -> RangeA
     mint = maxt - arg.range
     parts: list[Part] = []
     for fam, rows in store.select(arg.select.matchers):
-        rows, values, times, count = fam.dense(rows, mint, maxt)
+        rows, values, times, count = reads.dense(fam, rows, mint, maxt)
         if rows.size:
             labels = family_vec(fam, rows, np.zeros(rows.size), keep_name=True)
             parts.append(Part(labels, Points(values, times, count)))

@@ -14,7 +14,8 @@ cannot mean the same way, and a negative ``@`` time. Everything it evaluates agr
 with Prometheus 2.42 (Debian's), which the differential test checks against a
 real server.
 
-``required_retention`` tells the store how much history the rules need.
+``required_retention`` tells the store how much history the rules need, and
+``retention_by_name`` how much of each metric's.
 """
 
 from __future__ import annotations
@@ -166,20 +167,26 @@ def required_retention(expr: str, lookback_delta: float = LOOKBACK_DELTA) -> flo
     """Seconds of history ``expr`` reads: its largest range plus offset (a
     subquery's range and offset added to those of what it contains), plus the
     lookback delta. Raises ValueError if ``expr`` does not parse."""
-    node = parse(expr)
-    longest = 0.0
-    stack: list[tuple[object, float]] = [(node, 0.0)]
+    return max(retention_by_name(expr, lookback_delta).values(), default=lookback_delta)
+
+
+def retention_by_name(expr: str, lookback_delta: float = LOOKBACK_DELTA) -> dict[str, float]:
+    """``required_retention`` for each metric name ``expr`` selects: seconds of
+    that name's history it reads. A selector that names no single metric
+    (``{__name__=~"a|b"}``, ``{job="x"}``) reads every name: its reach is under
+    ``""``. An expression with no selector reads nothing but the lookback, under
+    ``""`` too. Raises ValueError if ``expr`` does not parse."""
+    out: dict[str, float] = {}
+    stack: list[tuple[object, float]] = [(parse(expr), 0.0)]
     while stack:
         n, base = stack.pop()
         if isinstance(n, promql_parser.MatrixSelector):
             reach = _seconds(n.range) + _seconds(n.vector_selector.offset)
-            longest = max(longest, base + reach)
+            _reach(out, n.vector_selector, base + reach + lookback_delta)
         elif isinstance(n, promql_parser.VectorSelector):
-            longest = max(longest, base + _seconds(n.offset))
+            _reach(out, n, base + _seconds(n.offset) + lookback_delta)
         elif isinstance(n, promql_parser.SubqueryExpr):
-            reach = base + _seconds(n.range) + _seconds(n.offset)
-            longest = max(longest, reach)
-            stack.append((n.expr, reach))
+            stack.append((n.expr, base + _seconds(n.range) + _seconds(n.offset)))
         elif isinstance(n, promql_parser.AggregateExpr):
             stack.append((n.expr, base))
             if n.param is not None:
@@ -190,7 +197,20 @@ def required_retention(expr: str, lookback_delta: float = LOOKBACK_DELTA) -> flo
             stack.extend(((n.lhs, base), (n.rhs, base)))
         elif isinstance(n, promql_parser.UnaryExpr | promql_parser.ParenExpr):
             stack.append((n.expr, base))
-    return longest + lookback_delta
+    return out or {"": lookback_delta}
+
+
+def _reach(out: dict[str, float], selector: promql_parser.VectorSelector, seconds: float) -> None:
+    """Records that ``selector`` reads ``seconds`` of its metric's history."""
+    name = selector.name or next(
+        (
+            m.value
+            for m in selector.matchers.matchers
+            if m.name == "__name__" and m.op == promql_parser.MatchOp.Equal
+        ),
+        "",
+    )
+    out[name] = max(out.get(name, 0.0), seconds)
 
 
 def _seconds(d: timedelta | None) -> float:

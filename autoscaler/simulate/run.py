@@ -263,8 +263,9 @@ async def _run_rules(
     retain(source, ruleset)
     source.keep_at_least(alert_exprs)
     # Samples are written ahead of the clock (pipeline.py): the store keeps that
-    # much more, so that a window is never trimmed by a sample not yet readable.
-    store.retention += pipeline.lead
+    # much more of every metric, so that a window is never trimmed by a sample not
+    # yet readable.
+    store.lead = pipeline.lead
     state, executor = wiring.state, wiring.executor
     assert executor is not None  # wired with a context
     alerts = AlertReceiver()

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from autoscaler.promql.errors import EvalError, ExprError
 from autoscaler.promql.evaluator import Columns, Evaluator
 from autoscaler.promql.store import SeriesStore
-from autoscaler.promql.support import LOOKBACK_DELTA, required_retention
+from autoscaler.promql.support import LOOKBACK_DELTA, retention_by_name
 from autoscaler.types import Matrix, QueryResult, Unknown
 
 log = logging.getLogger("accel_autoscaler.sources.store")
@@ -52,23 +52,44 @@ class StoreSource:
         self.evaluator = Evaluator(self.store, lookback_delta=lookback_delta)
         self.threaded = threaded
         self.retention_floor = retention_floor
+        self._needs: dict[str, float] = {}
+        """What ``retain``'s expressions read of each metric (``retention_by_name``)."""
+        self._floors: dict[str, float] = {}
+        """The same for ``keep_at_least``'s, which a later ``retain`` keeps."""
 
     def retain(self, exprs: Sequence[str]) -> None:
         """Keeps exactly the history the rules need (their longest range, offset and
         the lookback), at least ``retention_floor`` seconds, so memory follows the
-        rules, not the uptime."""
+        rules, not the uptime; of each metric they read, what they read of it
+        (``SeriesStore.kept_by_name``)."""
         if exprs:
-            need = max(required_retention(e) for e in exprs)
-            self.store.retention = max(need, self.retention_floor)
+            self._needs = _reach(exprs)
+            self._keep()
 
     def keep_at_least(self, exprs: Sequence[str]) -> None:
         """Raises the retention (and its floor, which ``retain`` keeps) to what
         ``exprs`` need, never lowers it: for a reader such as placement that asks
         its own queries of a source whose rules set the retention."""
         if exprs:
-            need = max(required_retention(e) for e in exprs)
-            self.retention_floor = max(self.retention_floor, need)
-            self.store.retention = max(self.store.retention, need)
+            reach = _reach(exprs)
+            self.retention_floor = max(self.retention_floor, max(reach.values()))
+            self._floors = _merged(self._floors, reach)
+            self._keep()
+
+    def _keep(self) -> None:
+        """The store's retention and each metric's from the two tables: a metric
+        named in neither keeps the whole retention, and an expression that names
+        no metric (``""``) reads every one."""
+        needs = _merged(self._needs, self._floors)
+        every = needs.pop("", 0.0)
+        whole = max(max(needs.values(), default=0.0), every)
+        if not self._needs:
+            # Only ``keep_at_least``: no rules said what is read, so every metric
+            # keeps the whole retention, which is never lowered.
+            self.store.retention = max(self.store.retention, whole)
+            return
+        self.store.retention = max(whole, self.retention_floor)
+        self.store.kept_by_name = {name: max(need, every) for name, need in needs.items()}
 
     async def refresh(self, at: float) -> bool:
         return True
@@ -116,3 +137,19 @@ class StoreSource:
 
     async def close(self) -> None:
         return None
+
+
+def _reach(exprs: Sequence[str]) -> dict[str, float]:
+    """Seconds of each metric's history ``exprs`` read (``retention_by_name``)."""
+    out: dict[str, float] = {}
+    for e in exprs:
+        out = _merged(out, retention_by_name(e))
+    return out
+
+
+def _merged(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    """Each name's larger need of the two."""
+    out = dict(a)
+    for name, need in b.items():
+        out[name] = max(out.get(name, 0.0), need)
+    return out

@@ -21,6 +21,7 @@ from autoscaler.engine.state import Ladder
 from autoscaler.kube.client import ClientKube
 from autoscaler.promql.store import SeriesStore
 from autoscaler.promql.support import LOOKBACK_DELTA
+from autoscaler.rhythm import READS as RHYTHM_READS
 from autoscaler.ruleset.loader import load_ruleset
 from autoscaler.ruleset.watch import RuleWatcher
 from autoscaler.sources.alertmanager import AlertReceiver
@@ -76,7 +77,8 @@ def test_a_rule_names_every_expression_it_may_be_asked(rules: Path) -> None:
     assert rule.expressions() == (EXPR, RECOVER, STEP_RECOVER, STEP_RECOVER)
     # Each once, for the set; the breaker's nodes first.
     assert ruleset.expressions() == (EXPR, RECOVER, STEP_RECOVER)
-    assert retained(ruleset) == [NODES_QUERY, EXPR, RECOVER, STEP_RECOVER]
+    # Then what the rhythm learner asks itself (no action here asks a window).
+    assert retained(ruleset) == [NODES_QUERY, EXPR, RECOVER, STEP_RECOVER, *RHYTHM_READS]
 
 
 async def test_the_controller_keeps_the_history_a_ladder_steps_recover_reads(

@@ -110,9 +110,13 @@ async def test_the_controller_and_the_simulator_count_the_same_acts(
 ) -> None:
     scenario, rules = _files(tmp_path, SKIPPING)
 
-    # 1. The simulator (in a thread: it runs its own event loop).
+    # 1. The simulator (in a thread: it runs its own event loop). The replay below
+    # reads the run's past, which a store keeping of each metric only what the
+    # rules read (``SeriesStore.kept_by_name``) would have trimmed: this one keeps
+    # the whole retention of every metric.
     in_sim = RecordingCycle()
     monkeypatch.setattr(sim_run, "run_cycle", in_sim)
+    monkeypatch.setattr(SeriesStore, "kept_ms", lambda self, name: self.retention_ms)
     sim = await asyncio.to_thread(
         sim_run.simulate, scenario, [str(rules)], baseline=False, parallel=False
     )

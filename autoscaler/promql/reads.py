@@ -1,0 +1,69 @@
+"""Reads of a family in the shapes other than a rule's window (``Family.window``):
+a subquery's points left-aligned (``dense``), one series' points for a range
+vector result (``points``), and each sample's own time (``instant_times``, for
+``timestamp()``). Each refuses a read before what the family kept, as the window
+does (``Family.require``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoscaler.promql.family import Family, is_stale
+from autoscaler.promql.symbols import F64, I64
+
+_MIN = np.iinfo(np.int64).min
+
+
+def dense(fam: Family, rows: I64, mint: int, maxt: int) -> tuple[I64, F64, I64, I64]:
+    """``(rows, values, times, count)``: each row's non-stale points in
+    [mint, maxt] left-aligned, with their times; rows with none left out."""
+    fam.require(mint)
+    lo = fam.search_rows(rows, mint, False)
+    total = fam.count[rows]
+    # Every row's newest sample at or before ``maxt`` (a window ending now):
+    # each row's points end at its last, without a search.
+    at_end = int(np.max(fam.last_t[rows], where=total > 0, initial=_MIN)) <= maxt
+    hi = total if at_end else fam.search_rows(rows, maxt, True)
+    cnt = hi - lo
+    some = cnt > 0
+    rows, lo, cnt = rows[some], lo[some], cnt[some]
+    if rows.size == 0:
+        return rows, np.zeros((0, 0)), np.zeros((0, 0), dtype=np.int64), cnt
+    values, valid = fam.block(fam.vals, rows, lo, cnt)
+    times, _ = fam.block(fam.ts, rows, lo, cnt)
+    if not fam.nstale[rows].any():
+        return rows, values, times, cnt
+    keep = ~is_stale(values)
+    if valid is not None:
+        keep &= valid
+    if not keep.all():
+        order = np.argsort(~keep, axis=1, kind="stable")
+        values = np.take_along_axis(values, order, axis=1)
+        times = np.take_along_axis(times, order, axis=1)
+        cnt = keep.sum(axis=1).astype(np.int64)
+        some = cnt > 0
+        rows, values, times, cnt = rows[some], values[some], times[some], cnt[some]
+    return rows, values, times, cnt
+
+
+def instant_times(fam: Family, rows: I64, ref: int) -> I64:
+    """The time of each row's latest sample at or before ``ref`` (rows that an
+    instant read at ``ref`` found: ``Family.instant`` checked what it reads)."""
+    idx = np.maximum(fam.search_rows(rows, ref, True) - 1, 0)
+    out: I64 = np.take(fam.ts, fam.flat(rows, idx))
+    return out
+
+
+def points(fam: Family, row: int, mint: int, maxt: int) -> list[tuple[int, float]]:
+    """One row's non-stale points in [mint, maxt] (for range-vector results)."""
+    fam.require(mint)
+    c = int(fam.count[row])
+    ts = np.ascontiguousarray(fam.ts[:c, row])
+    lo = int(np.searchsorted(ts, mint, side="left"))
+    hi = int(np.searchsorted(ts, maxt, side="right"))
+    vals = fam.vals[lo:hi, row]
+    keep = ~is_stale(vals)
+    return list(zip(ts[lo:hi][keep].tolist(), vals[keep].tolist(), strict=True))
+
+
+__all__ = ["dense", "instant_times", "points"]
