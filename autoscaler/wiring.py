@@ -157,21 +157,36 @@ def ladder_steps(state: EngineState, rules: Rules) -> LadderStep:
     return step_of
 
 
+# What the actions ask the source themselves (``ctx.query``) of one device at a
+# time, by action type: the holders of a device, and its UUID for a reset.
+ACTION_READS: dict[str, tuple[str, ...]] = {
+    "migrate_jobs": ("accel_device_pod_info",),
+    "reset_devices": ("accel_device_pod_info", "accel_device_info"),
+    "reboot_node": ("accel_device_pod_info",),
+}
+
+
+def rule_reads(ruleset: RuleSet) -> list[str]:
+    """What the evaluation cycle asks for ``ruleset``: the breaker's
+    ``NODES_QUERY`` and every rule's ``expressions()``."""
+    return [NODES_QUERY, *ruleset.expressions()]
+
+
 def retained(ruleset: RuleSet) -> list[str]:
-    """The expressions whose history a source must keep for ``ruleset``: the
-    breaker's ``NODES_QUERY``, every rule's ``expressions()``, what its actions
-    ask themselves (``action_queries``) and the rhythm learner's queries."""
-    return [NODES_QUERY, *ruleset.expressions(), *action_queries(ruleset), *RHYTHM_READS]
+    """The expressions whose history a source must keep for ``ruleset``: what the
+    cycle asks (``rule_reads``), what its actions ask themselves
+    (``action_queries``) and the rhythm learner's queries."""
+    return [*rule_reads(ruleset), *action_queries(ruleset), *RHYTHM_READS]
 
 
 def action_queries(ruleset: RuleSet) -> list[str]:
-    """The expressions the rules' actions ask the source themselves, over windows
+    """The expressions the rules' actions ask the source themselves: over windows
     (``rebalance``'s load, a pool's ``spareFaultRateQuery`` with ``$pool`` filled
-    in); their instant lookups of one device need only the lookback, which every
-    metric keeps."""
+    in) and of one device (``ACTION_READS``, which need the lookback)."""
     out: list[str] = []
     for rule in ruleset.rules:
         for action in (rule.action, *(step.action for step in rule.escalate)):
+            out.extend(ACTION_READS.get(action.type, ()))
             if action.type == "rebalance":
                 out.append(LOAD_QUERY)
             spare = action.params.get("spareFaultRateQuery")
@@ -188,6 +203,7 @@ def retain(source: Source, ruleset: RuleSet) -> None:
 
 
 __all__ = [
+    "ACTION_READS",
     "Rules",
     "Wiring",
     "acted",
@@ -197,5 +213,6 @@ __all__ = [
     "report_outcomes",
     "retain",
     "retained",
+    "rule_reads",
     "wire",
 ]

@@ -29,7 +29,7 @@ deleted) is a failed scrape: its series get stale markers, as Prometheus writes
 them.
 
 Only the families the rules read, and those their actions query themselves
-(``run.ACTION_READS``: ``accel_device_info`` for ``reset_devices``' UUIDs,
+(``wiring.ACTION_READS``: ``accel_device_info`` for ``reset_devices``' UUIDs,
 ``accel_device_pod_info`` for the holders of a device), are stored (the store
 would hold the others unread), and the store keeps the history the rules need
 (``support.required_retention``), as ``ScrapeSource.retain`` does.

@@ -14,7 +14,7 @@ from autoscaler.promql.support import required_retention, retention_by_name
 from autoscaler.ruleset.loader import load_ruleset
 from autoscaler.sources.store import StoreSource
 from autoscaler.types import Unknown
-from autoscaler.wiring import action_queries
+from autoscaler.wiring import action_queries, retained
 from tests.support.stores import answer, same_answer
 
 T0 = 1_700_000_000.0
@@ -145,12 +145,23 @@ spec:
         type: scale_node_pool
         direction: up
         spareFaultRateQuery: 'sum(rate(accel_fault_events_total{pool=$pool}[6h]))'
+    - name: fatal
+      expr: 'increase(accel_fault_events_total{severity="fatal"}[5m]) > 0'
+      target: device
+      action: {type: reset_devices}
 """
     )
     ruleset = load_ruleset([str(path)], source="scrape")
     queries = action_queries(ruleset)
     assert any("avg_over_time(accel_utilization_ratio" in q for q in queries)
     assert 'accel_fault_events_total{pool="pool"}[6h]' in " ".join(queries)
+    # A reset looks up its device's UUID: that metric keeps the lookback, not a
+    # whole retention no reader asked for.
+    assert "accel_device_info" in queries
+    source = StoreSource()
+    source.retain(retained(ruleset))
+    assert source.store.kept_by_name["accel_device_info"] == 300.0
+    assert source.store.retention == 6 * 3600 + 300.0
 
 
 def test_a_series_handle_lives_as_long_as_the_whole_retention_would_keep_it() -> None:

@@ -11,6 +11,7 @@ by ``autoscaler/wiring.py``."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import Counter
 from pathlib import Path
 
@@ -163,3 +164,21 @@ async def test_the_controller_and_the_simulator_count_the_same_acts(
     )
     assert dict(statuses) == sim["rules"].by_outcome == {"migrate_jobs:skipped": 4}
     assert wiring.state.actions == []
+
+
+def test_a_run_collects_its_garbage_in_batches_and_gives_the_collector_back(
+    tmp_path: Path,
+) -> None:
+    """``batch_collection``: the thresholds hold while the fleet runs (each
+    decision sees them) and are the caller's again after, failed run or not."""
+    scenario, rules = _files(tmp_path, DONE)
+    before = gc.get_threshold()
+    during: list[tuple[int, ...]] = []
+    sim_run.run_rules(
+        scenario, [str(rules)], on_decision=lambda t, d: during.append(gc.get_threshold())
+    )
+    assert during and set(during) == {sim_run.BATCH_GC_THRESHOLDS}
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError, match="boom"), sim_run.batch_collection():
+        raise RuntimeError("boom")
+    assert gc.get_threshold() == before
