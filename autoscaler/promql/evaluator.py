@@ -71,7 +71,7 @@ from autoscaler.promql.plans import (
     Subquery,
     compile_plan,
 )
-from autoscaler.promql.ranges import range_rows
+from autoscaler.promql.ranges import range_rows, unchanged
 from autoscaler.promql.store import SeriesStore
 from autoscaler.promql.support import (
     FUNCTIONS,
@@ -557,13 +557,20 @@ class Evaluator:
         agg = b.lhs
         assert isinstance(agg, Aggregate) and isinstance(b.rhs, Num)
         symbols = self.store.symbols
+        rise = prefilter.rising(b)
+        found = None if rise is None else self._one_family(*rise, t)
+        if rise is not None and found is not None:
+            # Only the counters that changed can pass (``prefilter``): where none
+            # of them does, nothing does, in any order.
+            fam, rows, mint, maxt = found
+            moved = rows[~unchanged(fam, rows, mint, maxt)]
+            some = range_rows(rise[0], fam, moved, mint, maxt, rise[1].range)
+            keep = prefilter.kept_extremes(b, some.values)
+            if not keep.any():
+                grouped = aggregate(agg, some.take(keep), None, symbols)
+                return binary(b, grouped, b.rhs.value, symbols)
         inner = self._vec(agg.expr, t)
-        if agg.op == "sum":
-            # A sample of 0 adds nothing (x + 0 is x), and a group of only such sums
-            # to 0, which a bound above 0 (or ``> 0``) leaves out anyway.
-            keep = inner.values != 0
-        else:
-            _, keep = elementwise(b.op, inner.values, b.rhs.value)
+        keep = prefilter.kept_extremes(b, inner.values)
         grouped = aggregate(agg, inner.take(keep), None, symbols)
         if len(grouped) > prefilter.FEW_GROUPS:
             grouped = aggregate(agg, inner, None, symbols)
@@ -613,7 +620,7 @@ class Evaluator:
         if found is None:
             return binary(b, self._range_call(name, arg, t), c, self.store.symbols)
         fam, rows, mint, maxt = found
-        rows = rows[~prefilter.cannot_pass(fam, rows, name, b.op, c, maxt)]
+        rows = rows[~prefilter.cannot_pass(fam, rows, name, b.op, c, mint, maxt)]
         vec = range_rows(name, fam, rows, mint, maxt, arg.range)
         return binary(b, vec, c, self.store.symbols)
 

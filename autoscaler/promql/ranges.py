@@ -45,7 +45,7 @@ def _event_function(
     """A function of ``EVENTS`` computed from each row's first and last points, and
     from all of them only for the rows that reset (or changed) since ``mint``."""
     if name in ("rate", "increase") and rows.size:
-        still = _unchanged(fam, rows, mint, maxt)
+        still = unchanged(fam, rows, mint, maxt)
         if still.any():
             return _with_unchanged(name, event, fam, rows, still, mint, maxt, range_ms)
     w = fam.window(rows, mint, maxt, need_values=False)
@@ -61,7 +61,7 @@ def _event_function(
     return keep, values, w.rows
 
 
-def _unchanged(fam: Family, rows: I64, mint: int, maxt: int) -> Mask:
+def unchanged(fam: Family, rows: I64, mint: int, maxt: int) -> Mask:
     """The rows whose value has not changed since before ``mint``, is a number, and
     whose points all lie at or before ``maxt``, with no stale marker held: over any
     two of their points in the window, ``rate`` and ``increase`` are exactly 0
@@ -85,7 +85,7 @@ def _with_unchanged(
     maxt: int,
     range_ms: int,
 ) -> tuple[Mask, F64, I64]:
-    """``_event_function`` where the rows ``still`` marks (``_unchanged``) answer 0
+    """``_event_function`` where the rows ``still`` marks (``unchanged``) answer 0
     when they have two points in the window (their second newest at ``mint`` or
     later) and nothing otherwise, as ``rate`` and ``increase`` do, read from one
     point each instead of a window; the other rows as before."""
@@ -105,4 +105,4 @@ def _with_unchanged(
     return keep, values, rows
 
 
-__all__ = ["range_rows"]
+__all__ = ["range_rows", "unchanged"]

@@ -34,6 +34,13 @@ QUERIES = [
     ("sum by (a, b) (m)", ">=", 1.0),
     ("sum by (c) (increase(n[5m]))", ">=", 2.0),
     ("sum without (c) (m - m)", ">", 0.0),
+    # A rise that 0 fails: known empty where no counter that changed passes.
+    ("max by (c) (rate(n[5m]))", ">", 0.001),
+    ("max by (k) (increase(n[5m]))", ">=", 1.0),
+    ("min by (c) (increase(n[5m]))", "<", 0.0),
+    ("sum by (c) (rate(n[3m]))", ">", 0.0),
+    # 0 passes: grouped whole, as before.
+    ("max by (c) (increase(n[5m]))", ">=", 0.0),
 ]
 
 
@@ -48,9 +55,13 @@ def _store(seed: int) -> SeriesStore:
         store.append([store.ref(labels)], T, [float(rng.choice(VALUES))])
         counter = store.ref({"__name__": "n", "c": str(c % 7), "k": str(c)})
         start = float(rng.integers(0, 3))
-        for i, step in enumerate((0.0, float(rng.integers(0, 2)), float(rng.integers(0, 2)))):
-            start += step
+        # Still or rising, now and then a reset, a NaN or an end in a stale marker.
+        steps = (0.0, *rng.choice([0.0, 0.0, 1.0, -2.0, math.nan], size=3).tolist())
+        for i, step in enumerate(steps):
+            start = step if math.isnan(step) or math.isnan(start) else start + step
             store.append([counter], T - 240 + 60 * i, [start])
+        if rng.random() < 0.1:
+            store.append_stale([counter], T - 10)
     return store
 
 

@@ -1,6 +1,7 @@
 """A comparison with a number that leaves out the rows that cannot pass before
 the vector is built (``autoscaler.promql.prefilter``: an instant selection's
-label columns, a ``max_over_time``/``min_over_time`` window) answers what the
+label columns, a ``max_over_time``/``min_over_time`` window, a rise that 0
+fails over the series that did not change) answers what the
 full computation answers: the same samples, values and order, or the same error.
 
 The comparison is with the same query whose number is written
@@ -51,6 +52,13 @@ WINDOWS = [
     ("max_over_time(m[1h])", "<=", 0.0),
     # Two families: filtered as before (their duplicate label sets are an error).
     ('max_over_time({__name__=~"m|n"}[3m])', "==", 0.0),
+    # A rise that 0 fails: only the series that changed in the window are read.
+    ("increase(m[3m])", ">", 0.0),
+    ("increase(m[5m])", ">=", 1.0),
+    ("rate(m[2m])", "!=", 0.0),
+    ("increase(m[3m] offset 2m)", ">", 0.0),
+    ("increase(m[1h])", "==", 2.0),
+    ('rate({__name__=~"m|n"}[3m])', ">", 0.0),
 ]
 
 
@@ -131,6 +139,12 @@ def test_other_comparisons_are_filtered_as_before() -> None:
         "avg_over_time(m[3m]) == 0",
         "max_over_time(m[3m] @ 100) == 0",
         "max_over_time(m[3m:1m]) == 0",
+        # 0 passes these, or the function is not a rise.
+        "increase(m[3m]) >= 0",
+        "rate(m[3m]) < 1",
+        "irate(m[3m]) > 0",
+        "delta(m[3m]) > 0",
+        "increase(m[3m] @ 100) > 0",
         "0 < m",
         "m + 1",
     ):

@@ -1,5 +1,5 @@
 """``rate`` and ``increase`` over counters that have not changed since before the
-window answer 0 from one point each (``ranges._unchanged``), and that answer is
+window answer 0 from one point each (``ranges.unchanged``), and that answer is
 the one the full window gives: a randomized differential against the same
 evaluator with that shortcut off, over counters that stay, step, reset, hold NaN
 or infinities, carry stale markers, have one point or none in the window, or a
@@ -66,17 +66,17 @@ def _answer(store: SeriesStore, expr: str, t: float) -> Answer:
 def test_unchanged_counters_answer_what_their_window_does(
     expr: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    shortcut = ranges_module._unchanged
+    shortcut = ranges_module.unchanged
     used = 0
     for seed in range(120):
         store, times = _store(seed)
         for t in (times[5], times[8] - 1.0, times[11], times[11] - 30.0):
             # Both answers from the same store: with the shortcut, then without.
-            monkeypatch.setattr(ranges_module, "_unchanged", shortcut)
+            monkeypatch.setattr(ranges_module, "unchanged", shortcut)
             got = _answer(store, expr, t)
             monkeypatch.setattr(
                 ranges_module,
-                "_unchanged",
+                "unchanged",
                 lambda fam, rows, mint, maxt: np.zeros(rows.size, dtype=np.bool_),
             )
             want = _answer(store, expr, t)
