@@ -95,6 +95,17 @@ def is_stale(values: F64) -> Mask:
     return out
 
 
+def kept_first(rows: I64, keep: Mask, values: F64, times: I64) -> tuple[I64, F64, I64, I64]:
+    """Each row's points that ``keep`` marks moved to its front, in order, and
+    how many it kept; rows that keep none left out."""
+    order = np.argsort(~keep, axis=1, kind="stable")
+    values = np.take_along_axis(values, order, axis=1)
+    times = np.take_along_axis(times, order, axis=1)
+    count = keep.sum(axis=1).astype(np.int64)
+    some = count > 0
+    return rows[some], values[some], times[some], count[some]
+
+
 class Family:
     """All series of one metric name; see the module docstring for the layout."""
 
@@ -500,16 +511,22 @@ class Family:
         out: I64 = (self.last_drop if kind == "drop" else self.last_change)[rows]
         return out
 
-    def window(self, rows: I64, mint: int, maxt: int, need_values: bool) -> Window:
-        """The non-stale points of each row with ``mint <= t <= maxt``; rows with
-        none are left out. ``need_values`` builds the point matrix."""
+    def span(self, rows: I64, mint: int, maxt: int) -> tuple[I64, I64, bool]:
+        """Where each row's samples in ``[mint, maxt]`` start (``lo``) and end
+        (``hi``, exclusive), and whether every row's newest sample is at or before
+        ``maxt`` (a window ending now: each row's points end at its last, without a
+        search). Refuses a read before what the family kept (``require``)."""
         self.require(mint)
         lo = self.search_rows(rows, mint, False)
         total = self.count[rows]
-        # Every row's newest sample at or before ``maxt`` (a window ending now):
-        # each row's points end at its last, without a search.
         at_end = int(np.max(self.last_t[rows], where=total > 0, initial=_MIN)) <= maxt
         hi = total if at_end else self.search_rows(rows, maxt, True)
+        return lo, hi, at_end
+
+    def window(self, rows: I64, mint: int, maxt: int, need_values: bool) -> Window:
+        """The non-stale points of each row with ``mint <= t <= maxt``; rows with
+        none are left out. ``need_values`` builds the point matrix."""
+        lo, hi, at_end = self.span(rows, mint, maxt)
         cnt = hi - lo
         some = cnt > 0
         if not some.all():
@@ -644,13 +661,7 @@ class Family:
     ) -> Window:
         times, _ = self.block(self.ts, rows, lo, cnt)
         keep = ~stale if valid is None else valid & ~stale
-        # Move each row's kept points to its front, in order.
-        order = np.argsort(~keep, axis=1, kind="stable")
-        values = np.take_along_axis(values, order, axis=1)
-        times = np.take_along_axis(times, order, axis=1)
-        count = keep.sum(axis=1).astype(np.int64)
-        some = count > 0
-        rows, values, times, count = rows[some], values[some], times[some], count[some]
+        rows, values, times, count = kept_first(rows, keep, values, times)
         width = int(count.max()) if count.size else 0
         values, times = values[:, :width], times[:, :width]
         valid2 = np.arange(width)[None, :] < count[:, None]
@@ -669,4 +680,4 @@ class Family:
         )
 
 
-__all__ = ["STALE_NAN_BITS", "Family", "is_stale"]
+__all__ = ["STALE_NAN_BITS", "Family", "is_stale", "kept_first"]

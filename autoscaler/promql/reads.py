@@ -8,22 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoscaler.promql.family import Family, is_stale
+from autoscaler.promql.family import Family, is_stale, kept_first
 from autoscaler.promql.symbols import F64, I64
-
-_MIN = np.iinfo(np.int64).min
 
 
 def dense(fam: Family, rows: I64, mint: int, maxt: int) -> tuple[I64, F64, I64, I64]:
     """``(rows, values, times, count)``: each row's non-stale points in
     [mint, maxt] left-aligned, with their times; rows with none left out."""
-    fam.require(mint)
-    lo = fam.search_rows(rows, mint, False)
-    total = fam.count[rows]
-    # Every row's newest sample at or before ``maxt`` (a window ending now):
-    # each row's points end at its last, without a search.
-    at_end = int(np.max(fam.last_t[rows], where=total > 0, initial=_MIN)) <= maxt
-    hi = total if at_end else fam.search_rows(rows, maxt, True)
+    lo, hi, _ = fam.span(rows, mint, maxt)
     cnt = hi - lo
     some = cnt > 0
     rows, lo, cnt = rows[some], lo[some], cnt[some]
@@ -37,12 +29,7 @@ def dense(fam: Family, rows: I64, mint: int, maxt: int) -> tuple[I64, F64, I64, 
     if valid is not None:
         keep &= valid
     if not keep.all():
-        order = np.argsort(~keep, axis=1, kind="stable")
-        values = np.take_along_axis(values, order, axis=1)
-        times = np.take_along_axis(times, order, axis=1)
-        cnt = keep.sum(axis=1).astype(np.int64)
-        some = cnt > 0
-        rows, values, times, cnt = rows[some], values[some], times[some], cnt[some]
+        rows, values, times, cnt = kept_first(rows, keep, values, times)
     return rows, values, times, cnt
 
 
