@@ -46,7 +46,7 @@ from autoscaler.executor import Executor, LadderStep, OnOutcome
 from autoscaler.promql.matchers import quote
 from autoscaler.promql.store import SeriesStore
 from autoscaler.rhythm import READS as RHYTHM_READS
-from autoscaler.ruleset.model import RuleSet
+from autoscaler.ruleset.model import Action, RuleSet
 from autoscaler.sources.base import Retaining, Source, StoreBacked
 from autoscaler.types import labels_of
 
@@ -184,15 +184,19 @@ def action_queries(ruleset: RuleSet) -> list[str]:
     (``rebalance``'s load, a pool's ``spareFaultRateQuery`` with ``$pool`` filled
     in) and of one device (``ACTION_READS``, which need the lookback)."""
     out: list[str] = []
-    for rule in ruleset.rules:
-        for action in (rule.action, *(step.action for step in rule.escalate)):
-            out.extend(ACTION_READS.get(action.type, ()))
-            if action.type == "rebalance":
-                out.append(LOAD_QUERY)
-            spare = action.params.get("spareFaultRateQuery")
-            if isinstance(spare, str) and spare:
-                out.append(spare.replace(POOL_PLACEHOLDER, quote("pool")))
+    for action in actions(ruleset):
+        out.extend(ACTION_READS.get(action.type, ()))
+        if action.type == "rebalance":
+            out.append(LOAD_QUERY)
+        spare = action.params.get("spareFaultRateQuery")
+        if isinstance(spare, str) and spare:
+            out.append(spare.replace(POOL_PLACEHOLDER, quote("pool")))
     return list(dict.fromkeys(out))
+
+
+def actions(ruleset: RuleSet) -> list[Action]:
+    """Every action ``ruleset`` may take: each rule's, and its ladder steps'."""
+    return [a for rule in ruleset.rules for a in (rule.action, *(s.action for s in rule.escalate))]
 
 
 def retain(source: Source, ruleset: RuleSet) -> None:
@@ -208,6 +212,7 @@ __all__ = [
     "Wiring",
     "acted",
     "action_queries",
+    "actions",
     "ladder_outcome",
     "ladder_steps",
     "report_outcomes",

@@ -69,7 +69,7 @@ from autoscaler.simulate.schedulers import SCHEDULERS
 from autoscaler.simulate.telemetry import Telemetry
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
-from autoscaler.wiring import ACTION_READS, retain, rule_reads, wire
+from autoscaler.wiring import ACTION_READS, actions, retain, rule_reads, wire
 
 log = logging.getLogger("accel_autoscaler.simulate")
 
@@ -166,9 +166,8 @@ def action_reads(ruleset: RuleSet) -> list[str]:
     (``wiring.ACTION_READS``): the store must hold them when a rule uses the
     action, whether or not a rule's expression reads them."""
     out: list[str] = []
-    for rule in ruleset.rules:
-        for action in (rule.action, *(step.action for step in rule.escalate)):
-            out.extend(e for e in ACTION_READS.get(action.type, ()) if e not in out)
+    for action in actions(ruleset):
+        out.extend(e for e in ACTION_READS.get(action.type, ()) if e not in out)
     return out
 
 
