@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from autoscaler.decision import Decision
 from autoscaler.engine.cycle import CycleResult, run_cycle
+from autoscaler.promql.store import SeriesStore
 
 Act = tuple[float, str, str, tuple[tuple[str, str], ...]]
 
@@ -42,3 +45,11 @@ class RecordingCycle:
             for d in decisions
             if d.kind == "act"
         ]
+
+
+def keeping_the_past(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores made from now on keep every metric for the whole retention. A replay
+    reads a finished run's past from its store, which a store keeping of each
+    metric only what the rules read (``SeriesStore.kept_by_name``) has trimmed:
+    the replay's reads would be unknown (``HistoryNotKept``), not the run's."""
+    monkeypatch.setattr(SeriesStore, "kept_ms", lambda self, name: self.retention_ms)

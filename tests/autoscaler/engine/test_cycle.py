@@ -24,7 +24,7 @@ from autoscaler.simulate.scenario import load_scenario
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
 from autoscaler.types import Matrix, QueryResult, Sample, Unknown, Vector
-from tests.support.cycles import RecordingCycle
+from tests.support.cycles import RecordingCycle, keeping_the_past
 
 RULES = """\
 apiVersion: accel-fleet/v1
@@ -93,9 +93,11 @@ def test_a_decision_appears_at_the_same_evaluation_in_the_simulator_the_controll
     (tmp_path / "scenario.yaml").write_text(SCENARIO)
     scenario = load_scenario(tmp_path / "scenario.yaml")
 
-    # 1. The simulator: its fleet makes the samples.
+    # 1. The simulator: its fleet makes the samples (and keeps the past that the
+    # controller's replay reads).
     in_sim = RecordingCycle()
     monkeypatch.setattr(sim_run, "run_cycle", in_sim)
+    keeping_the_past(monkeypatch)
     sim_run.simulate(scenario, [str(rules)], baseline=False, parallel=False)
     t_sim, what = in_sim.first_decision()
     assert what == ("fatal-device-fault", (("device", "nvidia1"), ("node", "h100-0001")))

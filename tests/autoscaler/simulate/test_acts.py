@@ -28,7 +28,7 @@ from autoscaler.simulate.scenario import Scenario, load_scenario
 from autoscaler.sources.alertmanager import AlertReceiver
 from autoscaler.sources.store import StoreSource
 from autoscaler.wiring import wire
-from tests.support.cycles import RecordingCycle
+from tests.support.cycles import RecordingCycle, keeping_the_past
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.kubeobjs import node
 
@@ -111,13 +111,11 @@ async def test_the_controller_and_the_simulator_count_the_same_acts(
 ) -> None:
     scenario, rules = _files(tmp_path, SKIPPING)
 
-    # 1. The simulator (in a thread: it runs its own event loop). The replay below
-    # reads the run's past, which a store keeping of each metric only what the
-    # rules read (``SeriesStore.kept_by_name``) would have trimmed: this one keeps
-    # the whole retention of every metric.
+    # 1. The simulator (in a thread: it runs its own event loop), keeping the past
+    # that the replay below reads.
     in_sim = RecordingCycle()
     monkeypatch.setattr(sim_run, "run_cycle", in_sim)
-    monkeypatch.setattr(SeriesStore, "kept_ms", lambda self, name: self.retention_ms)
+    keeping_the_past(monkeypatch)
     sim = await asyncio.to_thread(
         sim_run.simulate, scenario, [str(rules)], baseline=False, parallel=False
     )
