@@ -40,7 +40,8 @@ from autoscaler.sources.scrape import ScrapeSource
 from exporter.model import DeviceInfo, Link
 from exporter.topology import distances
 from tests.support.paths import REPO
-from tests.support.procs import exporter
+from tests.support.procs import exporter, http_get
+from tests.support.waits import until
 
 # Slow (places jobs on fleets read through a real Prometheus): `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow
@@ -301,6 +302,13 @@ async def test_topology_through_a_real_exporter_and_the_scrape_source() -> None:
     with exporter(
         ["--backends", "sim", "--sim-devices", "oneapi:8", "--sim-pods", "1", "--sim-seed", "3"]
     ) as url:
+        # The exporter's first poll has ended (a scrape waits for it only up to the
+        # poll timeout, which a loaded CI machine can pass): what this test holds
+        # is the topology read, not the exporter's start.
+        await until(
+            lambda: b"accel_device_info{" in http_get(url + "/metrics"),
+            what="the exporter's first poll",
+        )
         source = ScrapeSource({"pcie-node": url + "/metrics"}, timeout=5.0)
         try:
             state = await read_fleet(source, time.time())
