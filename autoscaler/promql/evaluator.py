@@ -83,6 +83,7 @@ from autoscaler.promql.symbols import F64, I64, Symbols
 from autoscaler.promql.vectors import (
     Vec,
     check_unique,
+    combine,
     concat,
     drop_name,
     empty,
@@ -229,13 +230,24 @@ class Evaluator:
         names, wanted = only
         if not len(vec):
             return vec
-        cols = [vec.cols.get(n) for n in names]
-        if any(c is None for c in cols):
-            return vec.take(np.zeros(len(vec), dtype=np.bool_))
+        n = len(vec)
+        # A label no row has reads as "" (code 0) in every row, as the samples'
+        # own filter in ``engine/cycle.py`` reads it.
+        absent = np.zeros(n, dtype=np.int64)
+        cols = [vec.cols.get(name, absent) for name in names]
         code = self.store.symbols.code
-        codes = {tuple(code(v) for v in values) for values in wanted}
-        rows = zip(*(c.tolist() for c in cols if c is not None), strict=True)
-        return vec.take(np.fromiter((r in codes for r in rows), dtype=np.bool_))
+        # A value no series ever had (code -1) matches no row.
+        asked = [a for a in (tuple(code(v) for v in values) for values in wanted) if -1 not in a]
+        if not asked:
+            return vec.take(np.zeros(len(vec), dtype=np.bool_))
+        # The rows' codes and the wanted ones keyed together, so that equal label
+        # values get equal keys; then a lookup, not a Python test per row.
+        both = [
+            np.concatenate((c, np.array([a[i] for a in asked], dtype=np.int64)))
+            for i, c in enumerate(cols)
+        ]
+        key = combine(both, n + len(asked))
+        return vec.take(member(key[:n], key[n:]))
 
     # -- results ---------------------------------------------------------------
 

@@ -101,8 +101,8 @@ def time_search(ts: I64, cnt: I64, rows: I64, target: int, right: bool) -> I64:
     )
     # Guess that every row is aligned with the fullest one at its end, then check.
     guess = np.clip(cnt - (c0 - i0), 0, cnt)
-    before = np.take(ts, np.maximum(guess - 1, 0) * width + rows)
-    at = np.take(ts, np.minimum(guess, cap - 1) * width + rows)
+    before = ts.take(np.maximum(guess - 1, 0) * width + rows)
+    at = ts.take(np.minimum(guess, cap - 1) * width + rows)
     if right:
         good = ((guess == 0) | (before <= target)) & ((guess >= cnt) | (at > target))
     else:
@@ -117,7 +117,7 @@ def time_search(ts: I64, cnt: I64, rows: I64, target: int, right: bool) -> I64:
             if not active.any():
                 break
             mid = (lo + hi) >> 1
-            v = np.take(ts, np.minimum(mid, cap - 1) * width + where)
+            v = ts.take(np.minimum(mid, cap - 1) * width + where)
             go = (v <= target) if right else (v < target)
             go &= active
             lo = np.where(go, mid + 1, lo)

@@ -66,11 +66,12 @@ def unchanged(fam: Family, rows: I64, mint: int, maxt: int) -> Mask:
     whose points all lie at or before ``maxt``, with no stale marker held: over any
     two of their points in the window, ``rate`` and ``increase`` are exactly 0
     (last - first is 0, and 0 extrapolated is 0)."""
+    at = fam.as_slice(rows)
     still: Mask = (
-        (fam.last_change[rows] < mint)
-        & (fam.last_t[rows] <= maxt)
-        & (fam.nstale[rows] == 0)
-        & np.isfinite(fam.last_value[rows])
+        (fam.last_change[at] < mint)
+        & (fam.last_t[at] <= maxt)
+        & (fam.nstale[at] == 0)
+        & np.isfinite(fam.last_value[at])
     )
     return still
 
@@ -93,7 +94,7 @@ def _with_unchanged(
     values = np.zeros(rows.size)
     at = np.flatnonzero(still)
     cnt = fam.count[rows[at]]
-    second = np.take(fam.ts, fam.flat(rows[at], np.maximum(cnt - 2, 0)))
+    second = fam.ts.take(fam.flat(rows[at], np.maximum(cnt - 2, 0)))
     keep[at] = (cnt >= 2) & (second >= mint)
     other = np.flatnonzero(~still)
     if other.size:

@@ -37,7 +37,7 @@ def instant_times(fam: Family, rows: I64, ref: int) -> I64:
     """The time of each row's latest sample at or before ``ref`` (rows that an
     instant read at ``ref`` found: ``Family.instant`` checked what it reads)."""
     idx = np.maximum(fam.search_rows(rows, ref, True) - 1, 0)
-    out: I64 = np.take(fam.ts, fam.flat(rows, idx))
+    out: I64 = fam.ts.take(fam.flat(rows, idx))
     return out
 
 

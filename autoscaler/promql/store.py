@@ -52,6 +52,12 @@ from autoscaler.promql.textformat import (
 from autoscaler.types import Labels
 
 _MIN = np.iinfo(np.int64).min
+_MAX_PLANS = 256
+"""Writes whose refs ``SeriesStore._groups`` remembers (a scrape writes a few
+dozen arrays of refs, the same each time)."""
+_Group = tuple[Family, "I64 | None", I64, "I64 | slice"]
+"""A write's family, its positions in the refs (None: all), rows, and rows as
+``Family.as_slice`` gives them."""
 _FOREVER = 1 << 62
 MAX_FUTURE_MS = 10 * 60_000
 """How far after its scrape time a scraped sample's own timestamp may lie."""
@@ -105,6 +111,8 @@ class SeriesStore:
         over); a write changes ``writes`` and its families' ``version`` instead."""
         self.writes = 0
         """Counts the writes (for caches of what reads every family)."""
+        self._plans: dict[tuple[int, int, int], tuple[I64, int, list[_Group]]] = {}
+        """What ``_groups`` found for the refs of recent writes."""
 
     # -- series -----------------------------------------------------------------
 
@@ -238,6 +246,25 @@ class SeriesStore:
             return 0
         if values is not None and values.shape != refs.shape:
             raise ValueError(f"{refs.size} refs but {values.size} values")
+        groups = self._groups(refs)
+        if t > self._max_t:
+            self._max_t = t
+        stored = 0
+        for fam, part, r, at in groups:
+            vals = values if values is None or part is None else values[part]
+            stored += fam.append(r, t, vals, self._cutoff(fam, self._max_t), at)
+        self.writes += 1
+        return stored
+
+    def _groups(self, refs: I64) -> list[_Group]:
+        """The families ``refs`` write, each with its positions in ``refs`` (None:
+        all of them), its distinct rows, and those rows as ``as_slice`` gives
+        them. A scrape writes the same refs every time: what was found for them is
+        kept until the series are renumbered (``generation``)."""
+        key = (refs.size, int(refs[0]), int(refs[-1]))
+        kept = self._plans.get(key)
+        if kept is not None and kept[1] == self.generation and np.array_equal(kept[0], refs):
+            return kept[2]
         if refs.min() < 0 or refs.max() >= self._nrefs:
             raise KeyError("unknown series ref")
         fam_ids = self._ref_family[refs]
@@ -246,30 +273,35 @@ class SeriesStore:
                 "series ref was dropped after its samples left the retention: take a new one"
             )
         rows = self._ref_row[refs]
-        if t > self._max_t:
-            self._max_t = t
-        stored = 0
         f0 = int(fam_ids[0])
+        parts: list[tuple[int, I64 | None]]
         if (fam_ids == f0).all():
-            groups = [(f0, np.arange(refs.size))]
+            parts = [(f0, None)]
         else:
             order = np.argsort(fam_ids, kind="stable")
             bounds = np.flatnonzero(np.diff(fam_ids[order])) + 1
-            groups = [(int(fam_ids[part[0]]), part) for part in np.split(order, bounds)]
-        for fid, part in groups:
+            parts = [(int(fam_ids[part[0]]), part) for part in np.split(order, bounds)]
+        groups: list[_Group] = []
+        for fid, part in parts:
             fam = self._family_list[fid]
-            r = rows[part]
-            vals = None if values is None else values[part]
-            seen = np.zeros(fam.n, dtype=np.bool_)
-            seen[r] = True
-            if int(seen.sum()) != r.size:
-                _, first = np.unique(r, return_index=True)
-                first.sort()
-                r = r[first]
-                vals = None if vals is None else vals[first]
-            stored += fam.append(r, t, vals, self._cutoff(fam, self._max_t))
-        self.writes += 1
-        return stored
+            r = rows if part is None else rows[part]
+            # Evenly spaced increasing rows (a scrape of every row, or of every
+            # k-th) are distinct already; others are checked: duplicates keep
+            # their first value.
+            at = fam.as_slice(r)
+            if not isinstance(at, slice):
+                seen = np.zeros(fam.n, dtype=np.bool_)
+                seen[r] = True
+                if int(seen.sum()) != r.size:
+                    _, first = np.unique(r, return_index=True)
+                    first.sort()
+                    part = first if part is None else part[first]
+                    r = at = r[first]
+            groups.append((fam, part, r, at))
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()
+        self._plans[key] = (refs.copy(), self.generation, groups)
+        return groups
 
     def drop_before(self, t: float) -> None:
         """Forgets samples older than t, and the series left with none."""

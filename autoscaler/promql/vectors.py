@@ -147,7 +147,7 @@ def drop_name(vec: Vec) -> Vec:
 def family_vec(fam: Family, rows: I64, values: F64, keep_name: bool) -> Vec:
     """The ``rows`` of ``fam`` as a vector with ``values``; ``keep_name`` keeps the
     metric name as a ``__name__`` column (selectors, ``last_over_time``)."""
-    cols = {k: c[rows] for k, c in fam.codes.items()}
+    cols = fam.label_columns(rows)
     if keep_name:
         cols["__name__"] = np.full(rows.size, fam.name_code, dtype=np.int64)
     return Vec(cols, values)

@@ -1,22 +1,29 @@
 """``Family.trim`` keeps exactly each row's samples at or after the cutoff, in order
 (and ``drop_empty_rows`` then the rows with any, in their order),
 however its rows group (rows that lose the same number of samples shift
-together, in runs of consecutive rows, a few samples at a time; ``drop_empty_rows``
+together, in runs of consecutive rows, d samples at a time or in parts of up to
+``_SHIFT_PART`` through numpy's buffer: each way here; ``drop_empty_rows``
 moves runs cut into slices of ``_MOVE_ROWS``: two here, so that runs and slices
-both end inside a family), against a list of samples kept per row."""
+both end inside a family), against a list of samples kept per row. The appends
+are of random rows, so that every path of ``append`` (a slice or a scatter, one
+count for all rows or each its own) writes what is checked."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from autoscaler.promql import family as family_module
+from autoscaler.promql import buffers as buffers_module
 from autoscaler.promql.family import Family, is_stale
 from autoscaler.promql.symbols import Symbols
 
 
-def test_trim_keeps_each_rows_samples_from_the_cutoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(family_module, "_MOVE_ROWS", 2)
+@pytest.mark.parametrize("shift_part", [1, 8, 1 << 18])
+def test_trim_keeps_each_rows_samples_from_the_cutoff(
+    monkeypatch: pytest.MonkeyPatch, shift_part: int
+) -> None:
+    monkeypatch.setattr(buffers_module, "_MOVE_ROWS", 2)
+    monkeypatch.setattr(buffers_module, "_SHIFT_PART", shift_part)
     for seed in range(150):
         rng = np.random.default_rng(seed)
         fam = Family("m", 1, Symbols())

@@ -1,0 +1,450 @@
+"""The writing half of a metric name's ``Family``: its sample buffers.
+
+Why a module of its own: ``family.py`` reads a family (selections, instants,
+windows); this module holds the layout those reads rely on and keeps it: rows
+added, samples appended (a scrape of every row, or of every k-th, writes one run
+of an array row as a slice), the buffer grown or trimmed to the retention, and
+rows dropped once empty. The layout itself is described in ``family.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from autoscaler.promql.lookup import LabelIndex, runs, time_search
+from autoscaler.promql.symbols import F64, I64, Mask, Symbols
+from autoscaler.types import Labels
+
+STALE_NAN_BITS = 0x7FF0000000000002
+"""Prometheus's stale marker (``value.StaleNaN``), a NaN no arithmetic produces."""
+
+_PAD = np.iinfo(np.int64).max
+_MIN = np.iinfo(np.int64).min
+_INITIAL_CAP = 16
+_MAX_PROJECTION = 32
+"""How many times the grown buffer a projection from the cadence may ask for:
+past it the cadence is taken as not yet known and the buffer doubles."""
+_ROW_ARRAYS = (
+    "count",
+    "nstale",
+    "refs",
+    "had_samples",
+    "last_value",
+    "had_value",
+    "last_drop",
+    "last_change",
+    "last_t",
+)
+_ROW_FILL = {"last_drop": _MIN, "last_change": _MIN, "last_t": _MIN}
+
+
+# Samples (array rows x series) a trim moves at once through numpy's buffer.
+_SHIFT_PART = 1 << 18
+# Rows moved at once by ``Family.drop_empty_rows``.
+_MOVE_ROWS = 256
+
+
+def _room_for(samples: int) -> int:
+    """A buffer for ``samples`` with a third more to spare (a trim then comes every
+    quarter buffer), in whole steps of the initial capacity."""
+    return -(-samples * 4 // 3 // _INITIAL_CAP) * _INITIAL_CAP
+
+
+def is_stale(values: F64) -> Mask:
+    """Which values are stale markers."""
+    out: Mask = np.ascontiguousarray(values).view(np.uint64) == STALE_NAN_BITS
+    return out
+
+
+def _flat_view(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``arr`` (C-contiguous) as one dimension, a view that writes through; an
+    array that cannot be viewed so raises rather than hand back a copy."""
+    if not arr.flags.c_contiguous:
+        raise ValueError("a family's sample arrays are C-contiguous")
+    return arr.reshape(-1)
+
+
+class Buffers:
+    """A family's rows and sample arrays, and every change to them; ``Family``
+    adds the reads."""
+
+    def __init__(self, name: str, name_code: int, symbols: Symbols) -> None:
+        self.name = name
+        self.name_code = name_code
+        self.symbols = symbols
+        self.position = 0
+        """Index in the store's family list (what series refs point at)."""
+        self.n = 0
+        self.labels: list[Labels] = []
+        self.index: dict[Labels, int] = {}
+        self.codes: dict[str, I64] = {}
+        self.ts: I64 = np.full((_INITIAL_CAP, 0), _PAD, dtype=np.int64)
+        self.vals: F64 = np.full((_INITIAL_CAP, 0), np.nan)
+        self.count: I64 = np.zeros(0, dtype=np.int64)
+        self.nstale: I64 = np.zeros(0, dtype=np.int64)
+        self.refs: I64 = np.zeros(0, dtype=np.int64)
+        self.had_samples: Mask = np.zeros(0, dtype=np.bool_)
+        """Rows appended to at least once: only those are dropped when emptied, so
+        a ref taken before its first sample stays valid."""
+        self.last_value: F64 = np.zeros(0)
+        """Each row's newest value that is not a stale marker (if ``had_value``)."""
+        self.had_value: Mask = np.zeros(0, dtype=np.bool_)
+        self.last_drop: I64 = np.zeros(0, dtype=np.int64)
+        """When each row last fell below its previous value (a counter reset)."""
+        self.last_change: I64 = np.zeros(0, dtype=np.int64)
+        """When each row last differed from its previous value."""
+        self.last_t: I64 = np.zeros(0, dtype=np.int64)
+        """The time of each row's newest sample (stale markers too), where it has
+        any (``count > 0``): ``append``'s order check without a gather."""
+        self._searches: dict[tuple[int, bool], I64] = {}
+        self._all: I64 = np.zeros(0, dtype=np.int64)
+        """``all_rows``' array, while ``n`` rows are held."""
+        self._index = LabelIndex()
+        """``select``'s index by label, forgotten when the rows change."""
+        self.version = 0
+        """Counts every change of the rows or their samples (``memo.py``)."""
+        self.short = False
+        """Whether the family keeps less history than the store's retention
+        (``SeriesStore.kept_by_name``); only then is a read before ``kept_from``
+        refused (``require``): past the retention, as past Prometheus's, a
+        window holds what is left."""
+        self.kept_from = _MIN
+        """The latest cutoff a trim of a ``short`` family dropped samples before."""
+
+    def _changed(self) -> None:
+        self._searches.clear()
+        self.version += 1
+
+    @property
+    def cap(self) -> int:
+        """How many samples each row holds at most before a trim or a resize."""
+        return int(self.ts.shape[0])
+
+    @property
+    def width(self) -> int:
+        """How many rows the arrays hold (``n`` and the spare ones after it)."""
+        return int(self.ts.shape[1])
+
+    def flat(self, rows: I64, at: I64 | int) -> I64:
+        """Flat indices of each row's sample ``at`` (cheaper than 2-D indexing)."""
+        out: I64 = at * self.width + rows
+        return out
+
+    # -- rows -------------------------------------------------------------------
+
+    def add_row(self, labels: Labels, ref: int) -> int:
+        row = self.n
+        if row == self.width:
+            self._resize(max(16, row + row // 4), self.cap)
+        # Rows past ``n`` are padding already (``_resize``, ``drop_empty_rows``).
+        for k, v in labels:
+            if k == "__name__":
+                continue
+            col = self.codes.get(k)
+            if col is None:
+                col = self.codes[k] = np.zeros(self.width, dtype=np.int64)
+            col[row] = self.symbols.intern(v)
+        self.labels.append(labels)
+        self.index[labels] = row
+        self._index.clear()
+        self.refs[row] = ref
+        self.n += 1
+        self._changed()
+        return row
+
+    def _resize(self, rows: int, cap: int) -> None:
+        """New arrays of ``cap`` samples x ``rows`` rows: the first ``n`` rows'
+        samples copied, everything else padding, each element written once (a fill
+        and then a copy wrote the kept part twice)."""
+        n = self.n
+        keep = min(cap, self.cap)
+        ts = np.empty((cap, rows), dtype=np.int64)
+        vals = np.empty((cap, rows))
+        ts[:keep, :n] = self.ts[:keep, :n]
+        ts[keep:, :n] = _PAD
+        ts[:, n:] = _PAD
+        vals.view(np.uint64)[:keep, :n] = self.vals.view(np.uint64)[:keep, :n]
+        vals[keep:, :n] = np.nan
+        vals[:, n:] = np.nan
+        self.ts, self.vals = ts, vals
+        for name in _ROW_ARRAYS:
+            old: npt.NDArray[Any] = getattr(self, name)
+            new = np.full(rows, _ROW_FILL.get(name, 0), dtype=old.dtype)
+            new[:n] = old[:n]
+            setattr(self, name, new)
+        for k, col in self.codes.items():
+            new = np.zeros(rows, dtype=np.int64)
+            new[:n] = col[:n]
+            self.codes[k] = new
+
+    # -- writing ----------------------------------------------------------------
+
+    def append(
+        self, rows: I64, t: int, values: F64 | None, cutoff: int, at: I64 | slice | None = None
+    ) -> int:
+        """Appends at time t to distinct rows; ``values`` None writes stale markers.
+
+        Rows whose newest sample is at or after t are skipped. Returns how many
+        samples were stored. ``at`` is ``rows`` as ``as_slice`` gives it, where
+        the caller has it already.
+        """
+        # A scrape of the whole family, or of every k-th row (one fault kind of
+        # every device), reads and writes the per-row arrays as slices, not
+        # gathered and scattered.
+        if at is None:
+            at = self.as_slice(rows)
+        cnt = self.count[at]
+        # last_t holds each row's newest time; it is only meaningful where cnt > 0.
+        newest = self.last_t[at]
+        if rows.size and int(newest.max()) >= t:
+            fresh = (cnt == 0) | (newest < t)
+            rows, cnt = rows[fresh], cnt[fresh]
+            at = rows
+            if values is not None:
+                values = values[fresh]
+        if rows.size == 0:
+            return 0
+        c0 = int(cnt[0])
+        # Rows appended together at one count (a scrape) write one run of the
+        # sample's row of the arrays: a slice of it, or a scatter into it.
+        uniform = bool((cnt == c0).all())
+        if (c0 if uniform else int(cnt.max())) >= self.cap:
+            self.make_room(cutoff)
+            cnt = self.count[at]
+            c0 = int(cnt[0])
+            uniform = bool((cnt == c0).all())
+        self._write(rows, at, c0 if uniform else cnt, t, values)
+        if values is not None:
+            # Stale markers are skipped in windows, so each value is compared with
+            # the previous one that is not a marker, as a window would pair them.
+            previous = self.last_value[at]
+            had = self.had_value[at]
+            with np.errstate(invalid="ignore"):
+                dropped = had & (values < previous)
+                changed = had & (values != previous) & ~(np.isnan(values) & np.isnan(previous))
+            if isinstance(at, slice):  # views: written through
+                self.last_drop[at][dropped] = t
+                self.last_change[at][changed] = t
+            else:
+                self.last_drop[rows[dropped]] = t
+                self.last_change[rows[changed]] = t
+            self.last_value[at] = values
+            self.had_value[at] = True
+        else:
+            self.nstale[at] += 1
+        self.count[at] = cnt + 1
+        self.last_t[at] = t
+        self.had_samples[at] = True
+        self._changed()
+        return int(rows.size)
+
+    def _write(
+        self, rows: I64, at: I64 | slice, cnt: I64 | int, t: int, values: F64 | None
+    ) -> None:
+        """Sample ``cnt`` of each row (one count for all, or each its own) set to
+        ``t`` and ``values`` (stale markers where None)."""
+        if isinstance(cnt, int):
+            self.ts[cnt, at] = t
+            if values is None:
+                self.vals.view(np.uint64)[cnt, at] = STALE_NAN_BITS
+            else:
+                self.vals[cnt, at] = values
+            return
+        # Assigned through flat views: np.put costs about three times as much.
+        flat = self.flat(rows, cnt)
+        _flat_view(self.ts)[flat] = t
+        if values is None:
+            _flat_view(self.vals.view(np.uint64))[flat] = STALE_NAN_BITS
+        else:
+            _flat_view(self.vals)[flat] = values
+
+    def as_slice(self, rows: I64) -> I64 | slice:
+        """``rows`` as a slice where they are evenly spaced and increasing (every
+        row, or every k-th): per-row arrays then read and write views, not gathers.
+        Otherwise ``rows`` itself."""
+        size = rows.size
+        if rows is self._all and size == self.n:
+            return slice(0, size)
+        if size == 0 or int(rows[0]) < 0 or int(rows[-1]) >= self.n:
+            return rows
+        first = int(rows[0])
+        if size == 1:
+            return slice(first, first + 1)
+        step = int(rows[1]) - first
+        last = int(rows[-1])
+        if step <= 0 or last != first + step * (size - 1):
+            return rows
+        at = slice(first, last + 1, step)
+        if not np.array_equal(rows, np.arange(first, last + 1, step)):
+            return rows
+        return at
+
+    def label_columns(self, rows: I64) -> dict[str, I64]:
+        """Each label's codes at ``rows``: read-only views of the columns where
+        ``rows`` is every row in order (a selector of the name alone), gathered
+        otherwise. The columns are replaced, never rewritten, when rows go
+        (``drop_empty_rows``), and a new row writes past every view."""
+        if not self._every_row(rows):
+            return {k: c[rows] for k, c in self.codes.items()}
+        n = self.n
+        out: dict[str, I64] = {}
+        for k, c in self.codes.items():
+            view = c[:n]
+            view.flags.writeable = False
+            out[k] = view
+        return out
+
+    def all_rows(self) -> I64:
+        """Every row, in order: one read-only array while the rows stay, so that
+        a reader recognises it without comparing (``_every_row``)."""
+        if self._all.size != self.n:
+            self._all = np.arange(self.n, dtype=np.int64)
+            self._all.flags.writeable = False
+        return self._all
+
+    def _every_row(self, rows: I64) -> bool:
+        """Whether ``rows`` is every row of the family, in order."""
+        n = self.n
+        if rows is self._all and n == rows.size:
+            return True
+        return (
+            rows.size == n
+            and n > 0
+            and int(rows[0]) == 0
+            and int(rows[-1]) == n - 1
+            and bool(np.array_equal(rows, np.arange(n)))
+        )
+
+    def make_room(self, cutoff: int) -> None:
+        """Trims samples before ``cutoff``; grows the buffer if it stays 3/4 full,
+        at once to what the retention will hold at the fullest row's cadence when
+        that is known (``_projected``), so that a family is copied once or twice
+        while it fills rather than at every third more."""
+        self.trim(cutoff)
+        need = int(self.count[: self.n].max()) if self.n else 0
+        if need + 1 > self.cap * 3 // 4:
+            cap = max(_room_for(need + 1), self.cap + _INITIAL_CAP)
+            projected = self._projected(cutoff)
+            if projected <= _MAX_PROJECTION * cap:
+                cap = max(cap, projected)
+            else:
+                # No cadence to go by, or a retention far longer than what has
+                # come so far (math.inf keeps everything): amortised doubling.
+                cap = max(cap, 2 * self.cap)
+            # An eighth more rows to spare (their samples' room is written): a
+            # family as wide as the fleet would otherwise be copied whole, at its
+            # new length, for the first node a scale-up adds.
+            self._resize(max(self.width, self.n + self.n // 8 + _INITIAL_CAP), cap)
+
+    def _projected(self, cutoff: int) -> int:
+        """The buffer that holds, with a quarter to spare, what the fullest row
+        will keep in ``[cutoff, newest]`` at the pace of the samples it has; 0 if
+        it has fewer than two samples or they share one time."""
+        n = self.n
+        if n == 0:
+            return 0
+        r0 = int(np.argmax(self.count[:n]))
+        c0 = int(self.count[r0])
+        if c0 < 2:
+            return 0
+        first, newest = int(self.ts[0, r0]), int(self.ts[c0 - 1, r0])
+        if newest <= first:
+            return 0
+        held = (newest - max(cutoff, _MIN + 1)) * (c0 - 1) // (newest - first) + 2
+        return _room_for(held)
+
+    def trim(self, cutoff: int) -> None:
+        """Drops the samples older than ``cutoff`` (milliseconds) from every row."""
+        n = self.n
+        if n == 0:
+            return
+        # How many samples of each row are older (a search per row, not a
+        # comparison of the whole matrix: the pass runs every quarter retention).
+        drop = time_search(self.ts, self.count[:n], np.arange(n), cutoff, False)
+        rows = np.flatnonzero(drop)
+        if rows.size == 0:
+            return
+        bits = self.vals.view(np.uint64)
+        nan_bits = np.float64(np.nan).view(np.uint64)
+        # Rows that lose the same number of samples shift together, as slices;
+        # rows scraped together are trimmed together, so there are few groups.
+        # Only the samples a row holds move: past the fullest row's count every
+        # row is padding already.
+        shifts = drop[rows]
+        for d in np.unique(shifts).tolist():
+            group = rows[shifts == d]
+            # Whole runs of consecutive rows: each array row's part is contiguous.
+            for lo, hi in runs(group, n):
+                end = int(self.count[lo:hi].max())
+                # Up by d samples, d at a time where the run is wide: no two
+                # parts overlap, so numpy copies each straight rather than
+                # through a buffer. A narrow run (a node added since) moves in
+                # parts of up to _SHIFT_PART samples, each through a buffer that
+                # size, rather than in a Python step per d samples.
+                step = max(d, _SHIFT_PART // (hi - lo))
+                for k in range(0, end - d, step):
+                    m = min(step, end - d - k)
+                    self.ts[k : k + m, lo:hi] = self.ts[k + d : k + d + m, lo:hi]
+                    bits[k : k + m, lo:hi] = bits[k + d : k + d + m, lo:hi]
+                self.ts[end - d : end, lo:hi] = _PAD
+                bits[end - d : end, lo:hi] = nan_bits
+        self.count[rows] -= shifts
+        if self.short:
+            self.kept_from = max(self.kept_from, cutoff)
+        stale_rows = rows[self.nstale[rows] > 0]
+        if stale_rows.size:
+            self.nstale[stale_rows] = (bits[:, stale_rows] == STALE_NAN_BITS).sum(axis=0)
+        self._changed()
+
+    def drop_empty_rows(self, before: int = _PAD) -> tuple[I64, I64]:
+        """Removes series with no samples whose newest was before ``before`` (a
+        ``short`` family's rows live as long as the retention would keep them:
+        their refs stay valid as long); returns (removed refs, kept refs)."""
+        n = self.n
+        keep = (self.count[:n] > 0) | ~self.had_samples[:n] | (self.last_t[:n] >= before)
+        if keep.all():
+            return np.zeros(0, dtype=np.int64), self.refs[:n].copy()
+        kept = np.flatnonzero(keep)
+        removed_refs = self.refs[:n][~keep].copy()
+        k = len(kept)
+        # The rows before the first one removed stay where they are; the others
+        # move up in runs of consecutive rows, as slices, and only the columns
+        # that hold samples (past a row's count is padding, in every row).
+        first = int(np.argmin(keep))
+        moved = kept[first:]
+        end = int(self.count[moved].max(initial=0))
+        bits = self.vals.view(np.uint64)
+        dst = first
+        for lo, hi in runs(moved, _MOVE_ROWS):
+            if lo != dst:
+                self.ts[:end, dst : dst + hi - lo] = self.ts[:end, lo:hi]
+                bits[:end, dst : dst + hi - lo] = bits[:end, lo:hi]
+            dst += hi - lo
+        self.ts[:end, k:n] = _PAD
+        self.vals[:end, k:n] = np.nan
+        for name in _ROW_ARRAYS:
+            arr: npt.NDArray[Any] = getattr(self, name)
+            arr[first:k] = arr[moved]
+            arr[k:n] = _ROW_FILL.get(name, 0)
+        # New code columns, not the old ones rewritten: a selection of every row
+        # reads views of them (``label_columns``), which must not change under it.
+        codes: dict[str, I64] = {}
+        for name, col in self.codes.items():
+            new = col.copy()
+            new[first:k] = col[moved]
+            new[k:n] = 0
+            if new[:k].any():
+                codes[name] = new
+        self.codes = codes
+        for i in np.flatnonzero(~keep).tolist():
+            del self.index[self.labels[i]]
+        self.labels = self.labels[:first] + [self.labels[i] for i in moved.tolist()]
+        for i in range(first, k):
+            self.index[self.labels[i]] = i
+        self._index.clear()
+        self.n = k
+        self._changed()
+        return removed_refs, self.refs[:k].copy()
