@@ -22,7 +22,7 @@ from autoscaler.rhythm import (
     rows_of,
 )
 from autoscaler.sources.store import StoreSource
-from autoscaler.types import Vector
+from autoscaler.types import QueryResult, Unknown, Vector
 from tests.support.stores import stored
 
 GANG = ("gang", "ml", "llm")
@@ -379,5 +379,30 @@ def test_the_traffic_query_narrowed_to_the_jobs_in_a_dip_answers_as_the_whole_fl
         assert rhythm.one_of("gang", many) is None
         got = await rhythm._host_io(source, 120.0, {"gang": many})
         assert got == {k: v for k, v in whole.items() if k[0] == "gang"}
+        # Where the whole fleet's query has no answer, the narrowed one is asked:
+        # the same figures for the jobs in a dip, from their nodes alone.
+        failing = _WholeFails(source)
+        for dipping in ({"gang": {"g0"}}, {"gang": {"g1", "g2"}, "pod": {"solo10"}}):
+            got = await rhythm._host_io(failing, 120.0, dipping)
+            want = {k: v for k, v in whole.items() if k[2] in dipping.get(k[0], set())}
+            assert got == want, dipping
+            assert any("node=~" in q for q in failing.asked), failing.asked
 
     asyncio.run(run())
+
+
+class _WholeFails(StoreSource):
+    """A store source whose whole-fleet traffic queries have no answer (as when
+    one job elsewhere makes them fail), and that records what it was asked."""
+
+    def __init__(self, inner: StoreSource) -> None:
+        super().__init__(inner.store)
+        self.asked: list[str] = []
+
+    async def query(self, expr: str, at: float) -> QueryResult:
+        from autoscaler import rhythm
+
+        self.asked.append(expr)
+        if expr in (rhythm.GANG_IO_QUERY, rhythm.POD_IO_QUERY):
+            return Unknown("the whole fleet's query failed")
+        return await super().query(expr, at)
