@@ -43,6 +43,9 @@ _ROW_FILL = {"last_drop": _MIN, "last_change": _MIN, "last_t": _MIN}
 
 # Samples (array rows x series) a trim moves at once through numpy's buffer.
 _SHIFT_PART = 1 << 18
+# Consecutive rows a trim shifts as slices; fewer move in one gather.
+_WIDE_RUN = 64
+_NAN_BITS = np.float64(np.nan).view(np.uint64)
 # Rows moved at once by ``Family.drop_empty_rows``.
 _MOVE_ROWS = 256
 
@@ -80,6 +83,8 @@ class Buffers:
         self.n = 0
         self.labels: list[Labels] = []
         self.index: dict[Labels, int] = {}
+        """Each row's labels -> its series ref (which, unlike the row, stays when
+        rows before it are dropped)."""
         self.codes: dict[str, I64] = {}
         self.ts: I64 = np.full((_INITIAL_CAP, 0), _PAD, dtype=np.int64)
         self.vals: F64 = np.full((_INITIAL_CAP, 0), np.nan)
@@ -148,7 +153,7 @@ class Buffers:
                 col = self.codes[k] = np.zeros(self.width, dtype=np.int64)
             col[row] = self.symbols.intern(v)
         self.labels.append(labels)
-        self.index[labels] = row
+        self.index[labels] = ref
         self._index.clear()
         self.refs[row] = ref
         self.n += 1
@@ -368,29 +373,25 @@ class Buffers:
         if rows.size == 0:
             return
         bits = self.vals.view(np.uint64)
-        nan_bits = np.float64(np.nan).view(np.uint64)
-        # Rows that lose the same number of samples shift together, as slices;
-        # rows scraped together are trimmed together, so there are few groups.
-        # Only the samples a row holds move: past the fullest row's count every
-        # row is padding already.
         shifts = drop[rows]
-        for d in np.unique(shifts).tolist():
-            group = rows[shifts == d]
-            # Whole runs of consecutive rows: each array row's part is contiguous.
-            for lo, hi in runs(group, n):
-                end = int(self.count[lo:hi].max())
-                # Up by d samples, d at a time where the run is wide: no two
-                # parts overlap, so numpy copies each straight rather than
-                # through a buffer. A narrow run (a node added since) moves in
-                # parts of up to _SHIFT_PART samples, each through a buffer that
-                # size, rather than in a Python step per d samples.
-                step = max(d, _SHIFT_PART // (hi - lo))
-                for k in range(0, end - d, step):
-                    m = min(step, end - d - k)
-                    self.ts[k : k + m, lo:hi] = self.ts[k + d : k + d + m, lo:hi]
-                    bits[k : k + m, lo:hi] = bits[k + d : k + d + m, lo:hi]
-                self.ts[end - d : end, lo:hi] = _PAD
-                bits[end - d : end, lo:hi] = nan_bits
+        # Runs of consecutive rows that lose the same number of samples: a wide
+        # run (rows scraped together since before the cutoff) shifts as slices;
+        # the narrow ones (rows added since, at other times) all move in one
+        # gather, not a Python step each.
+        breaks = np.flatnonzero((np.diff(rows) != 1) | (np.diff(shifts) != 0)) + 1
+        starts = np.concatenate(([0], breaks))
+        stops = np.concatenate((breaks, [rows.size]))
+        wide = stops - starts >= _WIDE_RUN
+        for a, b in zip(starts[wide].tolist(), stops[wide].tolist(), strict=True):
+            self._shift(int(rows[a]), int(rows[b - 1]) + 1, int(shifts[a]))
+        if not wide.all():
+            narrow = np.repeat(~wide, stops - starts)
+            moved, by = rows[narrow], shifts[narrow]
+            # In parts of about _SHIFT_PART samples: the gather's arrays are that
+            # size, not the whole family's.
+            part = max(1, _SHIFT_PART // max(int(self.count[moved].max()), 1))
+            for i in range(0, moved.size, part):
+                self._shift_rows(moved[i : i + part], by[i : i + part])
         self.count[rows] -= shifts
         if self.short:
             self.kept_from = max(self.kept_from, cutoff)
@@ -398,6 +399,39 @@ class Buffers:
         if stale_rows.size:
             self.nstale[stale_rows] = (bits[:, stale_rows] == STALE_NAN_BITS).sum(axis=0)
         self._changed()
+
+    def _shift(self, lo: int, hi: int, d: int) -> None:
+        """Rows ``[lo, hi)`` up by ``d`` samples, as slices. Only the samples a
+        row holds move: past the fullest row's count every row is padding."""
+        bits = self.vals.view(np.uint64)
+        end = int(self.count[lo:hi].max())
+        # d at a time where the run is wide: no two parts overlap, so numpy
+        # copies each straight rather than through a buffer; a narrower run in
+        # parts of up to _SHIFT_PART samples, each through a buffer that size.
+        step = max(d, _SHIFT_PART // (hi - lo))
+        for k in range(0, end - d, step):
+            m = min(step, end - d - k)
+            self.ts[k : k + m, lo:hi] = self.ts[k + d : k + d + m, lo:hi]
+            bits[k : k + m, lo:hi] = bits[k + d : k + d + m, lo:hi]
+        self.ts[end - d : end, lo:hi] = _PAD
+        bits[end - d : end, lo:hi] = _NAN_BITS
+
+    def _shift_rows(self, rows: I64, d: I64) -> None:
+        """Each of ``rows`` up by its ``d`` samples, in one gather: sample ``k``
+        of a row takes its sample ``k + d``, padding where that is past its
+        count."""
+        bits = self.vals.view(np.uint64)
+        cnt = self.count[rows]
+        end = int(cnt.max())
+        src = np.arange(end, dtype=np.int64)[:, None] + d[None, :]
+        past = src >= cnt[None, :]
+        np.minimum(src, self.cap - 1, out=src)
+        times = self.ts[src, rows[None, :]]
+        values = bits[src, rows[None, :]]
+        times[past] = _PAD
+        values[past] = _NAN_BITS
+        self.ts[:end, rows] = times
+        bits[:end, rows] = values
 
     def drop_empty_rows(self, before: int = _PAD) -> tuple[I64, I64]:
         """Removes series with no samples whose newest was before ``before`` (a
@@ -442,8 +476,6 @@ class Buffers:
         for i in np.flatnonzero(~keep).tolist():
             del self.index[self.labels[i]]
         self.labels = self.labels[:first] + [self.labels[i] for i in moved.tolist()]
-        for i in range(first, k):
-            self.index[self.labels[i]] = i
         self._index.clear()
         self.n = k
         self._changed()

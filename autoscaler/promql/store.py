@@ -179,9 +179,9 @@ class SeriesStore:
             fam.position = len(self._family_list)
             self.families[name] = fam
             self._family_list.append(fam)
-        row = fam.index.get(labels)
-        if row is not None:
-            return int(fam.refs[row])
+        known = fam.index.get(labels)
+        if known is not None:
+            return known
         ref = self._nrefs
         if ref == len(self._ref_family):
             size = max(1024, 2 * ref)

@@ -2,7 +2,8 @@
 (and ``drop_empty_rows`` then the rows with any, in their order),
 however its rows group (rows that lose the same number of samples shift
 together, in runs of consecutive rows, d samples at a time or in parts of up to
-``_SHIFT_PART`` through numpy's buffer: each way here; ``drop_empty_rows``
+``_SHIFT_PART`` through numpy's buffer, and runs narrower than ``_WIDE_RUN`` in
+gathers of about ``_SHIFT_PART`` samples: each way here; ``drop_empty_rows``
 moves runs cut into slices of ``_MOVE_ROWS``: two here, so that runs and slices
 both end inside a family), against a list of samples kept per row. The appends
 are of random rows, so that every path of ``append`` (a slice or a scatter, one
@@ -18,12 +19,15 @@ from autoscaler.promql.family import Family, is_stale
 from autoscaler.promql.symbols import Symbols
 
 
-@pytest.mark.parametrize("shift_part", [1, 8, 1 << 18])
+@pytest.mark.parametrize(
+    ("shift_part", "wide_run"), [(1, 1), (8, 1), (1 << 18, 1), (8, 3), (40, 64)]
+)
 def test_trim_keeps_each_rows_samples_from_the_cutoff(
-    monkeypatch: pytest.MonkeyPatch, shift_part: int
+    monkeypatch: pytest.MonkeyPatch, shift_part: int, wide_run: int
 ) -> None:
     monkeypatch.setattr(buffers_module, "_MOVE_ROWS", 2)
     monkeypatch.setattr(buffers_module, "_SHIFT_PART", shift_part)
+    monkeypatch.setattr(buffers_module, "_WIDE_RUN", wide_run)
     for seed in range(150):
         rng = np.random.default_rng(seed)
         fam = Family("m", 1, Symbols())
@@ -60,7 +64,7 @@ def test_trim_keeps_each_rows_samples_from_the_cutoff(
                     rows = len(kept)
                     assert fam.n == rows
                     assert [dict(fam.labels[r])["s"] for r in range(rows)] == names
-                    assert all(fam.index[fam.labels[r]] == r for r in range(rows))
+                    assert all(fam.index[fam.labels[r]] == fam.refs[r] for r in range(rows))
                     assert len(fam.index) == rows
             if not rows:
                 break
