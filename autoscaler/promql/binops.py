@@ -210,7 +210,12 @@ def _vector_binop(b: Binary, lhs: Vec, rhs: Vec, symbols: Symbols) -> Vec:
     out = Vec(cols, value)
     matched = many_key[mi]
     if b.card == "one-to-one":
-        if len(np.unique(matched)) != len(matched):
+        # The "one" side's keys are unique (checked above), so two rows matched
+        # the same key exactly where they matched the same "one" row: a table
+        # of those rows, not a sort of the keys.
+        hit = np.zeros(len(one), dtype=np.bool_)
+        hit[oi] = True
+        if int(np.count_nonzero(hit)) != len(oi):
             raise EvalError(
                 "multiple matches for labels: many-to-one matching must be explicit "
                 "(group_left/group_right)"
