@@ -180,6 +180,10 @@ class Telemetry:
         self.constant_rows: dict[int, tuple[cs.ClusterMetric, dict[str, str]]] = {}
         self._constant_arrays: tuple[I64, npt.NDArray[np.float64]] | None = None
         self.pool_prev: set[int] = set()
+        self._pool_refs: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        """The refs of the pool series by name and labels, while the store's
+        ``generation`` is ``_pool_refs_of`` (a node's pool row each, every scrape)."""
+        self._pool_refs_of = -1
         # Node readiness (accel_node_ready): per node its ref, recomputed from the
         # Node objects only after a node came, went, failed or returned.
         self.node_ready_on = cs.NODE_READY.name in wanted
@@ -494,13 +498,26 @@ class Telemetry:
                 rows.append((cs.NODE_POOL, {"node": s.node, "pool": pool.name}, 1.0))
         return rows
 
+    def _pool_ref(self, name: str, labels: dict[str, str]) -> int:
+        """``store.ref`` of a pool series, kept until the store renumbers its
+        series: the same rows come every scrape."""
+        store = self.store
+        if self._pool_refs_of != store.generation:
+            self._pool_refs.clear()
+            self._pool_refs_of = store.generation
+        key = (name, tuple(labels.items()))
+        ref = self._pool_refs.get(key)
+        if ref is None:
+            ref = self._pool_refs[key] = store.ref({"__name__": name, **labels})
+        return ref
+
     def _pools(self, times: Sequence[float]) -> None:
         rows = self.pool_rows(node_info=cs.NODE_POOL.name in self.wanted)
         kueue = self.fleet.job_controller.kueue
         if kueue is not None:  # Kueue's queue series, by autoscaler/queues.py itself
             rows += kueue.rows()
         rows = [r for r in rows if r[0].name in self.wanted]
-        refs = [self.store.ref({"__name__": m.name, **labels}) for m, labels, _ in rows]
+        refs = [self._pool_ref(m.name, labels) for m, labels, _ in rows]
         now = set(refs)
         gone = self.pool_prev - now
         if gone:
