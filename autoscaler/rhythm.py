@@ -319,19 +319,20 @@ async def _host_io(source: Source, now: float, dipping: dict[str, set[str]]) -> 
     jobs in a dip (``dipping``: names by kind).
 
     The whole fleet's query first: its text is the same every cycle, so it is
-    planned once and shares its node rates with the rules that ask them, where
-    a query narrowed to the jobs in a dip is new text each cycle (on
-    ``llama3.yaml`` 3.4 ms a cycle against 5.2). Its rows are cut to the names
-    in a dip, as the narrowed query's matcher cuts them. Where it has no answer
-    (one job elsewhere in the fleet makes it fail), the narrowed query is
-    asked, which answers for the named jobs exactly what the whole fleet's would
-    (a test holds the two equal)."""
+    planned once, where a query narrowed to the jobs in a dip is new text each
+    cycle (on ``llama3.yaml`` 3.4 ms a cycle against 5.2). Its rows are cut to
+    the names in a dip, as the narrowed query's matcher cuts them. Where it has
+    no answer (one job elsewhere in the fleet makes it fail), the narrowed query
+    is asked, which answers for the named jobs exactly what the whole fleet's
+    would (a test holds the two equal); where the names cannot be narrowed to,
+    that is the whole fleet's query again, and it is not asked twice."""
     out: dict[JobKey, float] = {}
     for kind in ("pod", "gang"):
         names = dipping.get(kind)
         if not names:
             continue
-        whole = await source.query(GANG_IO_QUERY if kind == "gang" else POD_IO_QUERY, now)
+        full = GANG_IO_QUERY if kind == "gang" else POD_IO_QUERY
+        whole = await source.query(full, now)
         if isinstance(whole, Vector):
             rows = _by_job(whole, kind)
             if one_of(kind, names) is not None:  # else the narrowed path asks it whole too
@@ -339,7 +340,7 @@ async def _host_io(source: Source, now: float, dipping: dict[str, set[str]]) -> 
             out.update(rows)
             continue
         query = await _io_query(source, now, kind, names)
-        if query is not None:
+        if query is not None and query != full:
             out.update(_by_job(await source.query(query, now), kind))
     return {k: v for k, v in out.items() if math.isfinite(v)}
 

@@ -239,7 +239,7 @@ class Evaluator:
         # A value no series ever had (code -1) matches no row.
         asked = [a for a in (tuple(code(v) for v in values) for values in wanted) if -1 not in a]
         if not asked:
-            return vec.take(np.zeros(len(vec), dtype=np.bool_))
+            return vec.take(np.zeros(n, dtype=np.bool_))
         # The rows' codes and the wanted ones keyed together, so that equal label
         # values get equal keys; then a lookup, not a Python test per row.
         both = [
