@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler.promql.lookup import LabelIndex, runs, time_search
+from autoscaler.promql.lookup import LabelIndex, runs
 from autoscaler.promql.symbols import F64, I64, Mask, Symbols
+from autoscaler.promql.timelines import Timelines, shift_columns
 from autoscaler.types import Labels
 
 STALE_NAN_BITS = 0x7FF0000000000002
@@ -37,6 +38,8 @@ _ROW_ARRAYS = (
     "last_drop",
     "last_change",
     "last_t",
+    "tl",
+    "toff",
 )
 _ROW_FILL = {"last_drop": _MIN, "last_change": _MIN, "last_t": _MIN}
 
@@ -86,8 +89,13 @@ class Buffers:
         """Each row's labels -> its series ref (which, unlike the row, stays when
         rows before it are dropped)."""
         self.codes: dict[str, I64] = {}
-        self.ts: I64 = np.full((_INITIAL_CAP, 0), _PAD, dtype=np.int64)
         self.vals: F64 = np.full((_INITIAL_CAP, 0), np.nan)
+        self.lines = Timelines()
+        """The sample times, held once per group of rows scraped together."""
+        self.tl: I64 = np.zeros(0, dtype=np.int64)
+        """Each row's timeline, where it has samples (0 where it has none)."""
+        self.toff: I64 = np.zeros(0, dtype=np.int64)
+        """The slot of its timeline where each row's first sample is."""
         self.count: I64 = np.zeros(0, dtype=np.int64)
         self.nstale: I64 = np.zeros(0, dtype=np.int64)
         self.refs: I64 = np.zeros(0, dtype=np.int64)
@@ -126,17 +134,43 @@ class Buffers:
     @property
     def cap(self) -> int:
         """How many samples each row holds at most before a trim or a resize."""
-        return int(self.ts.shape[0])
+        return int(self.vals.shape[0])
 
     @property
     def width(self) -> int:
         """How many rows the arrays hold (``n`` and the spare ones after it)."""
-        return int(self.ts.shape[1])
+        return int(self.vals.shape[1])
 
     def flat(self, rows: I64, at: I64 | int) -> I64:
         """Flat indices of each row's sample ``at`` (cheaper than 2-D indexing)."""
         out: I64 = at * self.width + rows
         return out
+
+    def times_at(self, rows: I64, at: I64 | int) -> I64:
+        """The time of each row's sample ``at`` (rows that hold it: past a row's
+        count the answer is any time)."""
+        lines = self.lines
+        flat = (self.toff[rows] + at) * lines.width + self.tl[rows]
+        out: I64 = lines.times.take(flat, mode="clip")
+        return out
+
+    def time_block(self, rows: I64, lo: I64, cnt: I64) -> I64:
+        """Each row's sample times from ``lo`` on, ``cnt`` of them, as rows x points
+        (any time past a row's count), as ``block`` gives the values."""
+        offsets = np.arange(int(cnt.max(initial=0)), dtype=np.int64)
+        first = self.toff[rows] + lo
+        lines = self.lines
+        flat = (first[:, None] + offsets[None, :]) * lines.width + self.tl[rows][:, None]
+        out: I64 = lines.times.take(flat, mode="clip")
+        return out
+
+    def row_times(self, row: int) -> I64:
+        """One row's sample times, in order (a contiguous copy)."""
+        c = int(self.count[row])
+        if c == 0:
+            return np.zeros(0, dtype=np.int64)
+        o, line = int(self.toff[row]), int(self.tl[row])
+        return np.ascontiguousarray(self.lines.times[o : o + c, line])
 
     # -- rows -------------------------------------------------------------------
 
@@ -166,15 +200,11 @@ class Buffers:
         and then a copy wrote the kept part twice)."""
         n = self.n
         keep = min(cap, self.cap)
-        ts = np.empty((cap, rows), dtype=np.int64)
         vals = np.empty((cap, rows))
-        ts[:keep, :n] = self.ts[:keep, :n]
-        ts[keep:, :n] = _PAD
-        ts[:, n:] = _PAD
         vals.view(np.uint64)[:keep, :n] = self.vals.view(np.uint64)[:keep, :n]
         vals[keep:, :n] = np.nan
         vals[:, n:] = np.nan
-        self.ts, self.vals = ts, vals
+        self.vals = vals
         for name in _ROW_ARRAYS:
             old: npt.NDArray[Any] = getattr(self, name)
             new = np.full(rows, _ROW_FILL.get(name, 0), dtype=old.dtype)
@@ -221,7 +251,8 @@ class Buffers:
             cnt = self.count[at]
             c0 = int(cnt[0])
             uniform = bool((cnt == c0).all())
-        self._write(rows, at, c0 if uniform else cnt, t, values)
+        self._write(rows, at, c0 if uniform else cnt, values)
+        self._stamp(rows, at, cnt, c0 if uniform else None, t)
         if values is not None:
             # Stale markers are skipped in windows, so each value is compared with
             # the previous one that is not a marker, as a window would pair them.
@@ -246,13 +277,10 @@ class Buffers:
         self._changed()
         return int(rows.size)
 
-    def _write(
-        self, rows: I64, at: I64 | slice, cnt: I64 | int, t: int, values: F64 | None
-    ) -> None:
+    def _write(self, rows: I64, at: I64 | slice, cnt: I64 | int, values: F64 | None) -> None:
         """Sample ``cnt`` of each row (one count for all, or each its own) set to
-        ``t`` and ``values`` (stale markers where None)."""
+        ``values`` (stale markers where None); its time is the timelines'."""
         if isinstance(cnt, int):
-            self.ts[cnt, at] = t
             if values is None:
                 self.vals.view(np.uint64)[cnt, at] = STALE_NAN_BITS
             else:
@@ -260,11 +288,48 @@ class Buffers:
             return
         # Assigned through flat views: np.put costs about three times as much.
         flat = self.flat(rows, cnt)
-        _flat_view(self.ts)[flat] = t
         if values is None:
             _flat_view(self.vals.view(np.uint64))[flat] = STALE_NAN_BITS
         else:
             _flat_view(self.vals)[flat] = values
+
+    def _stamp(self, rows: I64, at: I64 | slice, cnt: I64, c0: int | None, t: int) -> None:
+        """The time ``t`` of the sample just written to ``rows`` (``cnt``: their
+        counts before it; ``c0``: that count if they share it). A scrape of every
+        series on one timeline appends one time to it."""
+        lines = self.lines
+        if (c0 > 0) if c0 is not None else int(cnt.min()) > 0:
+            tl = self.tl[at]
+            line = int(tl[0])
+            if int(lines.members[line]) == rows.size and bool((tl == line).all()):
+                lines.stamp(tl[:1], t)
+                return
+        old = cnt > 0
+        held = rows[old]
+        used = np.zeros(0, dtype=np.int64)
+        if held.size:
+            tl = self.tl[held]
+            hits = np.bincount(tl, minlength=lines.width)
+            # Timelines only some of whose series this writes: those move to a copy.
+            partial = np.flatnonzero((hits > 0) & (hits < lines.members))
+            if partial.size:
+                remap = np.arange(lines.width, dtype=np.int64)
+                remap[partial] = lines.split(partial, hits[partial])
+                tl = remap[tl]
+                self.tl[held] = tl
+            used = np.flatnonzero(np.bincount(tl, minlength=lines.width))
+            lines.stamp(used, t)
+        new = rows[~old] if held.size else rows
+        if new.size:
+            # Rows with no sample join a timeline this write reaches, at its head.
+            if used.size:
+                line = int(used[0])
+            else:
+                line = int(lines.allocate(1)[0])
+                lines.stamp(np.array([line]), t)
+            self.tl[new] = line
+            self.toff[new] = int(lines.length[line]) - 1
+            lines.members[line] += new.size
 
     def as_slice(self, rows: I64) -> I64 | slice:
         """``rows`` as a slice where they are evenly spaced and increasing (every
@@ -355,7 +420,8 @@ class Buffers:
         c0 = int(self.count[r0])
         if c0 < 2:
             return 0
-        first, newest = int(self.ts[0, r0]), int(self.ts[c0 - 1, r0])
+        times = self.row_times(r0)
+        first, newest = int(times[0]), int(times[-1])
         if newest <= first:
             return 0
         held = (newest - max(cutoff, _MIN + 1)) * (c0 - 1) // (newest - first) + 2
@@ -366,14 +432,39 @@ class Buffers:
         n = self.n
         if n == 0:
             return
-        # How many samples of each row are older (a search per row, not a
-        # comparison of the whole matrix: the pass runs every quarter retention).
-        drop = time_search(self.ts, self.count[:n], np.arange(n), cutoff, False)
+        held = np.flatnonzero(self.count[:n])
+        tl, off = self.tl[held], self.toff[held]
+        lines = self.lines
+        # How many slots of each timeline go: those older than the cutoff (a
+        # search per timeline, not a comparison of the whole matrix: the pass
+        # runs every quarter retention), and those before its first series' first
+        # sample (a series that began there moved to another timeline, or went).
+        older = lines.search(np.arange(lines.width, dtype=np.int64), cutoff, False)
+        start = np.full(lines.width, _PAD, dtype=np.int64)
+        np.minimum.at(start, tl, off)
+        d = np.where(start == _PAD, lines.length, np.maximum(older, start))
+        drop = np.zeros(n, dtype=np.int64)
+        drop[held] = np.clip(d[tl] - off, 0, None)
+        gone = np.flatnonzero(d)
+        if gone.size:
+            lines.shift(gone, d[gone])
+            self.toff[held] = np.maximum(off - d[tl], 0)
         rows = np.flatnonzero(drop)
-        if rows.size == 0:
-            return
+        if rows.size:
+            self._trim_values(rows, drop[rows], cutoff)
+            emptied = rows[self.count[rows] == 0]
+            if emptied.size:
+                # Rows left with no sample leave their timeline; one left with no
+                # row had all its slots dropped above.
+                np.subtract.at(lines.members, self.tl[emptied], 1)
+                self.tl[emptied] = 0
+                self.toff[emptied] = 0
+        if gone.size or rows.size:
+            self._changed()
+
+    def _trim_values(self, rows: I64, shifts: I64, cutoff: int) -> None:
+        """Each of ``rows`` (ascending) loses its first ``shifts`` values."""
         bits = self.vals.view(np.uint64)
-        shifts = drop[rows]
         # Runs of consecutive rows that lose the same number of samples: a wide
         # run (rows scraped together since before the cutoff) shifts as slices;
         # the narrow ones (rows added since, at other times) all move in one
@@ -386,23 +477,20 @@ class Buffers:
             self._shift(int(rows[a]), int(rows[b - 1]) + 1, int(shifts[a]))
         if not wide.all():
             narrow = np.repeat(~wide, stops - starts)
-            moved, by = rows[narrow], shifts[narrow]
-            # In parts of about _SHIFT_PART samples: the gather's arrays are that
-            # size, not the whole family's.
-            part = max(1, _SHIFT_PART // max(int(self.count[moved].max()), 1))
-            for i in range(0, moved.size, part):
-                self._shift_rows(moved[i : i + part], by[i : i + part])
+            moved = rows[narrow]
+            shift_columns(
+                bits, self.count[moved], moved, shifts[narrow], int(_NAN_BITS), _SHIFT_PART
+            )
         self.count[rows] -= shifts
         if self.short:
             self.kept_from = max(self.kept_from, cutoff)
         stale_rows = rows[self.nstale[rows] > 0]
         if stale_rows.size:
             self.nstale[stale_rows] = (bits[:, stale_rows] == STALE_NAN_BITS).sum(axis=0)
-        self._changed()
 
     def _shift(self, lo: int, hi: int, d: int) -> None:
-        """Rows ``[lo, hi)`` up by ``d`` samples, as slices. Only the samples a
-        row holds move: past the fullest row's count every row is padding."""
+        """Rows ``[lo, hi)`` up by ``d`` values, as slices. Only the values a row
+        holds move: past the fullest row's count every row is padding."""
         bits = self.vals.view(np.uint64)
         end = int(self.count[lo:hi].max())
         # d at a time where the run is wide: no two parts overlap, so numpy
@@ -411,27 +499,8 @@ class Buffers:
         step = max(d, _SHIFT_PART // (hi - lo))
         for k in range(0, end - d, step):
             m = min(step, end - d - k)
-            self.ts[k : k + m, lo:hi] = self.ts[k + d : k + d + m, lo:hi]
             bits[k : k + m, lo:hi] = bits[k + d : k + d + m, lo:hi]
-        self.ts[end - d : end, lo:hi] = _PAD
         bits[end - d : end, lo:hi] = _NAN_BITS
-
-    def _shift_rows(self, rows: I64, d: I64) -> None:
-        """Each of ``rows`` up by its ``d`` samples, in one gather: sample ``k``
-        of a row takes its sample ``k + d``, padding where that is past its
-        count."""
-        bits = self.vals.view(np.uint64)
-        cnt = self.count[rows]
-        end = int(cnt.max())
-        src = np.arange(end, dtype=np.int64)[:, None] + d[None, :]
-        past = src >= cnt[None, :]
-        np.minimum(src, self.cap - 1, out=src)
-        times = self.ts[src, rows[None, :]]
-        values = bits[src, rows[None, :]]
-        times[past] = _PAD
-        values[past] = _NAN_BITS
-        self.ts[:end, rows] = times
-        bits[:end, rows] = values
 
     def drop_empty_rows(self, before: int = _PAD) -> tuple[I64, I64]:
         """Removes series with no samples whose newest was before ``before`` (a
@@ -454,10 +523,8 @@ class Buffers:
         dst = first
         for lo, hi in runs(moved, _MOVE_ROWS):
             if lo != dst:
-                self.ts[:end, dst : dst + hi - lo] = self.ts[:end, lo:hi]
                 bits[:end, dst : dst + hi - lo] = bits[:end, lo:hi]
             dst += hi - lo
-        self.ts[:end, k:n] = _PAD
         self.vals[:end, k:n] = np.nan
         for name in _ROW_ARRAYS:
             arr: npt.NDArray[Any] = getattr(self, name)

@@ -48,7 +48,6 @@ import numpy.typing as npt
 
 from autoscaler.promql.buffers import STALE_NAN_BITS, Buffers, is_stale
 from autoscaler.promql.errors import HistoryNotKept
-from autoscaler.promql.lookup import time_search
 from autoscaler.promql.matchers import Matcher, MatchType
 from autoscaler.promql.symbols import F64, I64, Mask
 from autoscaler.promql.windows import Window, joined
@@ -141,7 +140,19 @@ class Family(Buffers):
         return self.search(target, right)[rows]
 
     def _search(self, rows: I64, target: int, right: bool) -> I64:
-        return time_search(self.ts, self.count[rows], rows, target, right)
+        # Each timeline is searched once (or only the rows' own, for a few rows),
+        # and each row's answer is its timeline's less the slots before its first.
+        lines = self.lines
+        at: I64 | slice = slice(0, self.n) if self._every_row(rows) else rows
+        if rows.size > lines.width:
+            found = lines.search(np.arange(lines.width, dtype=np.int64), target, right)
+            slot = found.take(self.tl[at])
+        else:
+            tl = self.tl[at]
+            slot = lines.search(tl, target, right)
+        slot -= self.toff[at]
+        out: I64 = np.clip(slot, 0, self.count[at], out=slot)
+        return out
 
     def instant(self, rows: I64, ref: int, lookback: int) -> tuple[I64, F64]:
         """Rows with a sample in [ref - lookback, ref] whose latest is not stale,
@@ -173,9 +184,9 @@ class Family(Buffers):
         idx = self.search_rows(rows, ref, True) - 1
         ok = idx >= 0
         # One flat gather per array: cheaper than numpy's 2-D fancy indexing.
-        flat = self.flat(rows, np.maximum(idx, 0))
-        t = self.ts.take(flat)
-        v = self.vals.take(flat)
+        at = np.maximum(idx, 0)
+        t = self.times_at(rows, at)
+        v = self.vals.take(self.flat(rows, at))
         ok &= t >= ref - lookback
         if self.nstale[rows].any():
             ok &= ~is_stale(v)
@@ -240,7 +251,7 @@ class Family(Buffers):
                     w.values = last_v[:, None]
                 return w
             first = self.flat(rows, lo)
-            w = Window(rows, cnt, self.ts.take(first), last_t, self.vals.take(first), last_v)
+            w = Window(rows, cnt, self.times_at(rows, lo), last_t, self.vals.take(first), last_v)
         if not need_values:
             return w
         parts = self._uniform_parts(rows, lo, cnt)
@@ -301,11 +312,14 @@ class Family(Buffers):
     def _ends(self, rows: I64, lo: I64, hi: I64, cnt: I64) -> Window:
         first = self.flat(rows, lo)
         last = self.flat(rows, hi - 1)
+        lines = self.lines
+        # Each row's timeline slot 0 as a flat index: both ends from it.
+        base = self.toff[rows] * lines.width + self.tl[rows]
         return Window(
             rows=rows,
             count=cnt,
-            first_t=self.ts.take(first),
-            last_t=self.ts.take(last),
+            first_t=lines.times.take(base + lo * lines.width, mode="clip"),
+            last_t=lines.times.take(base + (hi - 1) * lines.width, mode="clip"),
             first_v=self.vals.take(first),
             last_v=self.vals.take(last),
         )
@@ -333,7 +347,7 @@ class Family(Buffers):
     def _drop_stale(
         self, rows: I64, lo: I64, cnt: I64, values: F64, valid: Mask | None, stale: Mask
     ) -> Window:
-        times, _ = self.block(self.ts, rows, lo, cnt)
+        times = self.time_block(rows, lo, cnt)
         keep = ~stale if valid is None else valid & ~stale
         rows, values, times, count = kept_first(rows, keep, values, times)
         width = int(count.max()) if count.size else 0

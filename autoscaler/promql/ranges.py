@@ -94,7 +94,7 @@ def _with_unchanged(
     values = np.zeros(rows.size)
     at = np.flatnonzero(still)
     cnt = fam.count[rows[at]]
-    second = fam.ts.take(fam.flat(rows[at], np.maximum(cnt - 2, 0)))
+    second = fam.times_at(rows[at], np.maximum(cnt - 2, 0))
     keep[at] = (cnt >= 2) & (second >= mint)
     other = np.flatnonzero(~still)
     if other.size:

@@ -22,7 +22,7 @@ def dense(fam: Family, rows: I64, mint: int, maxt: int) -> tuple[I64, F64, I64, 
     if rows.size == 0:
         return rows, np.zeros((0, 0)), np.zeros((0, 0), dtype=np.int64), cnt
     values, valid = fam.block(fam.vals, rows, lo, cnt)
-    times, _ = fam.block(fam.ts, rows, lo, cnt)
+    times = fam.time_block(rows, lo, cnt)
     if not fam.nstale[rows].any():
         return rows, values, times, cnt
     keep = ~is_stale(values)
@@ -37,15 +37,13 @@ def instant_times(fam: Family, rows: I64, ref: int) -> I64:
     """The time of each row's latest sample at or before ``ref`` (rows that an
     instant read at ``ref`` found: ``Family.instant`` checked what it reads)."""
     idx = np.maximum(fam.search_rows(rows, ref, True) - 1, 0)
-    out: I64 = fam.ts.take(fam.flat(rows, idx))
-    return out
+    return fam.times_at(rows, idx)
 
 
 def points(fam: Family, row: int, mint: int, maxt: int) -> list[tuple[int, float]]:
     """One row's non-stale points in [mint, maxt] (for range-vector results)."""
     fam.require(mint)
-    c = int(fam.count[row])
-    ts = np.ascontiguousarray(fam.ts[:c, row])
+    ts = fam.row_times(row)
     lo = int(np.searchsorted(ts, mint, side="left"))
     hi = int(np.searchsorted(ts, maxt, side="right"))
     vals = fam.vals[lo:hi, row]

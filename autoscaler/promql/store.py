@@ -138,19 +138,20 @@ class SeriesStore:
 
     def footprint(self) -> dict[str, int]:
         """What the samples cost: ``samples`` stored, ``series``, ``slots`` (the
-        sample places of the rows in use, each 16 bytes: an int64 time and a
-        float64 value), ``bytes`` of those rows, and ``allocated`` bytes of the
-        sample arrays with their spare rows (never written rows cost no memory
-        until used). ``bytes / samples`` is the figure Prometheus quotes as about
-        1.3 for its compressed chunks."""
+        value places of the rows in use, 8 bytes each: a float64), ``bytes`` of
+        those and of the timelines rows are on (an int64 time per slot, shared by
+        the rows scraped together), and ``allocated`` bytes of the value and time
+        arrays with their spare room (never written rows cost no memory until
+        used). ``bytes / samples`` is the figure Prometheus quotes as about 1.3
+        for its compressed chunks."""
         fams = self._family_list
         slots = sum(f.n * f.cap for f in fams)
         return {
             "samples": self.sample_count,
             "series": self.series_count,
             "slots": slots,
-            "bytes": 16 * slots,
-            "allocated": sum(int(f.ts.nbytes + f.vals.nbytes) for f in fams),
+            "bytes": 8 * slots + sum(f.lines.in_use() for f in fams),
+            "allocated": sum(int(f.vals.nbytes + f.lines.times.nbytes) for f in fams),
         }
 
     @property

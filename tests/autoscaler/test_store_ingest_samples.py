@@ -37,7 +37,7 @@ def _contents(store: SeriesStore) -> dict[tuple[tuple[str, str], ...], list[tupl
         for row in range(fam.n):
             c = int(fam.count[row])
             bits = fam.vals[:c, row].copy().view(np.uint64).tolist()
-            out[fam.labels[row]] = list(zip(fam.ts[:c, row].tolist(), bits, strict=True))
+            out[fam.labels[row]] = list(zip(fam.row_times(row).tolist(), bits, strict=True))
     return out
 
 

@@ -8,7 +8,9 @@ import numpy as np
 
 from autoscaler.promql.errors import EvalError, ExprError
 from autoscaler.promql.evaluator import Evaluator
+from autoscaler.promql.family import Family
 from autoscaler.promql.store import SeriesStore
+from autoscaler.promql.timelines import PAD
 from autoscaler.types import Vector
 
 Stored = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -57,3 +59,23 @@ def same_answer(a: Answer, b: Answer) -> bool:
         la == lb and (va == vb or (math.isnan(va) and math.isnan(vb)))
         for (la, va), (lb, vb) in zip(a, b, strict=True)
     )
+
+
+def assert_timelines(fam: Family) -> None:
+    """A family's timelines hold what ``timelines.py`` promises: every row with
+    samples at its timeline's head, each timeline's rows counted, its slots in
+    use strictly increasing and padding after them, and one no row is on
+    empty."""
+    lines = fam.lines
+    n = fam.n
+    held = fam.count[:n] > 0
+    on = np.bincount(fam.tl[:n][held], minlength=lines.width)
+    assert on.tolist() == lines.members.tolist()
+    rows = np.flatnonzero(held)
+    ends = fam.toff[rows] + fam.count[rows]
+    assert (ends == lines.length[fam.tl[rows]]).all()
+    assert (lines.length[lines.members == 0] == 0).all()
+    for line in range(lines.width):
+        used = lines.times[: lines.length[line], line]
+        assert (np.diff(used) > 0).all(), line
+        assert (lines.times[lines.length[line] :, line] == PAD).all(), line

@@ -649,7 +649,7 @@ def test_a_search_of_a_few_rows_answers_as_the_whole_familys() -> None:
             t += int(rng.integers(1, 30))
             s.add({"__name__": "x", "node": f"n{i}"}, t, float(t))
     fam = s.families["x"]
-    times = [fam.ts[: fam.count[r], r] for r in range(fam.n)]
+    times = [fam.row_times(r) for r in range(fam.n)]
     for _ in range(200):
         rows = np.sort(rng.choice(fam.n, size=int(rng.integers(1, 14)), replace=False))
         target = int(rng.integers(-5, 1300)) * 1000 + int(rng.integers(0, 2)) * 500
@@ -742,7 +742,7 @@ def test_an_instant_lookup_reads_the_newest_value_as_a_search_of_the_samples_wou
         ):
             got_rows, got = fam.instant(rows, ref, 300_000)
             idx = fam.search(ref, True)[rows] - 1
-            tt = fam.ts[np.maximum(idx, 0), rows]
+            tt = fam.times_at(rows, np.maximum(idx, 0))
             vv = fam.vals[np.maximum(idx, 0), rows]
             keep = (idx >= 0) & (tt >= ref - 300_000) & ~is_stale(vv)
             assert got_rows.tolist() == rows[keep].tolist()
@@ -784,7 +784,7 @@ def test_a_window_ending_at_the_newest_samples_holds_the_points_a_slice_holds() 
             assert w.last_v[k].view(np.uint64) == vals[-1].view(np.uint64)
         want = {}
         for row in rows.tolist():
-            ts = fam.ts[: fam.count[row], row]
+            ts = fam.row_times(row)
             vs = fam.vals[: fam.count[row], row]
             keep = (ts >= mint) & (ts <= maxt) & ~is_stale(vs)
             if keep.any():
