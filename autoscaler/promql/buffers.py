@@ -15,12 +15,10 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler.promql.lookup import LabelIndex, runs
+from autoscaler.promql.narrow import STALE_NAN_BITS, bits, fits, nan_bits, stale_bits, wide
 from autoscaler.promql.symbols import F64, I64, Mask, Symbols
 from autoscaler.promql.timelines import Timelines, shift_columns
 from autoscaler.types import Labels
-
-STALE_NAN_BITS = 0x7FF0000000000002
-"""Prometheus's stale marker (``value.StaleNaN``), a NaN no arithmetic produces."""
 
 _PAD = np.iinfo(np.int64).max
 _MIN = np.iinfo(np.int64).min
@@ -48,7 +46,6 @@ _ROW_FILL = {"last_drop": _MIN, "last_change": _MIN, "last_t": _MIN}
 _SHIFT_PART = 1 << 18
 # Consecutive rows a trim shifts as slices; fewer move in one gather.
 _WIDE_RUN = 64
-_NAN_BITS = np.float64(np.nan).view(np.uint64)
 # Rows moved at once by ``Family.drop_empty_rows``.
 _MOVE_ROWS = 256
 
@@ -89,7 +86,11 @@ class Buffers:
         """Each row's labels -> its series ref (which, unlike the row, stays when
         rows before it are dropped)."""
         self.codes: dict[str, I64] = {}
-        self.vals: F64 = np.full((_INITIAL_CAP, 0), np.nan)
+        self.vals: npt.NDArray[np.floating[Any]] = np.full(
+            (_INITIAL_CAP, 0), np.nan, dtype=np.float32
+        )
+        """The values, float32 while every one written is exactly one
+        (``narrow.py``): read them through ``wide``."""
         self.lines = Timelines()
         """The sample times, held once per group of rows scraped together."""
         self.tl: I64 = np.zeros(0, dtype=np.int64)
@@ -200,8 +201,8 @@ class Buffers:
         and then a copy wrote the kept part twice)."""
         n = self.n
         keep = min(cap, self.cap)
-        vals = np.empty((cap, rows))
-        vals.view(np.uint64)[:keep, :n] = self.vals.view(np.uint64)[:keep, :n]
+        vals = np.empty((cap, rows), dtype=self.vals.dtype)
+        bits(vals)[:keep, :n] = bits(self.vals)[:keep, :n]
         vals[keep:, :n] = np.nan
         vals[:, n:] = np.nan
         self.vals = vals
@@ -280,18 +281,34 @@ class Buffers:
     def _write(self, rows: I64, at: I64 | slice, cnt: I64 | int, values: F64 | None) -> None:
         """Sample ``cnt`` of each row (one count for all, or each its own) set to
         ``values`` (stale markers where None); its time is the timelines'."""
+        if values is not None and self.vals.dtype == np.float32 and not fits(values):
+            self._widen()
         if isinstance(cnt, int):
             if values is None:
-                self.vals.view(np.uint64)[cnt, at] = STALE_NAN_BITS
+                bits(self.vals)[cnt, at] = stale_bits(self.vals)
             else:
                 self.vals[cnt, at] = values
             return
         # Assigned through flat views: np.put costs about three times as much.
         flat = self.flat(rows, cnt)
         if values is None:
-            _flat_view(self.vals.view(np.uint64))[flat] = STALE_NAN_BITS
+            _flat_view(bits(self.vals))[flat] = stale_bits(self.vals)
         else:
             _flat_view(self.vals)[flat] = values
+
+    def _widen(self) -> None:
+        """The values as float64 from now on: one was written that float32 does not
+        hold exactly."""
+        self.vals = wide(self.vals)
+
+    def values_at(self, rows: I64, at: I64 | int) -> F64:
+        """The value of each row's sample ``at``, as float64."""
+        return wide(self.vals.take(self.flat(rows, at)))
+
+    def row_values(self, row: int) -> F64:
+        """One row's values, in order, as float64 (a contiguous copy)."""
+        c = int(self.count[row])
+        return np.ascontiguousarray(wide(self.vals[:c, row]))
 
     def _stamp(self, rows: I64, at: I64 | slice, cnt: I64, c0: int | None, t: int) -> None:
         """The time ``t`` of the sample just written to ``rows`` (``cnt``: their
@@ -464,7 +481,7 @@ class Buffers:
 
     def _trim_values(self, rows: I64, shifts: I64, cutoff: int) -> None:
         """Each of ``rows`` (ascending) loses its first ``shifts`` values."""
-        bits = self.vals.view(np.uint64)
+        raw = bits(self.vals)
         # Runs of consecutive rows that lose the same number of samples: a wide
         # run (rows scraped together since before the cutoff) shifts as slices;
         # the narrow ones (rows added since, at other times) all move in one
@@ -479,19 +496,19 @@ class Buffers:
             narrow = np.repeat(~wide, stops - starts)
             moved = rows[narrow]
             shift_columns(
-                bits, self.count[moved], moved, shifts[narrow], int(_NAN_BITS), _SHIFT_PART
+                raw, self.count[moved], moved, shifts[narrow], nan_bits(self.vals), _SHIFT_PART
             )
         self.count[rows] -= shifts
         if self.short:
             self.kept_from = max(self.kept_from, cutoff)
         stale_rows = rows[self.nstale[rows] > 0]
         if stale_rows.size:
-            self.nstale[stale_rows] = (bits[:, stale_rows] == STALE_NAN_BITS).sum(axis=0)
+            self.nstale[stale_rows] = (raw[:, stale_rows] == stale_bits(self.vals)).sum(axis=0)
 
     def _shift(self, lo: int, hi: int, d: int) -> None:
         """Rows ``[lo, hi)`` up by ``d`` values, as slices. Only the values a row
         holds move: past the fullest row's count every row is padding."""
-        bits = self.vals.view(np.uint64)
+        raw = bits(self.vals)
         end = int(self.count[lo:hi].max())
         # d at a time where the run is wide: no two parts overlap, so numpy
         # copies each straight rather than through a buffer; a narrower run in
@@ -499,8 +516,8 @@ class Buffers:
         step = max(d, _SHIFT_PART // (hi - lo))
         for k in range(0, end - d, step):
             m = min(step, end - d - k)
-            bits[k : k + m, lo:hi] = bits[k + d : k + d + m, lo:hi]
-        bits[end - d : end, lo:hi] = _NAN_BITS
+            raw[k : k + m, lo:hi] = raw[k + d : k + d + m, lo:hi]
+        raw[end - d : end, lo:hi] = nan_bits(self.vals)
 
     def drop_empty_rows(self, before: int = _PAD) -> tuple[I64, I64]:
         """Removes series with no samples whose newest was before ``before`` (a
@@ -519,11 +536,11 @@ class Buffers:
         first = int(np.argmin(keep))
         moved = kept[first:]
         end = int(self.count[moved].max(initial=0))
-        bits = self.vals.view(np.uint64)
+        raw = bits(self.vals)
         dst = first
         for lo, hi in runs(moved, _MOVE_ROWS):
             if lo != dst:
-                bits[:end, dst : dst + hi - lo] = bits[:end, lo:hi]
+                raw[:end, dst : dst + hi - lo] = raw[:end, lo:hi]
             dst += hi - lo
         self.vals[:end, k:n] = np.nan
         for name in _ROW_ARRAYS:

@@ -5,18 +5,21 @@ series (10,000 nodes x 8 devices), and every cycle asks the same question of all
 of them: "the last sample at or before t" or "the samples in [t-r, t]". Python
 objects per series or per sample would make one cycle take seconds, so:
 
-* A family holds two 2-D arrays, timestamps (int64 milliseconds, like Prometheus)
-  and values (float64), time-major: sample ``k`` of series (row) ``r`` is at
-  ``[k, r]``, each series' samples sorted by time from ``k = 0``, padding after
-  them. Series scraped together stay aligned, so a scrape writes one run of
-  array row ``k``, a window of 80,000 series is one block of a few array rows
-  (handed to the range functions transposed, as rows x points, a view), and a
-  trim moves whole array rows (one array row per series made a scrape's writes
-  a cache miss apiece). Label values are codes of the store's ``Symbols``, one
-  int64 column per label name.
-* Finding each row's window is a vectorised binary search; rows that are aligned
-  with the family's fullest row are answered from that one row and verified with
-  two gathers, and the answers are cached until the family changes. Targets
+* A family holds its values in a 2-D array, time-major: sample ``k`` of series
+  (row) ``r`` is at ``[k, r]``, each series' samples sorted by time from
+  ``k = 0``, padding after them. Series scraped together stay aligned, so a
+  scrape writes one run of array row ``k``, a window of 80,000 series is one
+  block of a few array rows (handed to the range functions transposed, as rows x
+  points), and a trim moves whole array rows (one array row per series made a
+  scrape's writes a cache miss apiece). The values are float32 while every one
+  is exactly a float32, float64 after (``narrow.py``; reads are float64 either
+  way). The times (int64 milliseconds, like Prometheus) are held once per group
+  of series scraped together (``timelines.py``). Label values are codes of the
+  store's ``Symbols``, one int64 column per label name.
+* Finding each row's window is a vectorised binary search of each timeline, less
+  the slots before the row's first sample; timelines aligned with the fullest
+  one are answered from it and verified with two gathers, and the answers are
+  cached until the family changes. Targets
   scraped at different moments give windows of a few different shapes (start and
   length); the rows are cut into one uniform block per shape rather than gathered
   into a padded matrix, which is several times slower.
@@ -46,9 +49,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler.promql.buffers import STALE_NAN_BITS, Buffers, is_stale
+from autoscaler.promql.buffers import Buffers, is_stale
 from autoscaler.promql.errors import HistoryNotKept
 from autoscaler.promql.matchers import Matcher, MatchType
+from autoscaler.promql.narrow import STALE_NAN_BITS, wide
 from autoscaler.promql.symbols import F64, I64, Mask
 from autoscaler.promql.windows import Window, joined
 
@@ -176,8 +180,8 @@ class Family(Buffers):
             ok = some & (newest >= ref - lookback)
             marked = np.flatnonzero(self.nstale[at] > 0)
             if marked.size:
-                flat = self.flat(rows[marked], np.maximum(cnt[marked] - 1, 0))
-                ok[marked] &= ~is_stale(self.vals.take(flat))
+                last = self.values_at(rows[marked], np.maximum(cnt[marked] - 1, 0))
+                ok[marked] &= ~is_stale(last)
             if every and bool(ok.all()):
                 return rows, self.last_value[: self.n].copy()
             return rows[ok], self.last_value[rows[ok]]
@@ -186,7 +190,7 @@ class Family(Buffers):
         # One flat gather per array: cheaper than numpy's 2-D fancy indexing.
         at = np.maximum(idx, 0)
         t = self.times_at(rows, at)
-        v = self.vals.take(self.flat(rows, at))
+        v = self.values_at(rows, at)
         ok &= t >= ref - lookback
         if self.nstale[rows].any():
             ok &= ~is_stale(v)
@@ -250,13 +254,12 @@ class Family(Buffers):
                 if need_values:
                     w.values = last_v[:, None]
                 return w
-            first = self.flat(rows, lo)
-            w = Window(rows, cnt, self.times_at(rows, lo), last_t, self.vals.take(first), last_v)
+            w = Window(rows, cnt, self.times_at(rows, lo), last_t, self.values_at(rows, lo), last_v)
         if not need_values:
             return w
         parts = self._uniform_parts(rows, lo, cnt)
         if parts is None:
-            w.values, w.valid = self.block(self.vals, rows, lo, cnt)
+            w.values, w.valid = self.value_block(rows, lo, cnt)
         elif len(parts) == 1:
             w.values = parts[0][1]
         else:
@@ -265,7 +268,7 @@ class Family(Buffers):
 
     def _marked_window(self, rows: I64, lo: I64, hi: I64, cnt: I64) -> Window:
         """``window`` of rows that hold stale markers (maybe not in this range)."""
-        values, valid = self.block(self.vals, rows, lo, cnt)
+        values, valid = self.value_block(rows, lo, cnt)
         stale = is_stale(values)
         if valid is not None:
             stale &= valid
@@ -283,8 +286,8 @@ class Family(Buffers):
         c0 = int(cnt[0])
         if (lo == lo0).all() and (cnt == c0).all():
             if rows.size == self.n and int(rows[0]) == 0 and int(rows[-1]) == self.n - 1:
-                return [(np.arange(rows.size), self.vals[lo0 : lo0 + c0, : self.n].T)]
-            return [(np.arange(rows.size), self.vals[lo0 : lo0 + c0, rows].T)]
+                return [(np.arange(rows.size), wide(self.vals[lo0 : lo0 + c0, : self.n].T))]
+            return [(np.arange(rows.size), wide(self.vals[lo0 : lo0 + c0, rows].T))]
         key = lo * (self.cap + 1) + cnt
         # Usually most rows share the first row's shape (scraped together) and a
         # few do not: only those few are sorted into their shapes.
@@ -306,7 +309,7 @@ class Family(Buffers):
         for positions in groups:
             start = int(lo[positions[0]])
             width = int(cnt[positions[0]])
-            parts.append((positions, self.vals[start : start + width, rows[positions]].T))
+            parts.append((positions, wide(self.vals[start : start + width, rows[positions]].T)))
         return parts
 
     def _ends(self, rows: I64, lo: I64, hi: I64, cnt: I64) -> Window:
@@ -320,8 +323,8 @@ class Family(Buffers):
             count=cnt,
             first_t=lines.times.take(base + lo * lines.width, mode="clip"),
             last_t=lines.times.take(base + (hi - 1) * lines.width, mode="clip"),
-            first_v=self.vals.take(first),
-            last_v=self.vals.take(last),
+            first_v=wide(self.vals.take(first)),
+            last_v=wide(self.vals.take(last)),
         )
 
     def block(
@@ -343,6 +346,11 @@ class Family(Buffers):
         idx = np.minimum(lo[:, None] + offsets[None, :], self.cap - 1)
         block = src.take(self.flat(rows[:, None], idx))
         return block, valid
+
+    def value_block(self, rows: I64, lo: I64, cnt: I64) -> tuple[F64, Mask | None]:
+        """``block`` of the values, as float64."""
+        values, valid = self.block(self.vals, rows, lo, cnt)
+        return wide(values), valid
 
     def _drop_stale(
         self, rows: I64, lo: I64, cnt: I64, values: F64, valid: Mask | None, stale: Mask

@@ -132,7 +132,7 @@ def cannot_pass(
     if function in RISES:
         return unchanged(fam, rows, mint, maxt)
     idx = fam.search_rows(rows, maxt, True) - 1
-    newest = fam.vals.take(fam.flat(rows, np.maximum(idx, 0)))
+    newest = fam.values_at(rows, np.maximum(idx, 0))
     judged = idx >= 0
     strict = _WINDOW_BOUNDS[(function, op)]
     with np.errstate(invalid="ignore"):

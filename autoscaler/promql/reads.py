@@ -21,7 +21,7 @@ def dense(fam: Family, rows: I64, mint: int, maxt: int) -> tuple[I64, F64, I64, 
     rows, lo, cnt = rows[some], lo[some], cnt[some]
     if rows.size == 0:
         return rows, np.zeros((0, 0)), np.zeros((0, 0), dtype=np.int64), cnt
-    values, valid = fam.block(fam.vals, rows, lo, cnt)
+    values, valid = fam.value_block(rows, lo, cnt)
     times = fam.time_block(rows, lo, cnt)
     if not fam.nstale[rows].any():
         return rows, values, times, cnt
@@ -46,7 +46,7 @@ def points(fam: Family, row: int, mint: int, maxt: int) -> list[tuple[int, float
     ts = fam.row_times(row)
     lo = int(np.searchsorted(ts, mint, side="left"))
     hi = int(np.searchsorted(ts, maxt, side="right"))
-    vals = fam.vals[lo:hi, row]
+    vals = fam.row_values(row)[lo:hi]
     keep = ~is_stale(vals)
     return list(zip(ts[lo:hi][keep].tolist(), vals[keep].tolist(), strict=True))
 

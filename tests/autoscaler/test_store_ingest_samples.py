@@ -35,8 +35,7 @@ def _contents(store: SeriesStore) -> dict[tuple[tuple[str, str], ...], list[tupl
     out = {}
     for fam in store.families.values():
         for row in range(fam.n):
-            c = int(fam.count[row])
-            bits = fam.vals[:c, row].copy().view(np.uint64).tolist()
+            bits = fam.row_values(row).view(np.uint64).tolist()
             out[fam.labels[row]] = list(zip(fam.row_times(row).tolist(), bits, strict=True))
     return out
 
@@ -89,5 +88,5 @@ def test_a_value_past_the_float64_range_fails_the_scrape_and_ends_the_target() -
         store.ingest_samples([(NAMES[0], [("job", "y")], 10**400)], 130.0, target="t")
     fam = store.families[NAMES[0]]
     row = fam.index[(("__name__", NAMES[0]), ("job", "x"))]
-    last = fam.vals[int(fam.count[row]) - 1 : int(fam.count[row]), row]
+    last = fam.row_values(row)[-1:]
     assert last.view(np.uint64).tolist() == [0x7FF0000000000002]  # a stale marker at 130

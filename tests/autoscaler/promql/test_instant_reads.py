@@ -22,7 +22,7 @@ def _reference(store: SeriesStore, ref: int) -> dict[int, float]:
     fam = store.families["x"]
     for row in range(fam.n):
         c = int(fam.count[row])
-        times, values = fam.row_times(row), fam.vals[:c, row]
+        times, values = fam.row_times(row), fam.row_values(row)
         at = [i for i in range(c) if times[i] <= ref]
         if not at:
             continue

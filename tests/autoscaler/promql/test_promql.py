@@ -743,7 +743,7 @@ def test_an_instant_lookup_reads_the_newest_value_as_a_search_of_the_samples_wou
             got_rows, got = fam.instant(rows, ref, 300_000)
             idx = fam.search(ref, True)[rows] - 1
             tt = fam.times_at(rows, np.maximum(idx, 0))
-            vv = fam.vals[np.maximum(idx, 0), rows]
+            vv = fam.values_at(rows, np.maximum(idx, 0))
             keep = (idx >= 0) & (tt >= ref - 300_000) & ~is_stale(vv)
             assert got_rows.tolist() == rows[keep].tolist()
             np.testing.assert_array_equal(got.view(np.uint64), vv[keep].view(np.uint64))
@@ -785,7 +785,7 @@ def test_a_window_ending_at_the_newest_samples_holds_the_points_a_slice_holds() 
         want = {}
         for row in rows.tolist():
             ts = fam.row_times(row)
-            vs = fam.vals[: fam.count[row], row]
+            vs = fam.row_values(row)
             keep = (ts >= mint) & (ts <= maxt) & ~is_stale(vs)
             if keep.any():
                 points = vs[keep].view(np.uint64).tolist()

@@ -7,7 +7,9 @@ gathers of about ``_SHIFT_PART`` samples: each way here; ``drop_empty_rows``
 moves runs cut into slices of ``_MOVE_ROWS``: two here, so that runs and slices
 both end inside a family), against a list of samples kept per row. The appends
 are of random rows, so that every path of ``append`` (a slice or a scatter, one
-count for all rows or each its own) writes what is checked."""
+count for all rows or each its own) writes what is checked. Half the seeds write
+a value float32 does not hold now and then: their families widen to float64
+(``narrow.py``) holding stale markers and padding, and are checked the same."""
 
 from __future__ import annotations
 
@@ -49,6 +51,9 @@ def test_trim_keeps_each_rows_samples_from_the_cutoff(
                 continue
             stale = rng.random() < 0.1
             values = None if stale else rng.integers(0, 9, some.size).astype(np.float64)
+            if values is not None and seed % 2 and rng.random() < 0.05:
+                # A value float32 does not hold: the family widens, markers kept.
+                values[0] = 0.1
             fam.append(some, t, values, cutoff=-(2**62))
             for i, r in enumerate(some.tolist()):
                 kept[r].append((t, None if values is None else float(values[i])))
@@ -74,8 +79,8 @@ def test_trim_keeps_each_rows_samples_from_the_cutoff(
             for r in range(rows):
                 c = int(fam.count[r])
                 got = [
-                    (int(ts), None if is_stale(fam.vals[i : i + 1, r])[0] else float(v))
-                    for i, (ts, v) in enumerate(zip(fam.row_times(r), fam.vals[:c, r], strict=True))
+                    (int(ts), None if is_stale(np.array([v]))[0] else float(v))
+                    for ts, v in zip(fam.row_times(r), fam.row_values(r), strict=True)
                 ]
                 assert got == kept[r], (seed, r)
                 assert int(fam.nstale[r]) == sum(v is None for _, v in kept[r]), (seed, r)
