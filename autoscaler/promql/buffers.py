@@ -159,11 +159,7 @@ class Buffers:
         """Each row's sample times from ``lo`` on, ``cnt`` of them, as rows x points
         (any time past a row's count), as ``block`` gives the values."""
         offsets = np.arange(int(cnt.max(initial=0)), dtype=np.int64)
-        first = self.toff[rows] + lo
-        lines = self.lines
-        flat = (first[:, None] + offsets[None, :]) * lines.width + self.tl[rows][:, None]
-        out: I64 = lines.times.take(flat, mode="clip")
-        return out
+        return self.times_at(rows[:, None], lo[:, None] + offsets[None, :])
 
     def row_times(self, row: int) -> I64:
         """One row's sample times, in order (a contiguous copy)."""
