@@ -28,6 +28,7 @@ from autoscaler.promql.vectors import (
     empty,
     label_key,
     member,
+    pick,
 )
 from autoscaler.types import Labels
 
@@ -191,23 +192,16 @@ def _vector_binop(b: Binary, lhs: Vec, rhs: Vec, symbols: Symbols) -> Vec:
         value = keep.astype(np.float64)
     elif not keep.all():
         mi, oi, value = mi[keep], oi[keep], value[keep]
-    cols = {k: c[mi] for k, c in many.cols.items()}
-    if b.op in _DROPS_NAME:
-        cols.pop("__name__", None)
+    # The "many" side's columns at its matched rows, gathered when read.
+    names = [k for k in many.cols if k not in b.include]
+    if b.op in _DROPS_NAME or b.return_bool:
+        names = [k for k in names if k != "__name__"]
     if b.card == "one-to-one":
-        if b.on:
-            cols = {k: c for k, c in cols.items() if k in b.labels}
-        else:
-            cols = {k: c for k, c in cols.items() if k not in b.labels}
-    for name in b.include:
-        source = one.cols.get(name)
-        if source is None:
-            cols.pop(name, None)
-        else:
-            cols[name] = source[oi]
+        names = [k for k in names if (k in b.labels) == b.on]
+    copied = {k: c[oi] for k in b.include if (c := one.cols.get(k)) is not None}
     if b.return_bool:
-        cols.pop("__name__", None)
-    out = Vec(cols, value)
+        copied.pop("__name__", None)
+    out = Vec(pick(many.cols, mi, names, copied), value)
     matched = many_key[mi]
     if b.card == "one-to-one":
         # The "one" side's keys are unique (checked above), so two rows matched

@@ -370,7 +370,7 @@ class Buffers:
         ``rows`` is every row in order (a selector of the name alone), gathered
         otherwise. The columns are replaced, never rewritten, when rows go
         (``drop_empty_rows``), and a new row writes past every view."""
-        if not self._every_row(rows):
+        if not self.every_row(rows):
             return {k: c[rows] for k, c in self.codes.items()}
         n = self.n
         out: dict[str, I64] = {}
@@ -382,13 +382,13 @@ class Buffers:
 
     def all_rows(self) -> I64:
         """Every row, in order: one read-only array while the rows stay, so that
-        a reader recognises it without comparing (``_every_row``)."""
+        a reader recognises it without comparing (``every_row``)."""
         if self._all.size != self.n:
             self._all = np.arange(self.n, dtype=np.int64)
             self._all.flags.writeable = False
         return self._all
 
-    def _every_row(self, rows: I64) -> bool:
+    def every_row(self, rows: I64) -> bool:
         """Whether ``rows`` is every row of the family, in order."""
         n = self.n
         if rows is self._all and n == rows.size:

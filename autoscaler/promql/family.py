@@ -147,7 +147,7 @@ class Family(Buffers):
         # Each timeline is searched once (or only the rows' own, for a few rows),
         # and each row's answer is its timeline's less the slots before its first.
         lines = self.lines
-        at: I64 | slice = slice(0, self.n) if self._every_row(rows) else rows
+        at: I64 | slice = slice(0, self.n) if self.every_row(rows) else rows
         if rows.size > lines.width:
             found = lines.search(np.arange(lines.width, dtype=np.int64), target, right)
             slot = found.take(self.tl[at])
@@ -166,7 +166,7 @@ class Family(Buffers):
         self.require(ref - lookback)
         # Every row (a selector with no matcher but the name, over a family of
         # 32,816 link series): the per-row arrays are read as slices, not gathered.
-        every = self._every_row(rows)
+        every = self.every_row(rows)
         at: I64 | slice = slice(0, self.n) if every else rows
         cnt = self.count[at]
         some = cnt > 0

@@ -10,7 +10,7 @@ aggregations and the binary operators (``binops.py``) all work on this shape.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,18 +20,98 @@ from autoscaler.promql.family import Family
 from autoscaler.promql.symbols import F64, I64, Mask
 
 
+class Cols(Mapping[str, I64]):
+    """Label code columns gathered when first read: each is ``source[name][rows]``.
+
+    A selection of a family with a dozen labels that a query then groups or
+    joins by one or two (``by (node)``, ``on (node, device)``) gathers those,
+    not every column; rows taken from it (``Vec.take``, a join's matches) compose
+    the row indices, one gather for all columns, instead of one per column.
+    ``extra`` columns are held as they are (``__name__``, labels a join copies
+    over) and taken row by row. The source arrays are never rewritten where
+    ``rows`` point (``Buffers.label_columns``), so a late read sees what an early
+    one would have."""
+
+    __slots__ = ("_got", "_rows", "_source")
+
+    def __init__(
+        self, source: Mapping[str, I64], rows: I64, extra: Mapping[str, I64] | None = None
+    ) -> None:
+        if extra and any(k in source for k in extra):
+            source = {k: c for k, c in source.items() if k not in extra}
+        self._source = source
+        self._rows = rows
+        self._got: dict[str, I64] = {} if extra is None else dict(extra)
+
+    def __getitem__(self, name: str) -> I64:
+        got = self._got.get(name)
+        if got is None:
+            got = self._got[name] = self._source[name][self._rows]
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._source
+        yield from (k for k in self._got if k not in self._source)
+
+    def __len__(self) -> int:
+        return len(self._source) + sum(1 for k in self._got if k not in self._source)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._source or name in self._got
+
+    def pick(self, idx: I64 | None, names: Iterable[str] | None = None) -> Cols:
+        """Rows ``idx`` (positions, not a mask; every row where None) of the
+        columns ``names`` (all where None): still ungathered where they were."""
+        keep = set(self) if names is None else set(names)
+        source = {k: c for k, c in self._source.items() if k in keep}
+        if idx is None:
+            got = {k: c for k, c in self._got.items() if k in keep}
+            return Cols(source, self._rows, got)
+        extra = {k: c[idx] for k, c in self._got.items() if k in keep and k not in source}
+        return Cols(source, self._rows[idx], extra)
+
+    def with_extra(self, extra: Mapping[str, I64]) -> Cols:
+        """The same columns with ``extra`` set over them (a column they replace is
+        no longer read from the source)."""
+        return Cols(self._source, self._rows, {**self._got, **extra})
+
+
+def pick(
+    cols: Mapping[str, I64],
+    idx: I64 | Mask | None,
+    names: Iterable[str] | None = None,
+    extra: Mapping[str, I64] | None = None,
+) -> Mapping[str, I64]:
+    """Rows ``idx`` (positions or a mask; every row where None) of the columns
+    ``names`` of ``cols`` (all where None), with ``extra`` columns set over them.
+    Taken rows are gathered when read (``Cols``)."""
+    if idx is None:
+        if isinstance(cols, Cols):
+            kept = cols.pick(None, names)
+            return kept.with_extra(extra) if extra else kept
+        keep = cols.keys() if names is None else set(names)
+        return {**{k: c for k, c in cols.items() if k in keep}, **(extra or {})}
+    at: I64 = np.flatnonzero(idx) if idx.dtype == np.bool_ else idx.astype(np.int64, copy=False)
+    if isinstance(cols, Cols):
+        taken = cols.pick(at, names)
+    else:
+        keep = cols.keys() if names is None else set(names)
+        taken = Cols({k: c for k, c in cols.items() if k in keep}, at)
+    return taken.with_extra(extra) if extra else taken
+
+
 @dataclass(frozen=True)
 class Vec:
     """An instant vector: label code columns (0 = absent) and values."""
 
-    cols: dict[str, I64]
+    cols: Mapping[str, I64]
     values: F64
 
     def __len__(self) -> int:
         return len(self.values)
 
     def take(self, idx: I64 | Mask) -> Vec:
-        return Vec({k: c[idx] for k, c in self.cols.items()}, self.values[idx])
+        return Vec(pick(self.cols, idx), self.values[idx])
 
     def with_values(self, values: F64) -> Vec:
         return Vec(self.cols, values)
@@ -138,7 +218,7 @@ def drop_name(vec: Vec) -> Vec:
     col = vec.cols.get("__name__")
     if col is None:
         return vec
-    out = Vec({k: c for k, c in vec.cols.items() if k != "__name__"}, vec.values)
+    out = Vec(pick(vec.cols, None, [k for k in vec.cols if k != "__name__"]), vec.values)
     if len(col) > 1 and col.min() != col.max():
         check_unique(out)
     return out
@@ -147,13 +227,16 @@ def drop_name(vec: Vec) -> Vec:
 def family_vec(fam: Family, rows: I64, values: F64, keep_name: bool) -> Vec:
     """The ``rows`` of ``fam`` as a vector with ``values``; ``keep_name`` keeps the
     metric name as a ``__name__`` column (selectors, ``last_over_time``)."""
-    cols = fam.label_columns(rows)
-    if keep_name:
-        cols["__name__"] = np.full(rows.size, fam.name_code, dtype=np.int64)
-    return Vec(cols, values)
+    name = {"__name__": np.full(rows.size, fam.name_code, dtype=np.int64)} if keep_name else None
+    if fam.every_row(rows):
+        cols: Mapping[str, I64] = fam.label_columns(rows)
+        return Vec({**cols, **name} if name else cols, values)
+    # A subset of the rows: each column gathered when a reader asks for it.
+    return Vec(Cols(dict(fam.codes), rows, name), values)
 
 
 __all__ = [
+    "Cols",
     "Vec",
     "check_unique",
     "combine",
@@ -164,4 +247,5 @@ __all__ = [
     "groups_of",
     "label_key",
     "member",
+    "pick",
 ]
