@@ -9,7 +9,7 @@ rows dropped once empty. The layout itself is described in ``family.py``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +48,35 @@ _SHIFT_PART = 1 << 18
 _WIDE_RUN = 64
 # Rows moved at once by ``Family.drop_empty_rows``.
 _MOVE_ROWS = 256
+
+
+class _Scrape(NamedTuple):
+    """What a write through a slice of rows left (``Buffers._remember``)."""
+
+    t: int
+    """The newest sample's time, in every row."""
+    samples: int
+    """Every row's count."""
+    lines: I64
+    """The timelines of the rows, which hold no other row."""
+    had: bool
+    """Whether every row holds a value (``had_value``)."""
+
+
+def _apart(key: tuple[int, int, int], at: slice) -> bool:
+    """Whether the rows of the slice ``key`` and of ``at`` are disjoint: every k-th
+    row from different offsets (a fault family's kinds), or ranges that do not
+    meet. Others are taken to meet."""
+    start, stop, step = key
+    a, b, k = _key(at)
+    if step == k and (start - a) % step:
+        return True
+    return stop <= a or b <= start
+
+
+def _key(at: slice) -> tuple[int, int, int]:
+    """A slice of rows (``as_slice``'s: start and stop set) as a key."""
+    return int(at.start), int(at.stop), 1 if at.step is None else int(at.step)
 
 
 def _room_for(samples: int) -> int:
@@ -114,6 +143,9 @@ class Buffers:
         """The time of each row's newest sample (stale markers too), where it has
         any (``count > 0``): ``append``'s order check without a gather."""
         self._searches: dict[tuple[int, bool], I64] = {}
+        self._scrapes: dict[tuple[int, int, int], _Scrape] = {}
+        """What the last write through each slice of rows left (``_again``),
+        forgotten at any other change of the family."""
         self._all: I64 = np.zeros(0, dtype=np.int64)
         """``all_rows``' array, while ``n`` rows are held."""
         self._index = LabelIndex()
@@ -130,6 +162,7 @@ class Buffers:
 
     def _changed(self) -> None:
         self._searches.clear()
+        self._scrapes.clear()
         self.version += 1
 
     @property
@@ -228,6 +261,11 @@ class Buffers:
         # gathered and scattered.
         if at is None:
             at = self.as_slice(rows)
+        if isinstance(at, slice):
+            again = self._again(rows, at, t, values)
+            if again is not None:
+                return again
+        scraped = rows.size
         cnt = self.count[at]
         # last_t holds each row's newest time; it is only meaningful where cnt > 0.
         newest = self.last_t[at]
@@ -249,30 +287,93 @@ class Buffers:
             c0 = int(cnt[0])
             uniform = bool((cnt == c0).all())
         self._write(rows, at, c0 if uniform else cnt, values)
-        self._stamp(rows, at, cnt, c0 if uniform else None, t)
-        if values is not None:
-            # Stale markers are skipped in windows, so each value is compared with
-            # the previous one that is not a marker, as a window would pair them.
-            previous = self.last_value[at]
-            had = self.had_value[at]
-            with np.errstate(invalid="ignore"):
-                dropped = had & (values < previous)
-                changed = had & (values != previous) & ~(np.isnan(values) & np.isnan(previous))
-            if isinstance(at, slice):  # views: written through
-                self.last_drop[at][dropped] = t
-                self.last_change[at][changed] = t
-            else:
-                self.last_drop[rows[dropped]] = t
-                self.last_change[rows[changed]] = t
-            self.last_value[at] = values
-            self.had_value[at] = True
-        else:
-            self.nstale[at] += 1
+        whole = self._stamp(rows, at, cnt, c0 if uniform else None, t)
+        self._track(rows, at, t, values, self.had_value[at])
         self.count[at] = cnt + 1
-        self.last_t[at] = t
         self.had_samples[at] = True
-        self._changed()
+        self._searches.clear()
+        self.version += 1
+        if isinstance(at, slice) and uniform and whole is not None and rows.size == scraped:
+            # Only these rows and their own timeline changed (a trim above forgot
+            # every slice): what other slices left stands.
+            self._remember(at, t, c0 + 1, whole)
+        elif self._scrapes:
+            self._forget(rows)
         return int(rows.size)
+
+    def _forget(self, rows: I64) -> None:
+        """Forgets what writes through slices left where they meet ``rows`` (just
+        written otherwise): their counts or timelines may have changed. A split
+        or a join moves only rows written, so the other slices' stand."""
+        for key in list(self._scrapes):
+            start, stop, step = key
+            inside = (rows >= start) & (rows < stop) & ((rows - start) % step == 0)
+            if inside.any():
+                del self._scrapes[key]
+
+    def _remember(self, at: slice, t: int, count: int, lines: I64) -> None:
+        """Notes that every row of ``at`` now holds ``count`` samples, the newest at
+        ``t``, on the timelines ``lines`` which hold no other row: the next scrape
+        of the same rows (``_again``) need not read that back."""
+        had = bool(self.had_value[at].all())
+        for key in list(self._scrapes):
+            if not _apart(key, at):
+                del self._scrapes[key]
+        self._scrapes[_key(at)] = _Scrape(t, count, lines, had)
+
+    def _again(self, rows: I64, at: slice, t: int, values: F64 | None) -> int | None:
+        """``append`` of the rows ``at`` where their last write was through the same
+        slice and nothing else changed the family since (``_scrapes``): their
+        counts, newest time and timelines are known, so none is read back, and a
+        value is compared with the previous one as bits (a change of sign of 0
+        or of a NaN's payload counts as a change: more windows read in full,
+        never fewer). None where it does not apply: ``append`` does it all."""
+        key = _key(at)
+        memo = self._scrapes.get(key)
+        if memo is None or t <= memo.t or memo.samples >= self.cap:
+            return None
+        if values is not None and not memo.had:  # the first value of some row
+            return None
+        self._write(rows, at, memo.samples, values)
+        self.lines.stamp(memo.lines, t)
+        self._track(rows, at, t, values, None)
+        self.count[at] = memo.samples + 1
+        self._searches.clear()
+        self.version += 1
+        self._scrapes[key] = _Scrape(t, memo.samples + 1, memo.lines, memo.had)
+        return int(rows.size)
+
+    def _track(
+        self, rows: I64, at: I64 | slice, t: int, values: F64 | None, had: Mask | None
+    ) -> None:
+        """What the incremental reads go by, for a write at ``t`` to ``rows``
+        (``had``: which held a value before; None: all of them): each row's
+        newest time, value, last drop and last change (``ranges.unchanged``).
+        Stale markers are skipped in windows, so a value is compared with the
+        previous one that is not a marker, as a window pairs them. The comparison
+        is of the 64 bits: a zero changing sign, or a NaN its payload, counts as
+        a change (the window is then read in full: never a wrong answer, only a
+        slower one)."""
+        self.last_t[at] = t
+        if values is None:
+            self.nstale[at] += 1
+            return
+        previous = self.last_value[at]
+        with np.errstate(invalid="ignore"):
+            dropped = values < previous
+        changed = values.view(np.int64) != previous.view(np.int64)
+        if had is not None:
+            dropped &= had
+            changed &= had
+        if isinstance(at, slice):  # views: written through
+            self.last_drop[at][dropped] = t
+            self.last_change[at][changed] = t
+        else:
+            self.last_drop[rows[dropped]] = t
+            self.last_change[rows[changed]] = t
+        self.last_value[at] = values
+        if had is not None:
+            self.had_value[at] = True
 
     def _write(self, rows: I64, at: I64 | slice, cnt: I64 | int, values: F64 | None) -> None:
         """Sample ``cnt`` of each row (one count for all, or each its own) set to
@@ -306,26 +407,30 @@ class Buffers:
         c = int(self.count[row])
         return np.ascontiguousarray(wide(self.vals[:c, row]))
 
-    def _stamp(self, rows: I64, at: I64 | slice, cnt: I64, c0: int | None, t: int) -> None:
+    def _stamp(self, rows: I64, at: I64 | slice, cnt: I64, c0: int | None, t: int) -> I64 | None:
         """The time ``t`` of the sample just written to ``rows`` (``cnt``: their
         counts before it; ``c0``: that count if they share it). A scrape of every
-        series on one timeline appends one time to it."""
+        series on one timeline appends one time to it. Returns the timelines
+        stamped where the write covered each of them whole (none split, no row
+        joined one), else None."""
         lines = self.lines
         if (c0 > 0) if c0 is not None else int(cnt.min()) > 0:
             tl = self.tl[at]
             line = int(tl[0])
             if int(lines.members[line]) == rows.size and bool((tl == line).all()):
                 lines.stamp(tl[:1], t)
-                return
+                return tl[:1].copy()
         old = cnt > 0
         held = rows[old]
         used = np.zeros(0, dtype=np.int64)
+        whole = True
         if held.size:
             tl = self.tl[held]
             hits = np.bincount(tl, minlength=lines.width)
             # Timelines only some of whose series this writes: those move to a copy.
             partial = np.flatnonzero((hits > 0) & (hits < lines.members))
             if partial.size:
+                whole = False
                 remap = np.arange(lines.width, dtype=np.int64)
                 remap[partial] = lines.split(partial, hits[partial])
                 tl = remap[tl]
@@ -335,6 +440,7 @@ class Buffers:
         new = rows[~old] if held.size else rows
         if new.size:
             # Rows with no sample join a timeline this write reaches, at its head.
+            whole = False
             if used.size:
                 line = int(used[0])
             else:
@@ -343,6 +449,7 @@ class Buffers:
             self.tl[new] = line
             self.toff[new] = int(lines.length[line]) - 1
             lines.members[line] += new.size
+        return used if whole else None
 
     def as_slice(self, rows: I64) -> I64 | slice:
         """``rows`` as a slice where they are evenly spaced and increasing (every
