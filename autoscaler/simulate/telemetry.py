@@ -55,12 +55,16 @@ from autoscaler.simulate.hostio import HostIO
 from autoscaler.simulate.jobstate import Job, Member
 from autoscaler.simulate.links import LINK_BYTES_PER_SECOND
 from autoscaler.simulate.machines import OK, Slot
-from autoscaler.simulate.scenario import device_name
+from autoscaler.simulate.poolshape import sort_nodes
+from autoscaler.simulate.scenario import PoolSpec, device_name
 from exporter import schema
 
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+Labels = tuple[tuple[str, str], ...]
+ClusterRow = tuple[cs.ClusterMetric, dict[str, str], float]
 
-Series = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+Series = tuple[tuple[str, Labels], ...]
 # (family, extra labels) of each per-device series, in a fixed order; the
 # fault-event series (``accel_fault_events_total{severity, action}``, one per pair
 # the scenario's faults can publish: ``classes.event_keys``) follow them.
@@ -166,8 +170,15 @@ class Telemetry:
         # Running pods' job series: ref of age, ref of timeout, start, timeout.
         self.job_on = cs.JOB_AGE.name in wanted or cs.JOB_TIMEOUT.name in wanted
         self.pod_rows: dict[str, tuple[int, int, float, float]] = {}
-        self._job_arrays: tuple[I64, npt.NDArray[np.float64], npt.NDArray[np.float64]] | None
-        self._job_arrays = None
+        # The same rows as the columns of ``_job_table``, in pod_rows' order: a new
+        # pod's row is appended (at ``_job_at[pod]``), a gone pod's marked dead, so
+        # that the pods that come and go every cycle (thousands in a large fleet)
+        # cost no Python loop per scrape (``_job_columns``, cached until a change).
+        self._job_at: dict[str, int] = {}
+        self._job_n = 0  # rows in use, dead ones included
+        self._job_table = np.zeros((0, 4))  # refs as floats: exact below 2**53
+        self._job_live = np.zeros(0, dtype=np.bool_)
+        self._job_arrays: tuple[I64, F64, F64] | None = None
         # Gang series: the running members' (ref -> value), and per gang the pause
         # series' ref and how many running members declare it.
         self.gang_on = bool(
@@ -179,11 +190,20 @@ class Telemetry:
         self.constant: dict[int, float] = {}  # ref -> value of every such series
         self.constant_rows: dict[int, tuple[cs.ClusterMetric, dict[str, str]]] = {}
         self._constant_arrays: tuple[I64, npt.NDArray[np.float64]] | None = None
+        self._refs: dict[tuple[str, Labels], int] = {}
+        """The refs of the cluster-state series by name and labels, while the
+        store's ``generation`` is ``_refs_of`` (``_ref``)."""
+        self._refs_of = -1
+        # The pool series. Per pool: its registered nodes' slots, kept until one of
+        # them comes or goes (``on``), and the refs of their accel_node_pool_info
+        # rows as last written, taken again only after that or after the store
+        # renumbered (the pools in ``_node_info_redo``): 2,000 nodes would
+        # otherwise cost as many rows, and slots looked at, every scrape. The
+        # refs of the other rows (accel_pool_*, Kueue's) as last written.
+        self._registered: dict[str, list[Slot]] = {}
+        self._node_info: dict[str, I64] = {}
+        self._node_info_redo: set[str] = set()
         self.pool_prev: set[int] = set()
-        self._pool_refs: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-        """The refs of the pool series by name and labels, while the store's
-        ``generation`` is ``_pool_refs_of`` (a node's pool row each, every scrape)."""
-        self._pool_refs_of = -1
         # Node readiness (accel_node_ready): per node its ref, recomputed from the
         # Node objects only after a node came, went, failed or returned.
         self.node_ready_on = cs.NODE_READY.name in wanted
@@ -196,6 +216,11 @@ class Telemetry:
     def on(self, what: str, payload: Any) -> None:
         if what in ("node_added", "node_up", "node_removed", "node_down"):
             self._node_arrays = None
+        if what in ("node_added", "node_removed"):
+            # The pool's registered nodes change: listed again at the next scrape
+            # (a slot lets its node go just after node_removed is heard).
+            self._registered.pop(payload.pool.name, None)
+            self._node_info_redo.add(payload.pool.name)
         if what in ("node_added", "node_up"):
             self._node_up(payload)
             self.hostio.node_up(payload)
@@ -268,10 +293,43 @@ class Telemetry:
             age = self.store.ref({"__name__": cs.JOB_AGE.name, **labels})
             timeout = self.store.ref({"__name__": cs.JOB_TIMEOUT.name, **labels})
             # The API's startTime has whole seconds.
-            self.pod_rows[job.pod] = (age, timeout, float(int(self.fleet.now)), job.timeout)
+            row = (age, timeout, float(int(self.fleet.now)), job.timeout)
+            self.pod_rows[job.pod] = row
+            at = self._job_row(job.pod)
+            self._job_table[at] = row
+            self._job_live[at] = True
             self._job_arrays = None
         if self.gang_on and isinstance(job, Member):
             self.gangs_dirty.add((job.namespace, job.gang))
+
+    def _job_row(self, pod: str) -> int:
+        """``pod``'s row in ``_job_table``: its own while it is in ``pod_rows`` (which
+        keeps its place when a row is replaced), else a new one after the last."""
+        at = self._job_at.get(pod)
+        if at is None:
+            at = self._job_at[pod] = self._job_n
+            self._job_n += 1
+            if at == self._job_live.size:  # full: twice the room
+                more = max(64, at)
+                self._job_table = np.concatenate((self._job_table, np.zeros((more, 4))))
+                self._job_live = np.concatenate((self._job_live, np.zeros(more, dtype=np.bool_)))
+        return at
+
+    def _job_columns(self) -> tuple[I64, F64, F64]:
+        """The job series' refs (every age, then every timeout), starts and
+        timeouts, in ``pod_rows``' order. The dead rows are dropped first once they
+        are as many as the live ones: the live keep their order, pod_rows'."""
+        n = self._job_n
+        live = np.flatnonzero(self._job_live[:n])
+        if n - live.size >= max(live.size, 64):
+            k = live.size
+            self._job_table[:k] = self._job_table[live]
+            self._job_live[:k], self._job_live[k:n] = True, False
+            self._job_at = dict(zip(self.pod_rows, range(k), strict=True))
+            self._job_n = k
+            live = np.arange(k)
+        table = self._job_table[live]
+        return table[:, :2].T.ravel().astype(np.int64), table[:, 2], table[:, 3]
 
     def _gang_series(self) -> None:
         """Recomputes the gang and checkpoint series of the gangs whose members
@@ -288,7 +346,7 @@ class Telemetry:
             ]
             refs: dict[int, float] = {}
             for metric, labels, value in cs.gang_rows(pods):
-                ref = self.store.ref({"__name__": metric.name, **labels})
+                ref = self._ref(metric.name, labels)
                 refs[ref] = value
                 self.constant_rows[ref] = (metric, labels)
             for ref in self.gang_refs.pop(key, {}).keys() - refs.keys():
@@ -301,7 +359,7 @@ class Telemetry:
         self.gangs_dirty.clear()
         self._constant_arrays = None
 
-    def gang_rows(self) -> list[tuple[cs.ClusterMetric, dict[str, str], float]]:
+    def gang_rows(self) -> list[ClusterRow]:
         """The gang series now, as rows (what ``clusterstate.collect`` returns)."""
         self._gang_series()
         return [
@@ -320,6 +378,7 @@ class Telemetry:
             row = self.pod_rows.pop(job.pod, None)
             if row is not None:
                 self._stale_cluster.extend((row[0], row[1]))
+                self._job_live[self._job_at.pop(job.pod)] = False
                 self._job_arrays = None
         if self.gang_on and isinstance(job, Member):
             self.gangs_dirty.add((job.namespace, job.gang))
@@ -399,14 +458,8 @@ class Telemetry:
             store.append_stale(np.array(self._stale_cluster, dtype=np.int64), times[0])
             self._stale_cluster = []
         if self.job_on and self.pod_rows:
-            # Rebuilt only when a pod came or went: thousands of member pods would
-            # otherwise cost a Python loop per scrape.
-            if self._job_arrays is None:
-                rows_ = list(self.pod_rows.values())
-                refs = np.array([r[0] for r in rows_] + [r[1] for r in rows_], dtype=np.int64)
-                starts = np.array([r[2] for r in rows_], dtype=np.float64)
-                timeouts = np.array([r[3] for r in rows_], dtype=np.float64)
-                self._job_arrays = (refs, starts, timeouts)
+            if self._job_arrays is None:  # a pod came or went
+                self._job_arrays = self._job_columns()
             refs, starts, timeouts = self._job_arrays
             ages = np.concatenate((now - starts, timeouts))
             for t in times:
@@ -425,7 +478,7 @@ class Telemetry:
         if self.node_ready_on:
             self._nodes(times)
 
-    def node_rows(self) -> list[tuple[cs.ClusterMetric, dict[str, str], float]]:
+    def node_rows(self) -> list[ClusterRow]:
         """``accel_node_ready`` of every node, with ``clusterstate.node_rows`` over
         the fleet's Node objects (what ``collect`` lists)."""
         return cs.node_rows(list(self.fleet.kube.nodes.values()))
@@ -433,10 +486,7 @@ class Telemetry:
     def _nodes(self, times: Sequence[float]) -> None:
         if self._node_arrays is None:
             rows = self.node_rows()
-            refs = {
-                labels["node"]: self.store.ref({"__name__": metric.name, **labels})
-                for metric, labels, _ in rows
-            }
+            refs = {labels["node"]: self._ref(metric.name, labels) for metric, labels, _ in rows}
             gone = [ref for node, ref in self.node_refs.items() if node not in refs]
             if gone:
                 self.store.append_stale(np.array(gone, dtype=np.int64), times[0])
@@ -448,36 +498,60 @@ class Telemetry:
         for t in times:
             self.store.append(self._node_arrays[0], t, self._node_arrays[1])
 
-    def pool_rows(
-        self, *, node_info: bool = True
-    ) -> list[tuple[cs.ClusterMetric, dict[str, str], float]]:
-        """The ``accel_pool_*`` rows (and ``accel_node_pool_info`` with ``node_info``),
-        as ``clusterstate.pool_rows`` computes them from the API: same labels, same
-        values. A pool offers a pending pod a node when one of its nodes has its
-        devices allocatable or its MachineDeployment declares the shape of one
-        (scale from zero); a node still waiting for its devices is capacity on its
-        way (``provisioning``), not capacity (``machines.MachineSet.readiness``)."""
+    def _ref(self, name: str, labels: dict[str, str]) -> int:
+        """``store.ref`` of a cluster-state series, kept until the store renumbers
+        its series: the same rows come every scrape, and a lookup by the labels as
+        they come costs less than the store's canonical form of them."""
+        refs = self._kept_refs()
+        key = (name, tuple(labels.items()))
+        ref = refs.get(key)
+        if ref is None:
+            ref = refs[key] = self.store.ref({"__name__": name, **labels})
+        return ref
+
+    def _kept_refs(self) -> dict[tuple[str, Labels], int]:
+        """The refs ``_ref`` keeps; emptied once the store has dropped or renumbered
+        series (its ``generation`` changed), and every pool's node rows marked to
+        take theirs again."""
+        store = self.store
+        if self._refs_of != store.generation:
+            self._refs.clear()
+            self._refs_of = store.generation
+            self._node_info_redo.update(self._node_info)
+        return self._refs
+
+    def _registered_slots(self, pool: str) -> list[Slot]:
+        """The slots of ``pool``'s registered nodes in slot order, as
+        ``MachineSet.readiness`` lists them; kept until one comes or goes (``on``)."""
+        slots = self._registered.get(pool)
+        if slots is None:
+            fleet = self.fleet
+            found = (fleet.slots[i] for i in fleet.pool_slots[pool])
+            slots = self._registered[pool] = [s for s in found if s.node is not None]
+        return slots
+
+    def _pool_sections(self) -> list[tuple[PoolSpec, list[ClusterRow], list[Slot]]]:
+        """Per pool: its ``accel_pool_*`` rows (``pool_rows``) and the slots of its
+        registered nodes."""
         fleet = self.fleet
-        rows: list[tuple[cs.ClusterMetric, dict[str, str], float]] = []
-        nodes = {
-            pool.name: [s for s in (fleet.slots[i] for i in ids) if s.node is not None]
-            for pool in fleet.scenario.pools
-            for ids in (fleet.pool_slots[pool.name],)
-        }
-        sorted_nodes = {
-            p.name: fleet.machines.readiness(p.name, fleet.now) for p in fleet.scenario.pools
-        }
+        pools = fleet.scenario.pools
+        nodes = {p.name: self._registered_slots(p.name) for p in pools}
+        # MachineSet.readiness, over the lists kept here.
+        sorted_nodes = {p.name: sort_nodes(p, nodes[p.name], fleet.now) for p in pools}
         pending = fleet.waiting_devices({p: int(n.offers) for p, n in sorted_nodes.items()})
-        for pool in fleet.scenario.pools:
+        sections: list[tuple[PoolSpec, list[ClusterRow], list[Slot]]] = []
+        for pool in pools:
             registered = nodes[pool.name]
             state_of = sorted_nodes[pool.name]
             provisioning = fleet.pool_machines[pool.name] - len(registered) + state_of.warming
-            for state, count in (
-                ("ready", state_of.ready),
-                ("notready", state_of.notready),
-                ("provisioning", provisioning),
-            ):
-                rows.append((cs.POOL_NODES, {"pool": pool.name, "state": state}, float(count)))
+            rows: list[ClusterRow] = [
+                (cs.POOL_NODES, {"pool": pool.name, "state": state}, float(count))
+                for state, count in (
+                    ("ready", state_of.ready),
+                    ("notready", state_of.notready),
+                    ("provisioning", provisioning),
+                )
+            ]
             rows.append((cs.POOL_NODES_MIN, {"pool": pool.name}, float(pool.min)))
             rows.append((cs.POOL_NODES_MAX, {"pool": pool.name}, float(pool.max)))
             resource = VENDOR_RESOURCE[pool.vendor]
@@ -493,41 +567,83 @@ class Telemetry:
                         allocated / (state_of.with_devices * pool.devices_per_node),
                     )
                 )
-            for s in registered if node_info else ():
-                assert s.node is not None
-                rows.append((cs.NODE_POOL, {"node": s.node, "pool": pool.name}, 1.0))
+            sections.append((pool, rows, registered))
+        return sections
+
+    def pool_rows(self, *, node_info: bool = True) -> list[ClusterRow]:
+        """The ``accel_pool_*`` rows (and ``accel_node_pool_info`` with ``node_info``),
+        as ``clusterstate.pool_rows`` computes them from the API: same labels, same
+        values. A pool offers a pending pod a node when one of its nodes has its
+        devices allocatable or its MachineDeployment declares the shape of one
+        (scale from zero); a node still waiting for its devices is capacity on its
+        way (``provisioning``), not capacity (``machines.MachineSet.readiness``)."""
+        rows: list[ClusterRow] = []
+        for pool, own, registered in self._pool_sections():
+            rows += own
+            if node_info:
+                rows += [(cs.NODE_POOL, labels, 1.0) for labels in _node_pools(pool, registered)]
         return rows
 
-    def _pool_ref(self, name: str, labels: dict[str, str]) -> int:
-        """``store.ref`` of a pool series, kept until the store renumbers its
-        series: the same rows come every scrape."""
-        store = self.store
-        if self._pool_refs_of != store.generation:
-            self._pool_refs.clear()
-            self._pool_refs_of = store.generation
-        key = (name, tuple(labels.items()))
-        ref = self._pool_refs.get(key)
-        if ref is None:
-            ref = self._pool_refs[key] = store.ref({"__name__": name, **labels})
-        return ref
+    def _node_info_refs(self, pool: PoolSpec, registered: list[Slot], gone: set[int]) -> I64:
+        """The refs of ``pool``'s ``accel_node_pool_info`` rows (``pool_rows``), as
+        last written unless its nodes changed or the store renumbered since; the
+        refs no longer among them go into ``gone``."""
+        refs = self._node_info.get(pool.name)
+        if refs is None or pool.name in self._node_info_redo:
+            name = cs.NODE_POOL.name
+            new = np.array(
+                [self._ref(name, labels) for labels in _node_pools(pool, registered)],
+                dtype=np.int64,
+            )
+            if refs is not None:
+                gone.update(set(refs.tolist()) - set(new.tolist()))
+            self._node_info[pool.name] = refs = new
+            self._node_info_redo.discard(pool.name)
+        return refs
 
     def _pools(self, times: Sequence[float]) -> None:
-        rows = self.pool_rows(node_info=cs.NODE_POOL.name in self.wanted)
+        """``pool_rows`` and Kueue's queue series, in that order, at each of
+        ``times``, after stale markers for the rows gone since the last scrape. Only
+        the handful of rows that are not a node's are made anew (``_node_info_refs``)."""
+        wanted = self.wanted
+        node_info = cs.NODE_POOL.name in wanted
+        sections = self._pool_sections()
         kueue = self.fleet.job_controller.kueue
-        if kueue is not None:  # Kueue's queue series, by autoscaler/queues.py itself
-            rows += kueue.rows()
-        rows = [r for r in rows if r[0].name in self.wanted]
-        refs = [self._pool_ref(m.name, labels) for m, labels, _ in rows]
-        now = set(refs)
-        gone = self.pool_prev - now
+        # Kueue's queue series, by autoscaler/queues.py itself.
+        queue_rows = [r for r in kueue.rows() if r[0].name in wanted] if kueue else []
+        self._kept_refs()  # before the first ref: every pool's node refs retaken if stale
+        parts: list[tuple[I64, npt.NDArray[np.float64]]] = []
+        others: set[int] = set()  # the refs of the rows besides the nodes'
+        gone: set[int] = set()
+        for pool, own, registered in sections:
+            parts.append(self._refs_values([r for r in own if r[0].name in wanted], others))
+            if node_info:
+                nodes = self._node_info_refs(pool, registered, gone)
+                parts.append((nodes, np.ones(nodes.size)))
+        parts.append(self._refs_values(queue_rows, others))
+        gone |= self.pool_prev - others
         if gone:
             self.store.append_stale(np.array(sorted(gone), dtype=np.int64), times[0])
-        self.pool_prev = now
-        if refs:
-            ref_array = np.array(refs, dtype=np.int64)
-            values = np.array([v for _, _, v in rows], dtype=np.float64)
+        self.pool_prev = others
+        refs = np.concatenate([r for r, _ in parts])
+        if refs.size:
+            values = np.concatenate([v for _, v in parts])
             for t in times:
-                self.store.append(ref_array, t, values)
+                self.store.append(refs, t, values)
+
+    def _refs_values(
+        self, rows: Sequence[cs.Row], seen: set[int]
+    ) -> tuple[I64, npt.NDArray[np.float64]]:
+        """The refs and values of ``rows`` as arrays; the refs added to ``seen``."""
+        refs = [self._ref(m.name, labels) for m, labels, _ in rows]
+        seen.update(refs)
+        return np.array(refs, dtype=np.int64), np.array([v for _, _, v in rows], dtype=np.float64)
+
+
+def _node_pools(pool: PoolSpec, registered: list[Slot]) -> list[dict[str, str]]:
+    """The labels of ``pool``'s ``accel_node_pool_info`` rows: one per registered
+    node, in slot order."""
+    return [{"node": s.node, "pool": pool.name} for s in registered if s.node is not None]
 
 
 __all__ = ["DEVICE_SERIES", "EVENTS", "OK", "Telemetry", "metric_names", "uuid_of"]
