@@ -63,17 +63,6 @@ class _Scrape(NamedTuple):
     """Whether every row holds a value (``had_value``)."""
 
 
-def _apart(key: tuple[int, int, int], at: slice) -> bool:
-    """Whether the rows of the slice ``key`` and of ``at`` are disjoint: every k-th
-    row from different offsets (a fault family's kinds), or ranges that do not
-    meet. Others are taken to meet."""
-    start, stop, step = key
-    a, b, k = _key(at)
-    if step == k and (start - a) % step:
-        return True
-    return stop <= a or b <= start
-
-
 def _key(at: slice) -> tuple[int, int, int]:
     """A slice of rows (``as_slice``'s: start and stop set) as a key."""
     return int(at.start), int(at.stop), 1 if at.step is None else int(at.step)
@@ -296,30 +285,27 @@ class Buffers:
         if isinstance(at, slice) and uniform and whole is not None and rows.size == scraped:
             # Only these rows and their own timeline changed (a trim above forgot
             # every slice): what other slices left stands.
-            self._remember(at, t, c0 + 1, whole)
+            self._remember(rows, at, t, c0 + 1, whole)
         elif self._scrapes:
             self._forget(rows)
         return int(rows.size)
 
     def _forget(self, rows: I64) -> None:
         """Forgets what writes through slices left where they meet ``rows`` (just
-        written otherwise): their counts or timelines may have changed. A split
-        or a join moves only rows written, so the other slices' stand."""
+        written): their counts or timelines may have changed. A split or a join
+        moves only rows written, so the other slices' stand."""
         for key in list(self._scrapes):
             start, stop, step = key
             inside = (rows >= start) & (rows < stop) & ((rows - start) % step == 0)
             if inside.any():
                 del self._scrapes[key]
 
-    def _remember(self, at: slice, t: int, count: int, lines: I64) -> None:
+    def _remember(self, rows: I64, at: slice, t: int, count: int, lines: I64) -> None:
         """Notes that every row of ``at`` now holds ``count`` samples, the newest at
         ``t``, on the timelines ``lines`` which hold no other row: the next scrape
         of the same rows (``_again``) need not read that back."""
-        had = bool(self.had_value[at].all())
-        for key in list(self._scrapes):
-            if not _apart(key, at):
-                del self._scrapes[key]
-        self._scrapes[_key(at)] = _Scrape(t, count, lines, had)
+        self._forget(rows)
+        self._scrapes[_key(at)] = _Scrape(t, count, lines, bool(self.had_value[at].all()))
 
     def _again(self, rows: I64, at: slice, t: int, values: F64 | None) -> int | None:
         """``append`` of the rows ``at`` where their last write was through the same
@@ -472,13 +458,11 @@ class Buffers:
             return rows
         return at
 
-    def label_columns(self, rows: I64) -> dict[str, I64]:
-        """Each label's codes at ``rows``: read-only views of the columns where
-        ``rows`` is every row in order (a selector of the name alone), gathered
-        otherwise. The columns are replaced, never rewritten, when rows go
+    def label_columns(self) -> dict[str, I64]:
+        """Each label's codes of every row: read-only views of the columns (a
+        selector of the name alone; a subset of the rows is gathered when read,
+        ``vectors.Cols``). The columns are replaced, never rewritten, when rows go
         (``drop_empty_rows``), and a new row writes past every view."""
-        if not self.every_row(rows):
-            return {k: c[rows] for k, c in self.codes.items()}
         n = self.n
         out: dict[str, I64] = {}
         for k, c in self.codes.items():

@@ -229,7 +229,7 @@ def family_vec(fam: Family, rows: I64, values: F64, keep_name: bool) -> Vec:
     metric name as a ``__name__`` column (selectors, ``last_over_time``)."""
     name = {"__name__": np.full(rows.size, fam.name_code, dtype=np.int64)} if keep_name else None
     if fam.every_row(rows):
-        cols: Mapping[str, I64] = fam.label_columns(rows)
+        cols = fam.label_columns()
         return Vec({**cols, **name} if name else cols, values)
     # A subset of the rows: each column gathered when a reader asks for it.
     return Vec(Cols(dict(fam.codes), rows, name), values)
