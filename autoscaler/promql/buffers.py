@@ -150,8 +150,13 @@ class Buffers:
         """The latest cutoff a trim of a ``short`` family dropped samples before."""
 
     def _changed(self) -> None:
-        self._searches.clear()
         self._scrapes.clear()
+        self._wrote()
+
+    def _wrote(self) -> None:
+        """A write changed the rows it wrote and nothing else: what the writes
+        through other slices left stands (``_scrapes``)."""
+        self._searches.clear()
         self.version += 1
 
     @property
@@ -280,8 +285,7 @@ class Buffers:
         self._track(rows, at, t, values, self.had_value[at])
         self.count[at] = cnt + 1
         self.had_samples[at] = True
-        self._searches.clear()
-        self.version += 1
+        self._wrote()
         if isinstance(at, slice) and uniform and whole is not None and rows.size == scraped:
             # Only these rows and their own timeline changed (a trim above forgot
             # every slice): what other slices left stands.
@@ -324,8 +328,7 @@ class Buffers:
         self.lines.stamp(memo.lines, t)
         self._track(rows, at, t, values, None)
         self.count[at] = memo.samples + 1
-        self._searches.clear()
-        self.version += 1
+        self._wrote()
         self._scrapes[key] = _Scrape(t, memo.samples + 1, memo.lines, memo.had)
         return int(rows.size)
 
