@@ -580,10 +580,30 @@ def empty_panels(prom: str, qs: list[Query]) -> tuple[list[str], list[str]]:
     return errors, empty
 
 
+# A subquery with a fixed step, `[$__range:1m]`, is evaluated only at multiples of
+# that step: until one such instant with data has passed, the panel is empty.
+_FIXED_STEP = re.compile(r"\[[^\]:]+:(\d+)([smh])\]")
+_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def longest_fixed_step(qs: list[Query]) -> int:
+    """The longest fixed subquery step among the queries, in seconds (0 if none)."""
+    steps = (int(n) * _SECONDS[u] for q in qs for n, u in _FIXED_STEP.findall(q.expr))
+    return max(steps, default=0)
+
+
+def test_longest_fixed_step_reads_the_subquery_step() -> None:
+    q = Query("b", "p", "sum_over_time((x)[1m:1m]) + sum_over_time(y[$__range:2m])", True)
+    assert longest_fixed_step([q]) == 120
+    assert longest_fixed_step([Query("b", "p", "rate(x[5m])", False)]) == 0
+
+
 def test_every_panel_query_returns_data(fleet: str) -> None:
     # Variables and rate() need a few scrapes, and the faults come 6 s after the
-    # exporters start: wait, bounded, until every panel has data.
-    deadline = time.monotonic() + 60
+    # exporters start: wait, bounded, until every panel has data. A panel sampled
+    # once a minute may also wait for the next whole minute after its data begins.
+    started = time.monotonic()
+    deadline = started + 60
     while True:
         try:
             # Every value of each variable selected, then "All" (allValue .*).
@@ -593,6 +613,7 @@ def test_every_panel_query_returns_data(fleet: str) -> None:
                 raise
             time.sleep(1)
             continue
+        deadline = max(deadline, started + 60 + longest_fixed_step(qs))
         errors, empty = empty_panels(fleet, qs)
         assert not errors, "queries Prometheus refused:\n" + "\n".join(errors)
         if not empty:
