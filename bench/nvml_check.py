@@ -6,7 +6,9 @@ GPUs, reads every device twice about a second apart (so that the rate fields, GP
 memory bandwidth and NVLink throughput, have two samples), and prints for each device
 every catalogue field it found, with its value, and every field it did not find, with
 NVML's reason as the backend recorded it. Then it times ``read()`` per device (the
-median of ``--reads`` reads), which is what one poll costs per GPU.
+median of ``--reads`` reads) and a whole poll of every device, and says where a read's
+time goes: each NVML function the reads called, how often and for how long per read,
+and the time spent outside NVML (sysfs, /proc, the backend's own work).
 
     python bench/nvml_check.py [--reads 20] [--gap 1.0] [--json]
 
@@ -23,6 +25,7 @@ import logging
 import statistics
 import sys
 import time
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -64,6 +67,47 @@ _UNITS = {
 }
 
 
+class TimedNVML:
+    """The NVML module with every ``nvml*`` function timed while ``on`` is set.
+
+    Constants, structures and the NVMLError classes pass through untouched, so the
+    backend sees the module it expects.
+    """
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+        self.on = False
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._nvml, name)
+        if not (name.startswith("nvml") and callable(value)):
+            return value
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.on:
+                return value(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+                self.calls[name] += 1
+
+        return timed
+
+    def take(self, reads: int) -> list[dict[str, Any]]:
+        """Per-read calls and seconds of each function since the last take, slowest first."""
+        out = [
+            {"function": name, "calls": self.calls[name] / reads, "seconds": secs / reads}
+            for name, secs in sorted(self.seconds.items(), key=lambda kv: -kv[1])
+        ]
+        self.seconds.clear()
+        self.calls.clear()
+        return out
+
+
 def _read(backend: NvidiaBackend, device: DeviceInfo) -> Reading:
     try:
         return backend.read(device)
@@ -76,6 +120,7 @@ def check(
     reads: int,
     gap: float,
     sleep: Callable[[float], None] = time.sleep,
+    timed: TimedNVML | None = None,
 ) -> dict[str, Any]:
     devices = backend.discover()
     if not devices:
@@ -105,20 +150,35 @@ def check(
         )
     for entry, d in zip(report, devices, strict=True):
         seconds = []
+        if timed is not None:
+            timed.on = True
         for _ in range(reads):
             start = time.perf_counter()
             _read(backend, d)
             seconds.append(time.perf_counter() - start)
+        if timed is not None:
+            timed.on = False
+            entry["nvml_calls"] = timed.take(reads)
+            in_nvml = sum(c["seconds"] for c in entry["nvml_calls"])
+            entry["outside_nvml_seconds"] = max(0.0, statistics.mean(seconds) - in_nvml)
         entry["read_seconds"] = {
             "median": statistics.median(seconds),
             "min": min(seconds),
             "max": max(seconds),
             "reads": reads,
         }
+    # A whole poll, every device in turn as the exporter reads them: what the PCIe
+    # samples (taken for every GPU at once) and the rest add up to.
+    polls = []
+    for _ in range(reads):
+        start = time.perf_counter()
+        for d in devices:
+            _read(backend, d)
+        polls.append(time.perf_counter() - start)
     return {
         "devices": report,
         "topology": [asdict(link) for link in links],
-        "poll_seconds_all_devices": sum(e["read_seconds"]["median"] for e in report),
+        "poll_seconds_all_devices": statistics.median(polls),
     }
 
 
@@ -156,6 +216,10 @@ def print_report(result: dict[str, Any]) -> None:
             f"  read time: median {t['median'] * 1e3:.2f} ms over {t['reads']} reads "
             f"(min {t['min'] * 1e3:.2f}, max {t['max'] * 1e3:.2f})"
         )
+        for c in entry.get("nvml_calls", [])[:12]:
+            print(f"    {c['seconds'] * 1e3:7.2f} ms  {c['calls']:5.1f} calls  {c['function']}")
+        if "outside_nvml_seconds" in entry:
+            print(f"    {entry['outside_nvml_seconds'] * 1e3:7.2f} ms  outside NVML (mean read)")
         print()
     if result["topology"]:
         print("topology:")
@@ -163,7 +227,10 @@ def print_report(result: dict[str, Any]) -> None:
             print(
                 f"  {link['device']} -> {link['peer_device']}: {link['link_type']} x{link['links']}"
             )
-    print(f"one poll of every device: {result['poll_seconds_all_devices'] * 1e3:.1f} ms")
+    print(
+        f"one poll of every device: {result['poll_seconds_all_devices'] * 1e3:.1f} ms "
+        "(median of --reads polls)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,7 +249,14 @@ def main(argv: list[str] | None = None) -> int:
 
     nvml: Any = None
     sleep: Callable[[float], None] = time.sleep
-    if args.fake:
+    if not args.fake:
+        try:
+            import pynvml
+        except ImportError as e:
+            print(f"nvml_check: the pynvml module is missing ({e}): install accel-fleet[nvidia]")
+            return 1
+        nvml = pynvml
+    else:
         from tests.support.fakes.nvml import FakeNVML
 
         fake = FakeNVML.h100_node() if args.fake == "h100" else FakeNVML.v100_pair()
@@ -193,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
             fake.advance(seconds)
 
         nvml = fake
-    backend = NvidiaBackend(BackendOptions(sysfs=args.sysfs), nvml=nvml)
+    timed = TimedNVML(nvml)
+    backend = NvidiaBackend(BackendOptions(sysfs=args.sysfs), nvml=timed)
     try:
-        result = check(backend, max(1, args.reads), args.gap, sleep)
+        result = check(backend, max(1, args.reads), args.gap, sleep, timed)
     except BackendUnavailableError as e:
         print(f"nvml_check: NVML is not usable here: {e}", file=sys.stderr)
         return 1

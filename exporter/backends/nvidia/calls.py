@@ -57,11 +57,17 @@ class NvmlCalls:
         try:
             return getattr(nvml, fn)(*args), None
         except nvml.NVMLError as e:
-            code = getattr(e, "value", None)
-            lost = code in codes(nvml, *LOST)
-            if lost or (code == nvml.NVML_ERROR_UNKNOWN and gpu.is_lost):
-                raise DeviceLostError(f"{fn}: {type(e).__name__}") from e
-            return None, e
+            return None, self.judge(gpu, fn, e)
+
+    def judge(self, gpu: Gpu, fn: str, e: Any) -> Any:
+        """The NVMLError ``fn`` raised, returned; DeviceLostError when it means the
+        GPU is gone."""
+        nvml = self.nvml
+        code = getattr(e, "value", None)
+        lost = code in codes(nvml, *LOST)
+        if lost or (code == nvml.NVML_ERROR_UNKNOWN and gpu.is_lost):
+            raise DeviceLostError(f"{fn}: {type(e).__name__}") from e
+        return e
 
     def call(self, gpu: Gpu, keys: str | tuple[str, ...], fn: str, *args: Any) -> Any:
         """Calls one NVML function for the fields ``keys``; None when NVML cannot give

@@ -18,8 +18,8 @@ Why it is built this way:
   happens.
 * The parts with state of their own live beside this module: GPM samples (``gpm``),
   MIG instances (``mig``), NVLink counters (``nvlink``), the Xid event set
-  (``events``), the processes on a device (``procs``) and the host's GPU topology
-  (``topology``).
+  (``events``), the processes on a device (``procs``), the host's GPU topology
+  (``topology``) and the PCIe samples every GPU's read shares (``pcie``).
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ from exporter.backends.nvidia.calls import LOST, NvmlCalls, codes, init_failure,
 from exporter.backends.nvidia.device import (
     CLOCKS,
     ECC,
-    KIB,
-    PCIE,
     REMAPPED,
     RETIRED,
     THROTTLE,
@@ -46,6 +44,7 @@ from exporter.backends.nvidia.device import (
 from exporter.backends.nvidia.events import XidEvents
 from exporter.backends.nvidia.kmsg import KmsgReader
 from exporter.backends.nvidia.payloads import Payloads
+from exporter.backends.nvidia.pcie import PcieSampler
 from exporter.model import (
     BackendUnavailableError,
     DeviceInfo,
@@ -77,6 +76,7 @@ class NvidiaBackend(Backend):
         # device -> field key -> why NVML gave no value in the last read of that device.
         self.missing = MissingFields(log)
         self._calls = NvmlCalls(None, self.missing)
+        self._pcie = PcieSampler(self._calls)
 
     # -- discovery ---------------------------------------------------------------
 
@@ -97,6 +97,7 @@ class NvidiaBackend(Backend):
             self.close()
         nvml = self._nvml = self._load()
         self._calls = NvmlCalls(nvml, self.missing)
+        self._pcie = PcieSampler(self._calls)
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as e:
@@ -269,17 +270,8 @@ class NvidiaBackend(Backend):
             if mhz is not None:
                 r.clocks_hz[key] = mhz * 1e6
         self._throttle(gpu, r)
-        for key, counter in PCIE:
-            # Each call samples a byte counter over 20 ms inside the driver.
-            kbs = calls.call(
-                gpu,
-                f"pcie_bytes_per_second.{key}",
-                "nvmlDeviceGetPcieThroughput",
-                h,
-                getattr(nvml, counter),
-            )
-            if kbs is not None:
-                r.pcie_bytes_per_second[key] = kbs * KIB
+        # Sampled over 20 ms in the driver, every GPU's at once (``pcie``).
+        self._pcie.read(self._gpus, gpu, r)
         active = nvlink.read_errors(calls, gpu, r)
         nvlink.read_field_values(calls, gpu, r, active)
         procs.read(calls, gpu, r)
@@ -428,6 +420,7 @@ class NvidiaBackend(Backend):
         nvml = self._nvml
         if nvml is None or not self._initialized:
             return
+        self._pcie.close()
         for gpu in self._gpus:
             for d in (gpu, *gpu.children):
                 gpm.free(nvml, d)

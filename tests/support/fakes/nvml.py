@@ -215,6 +215,9 @@ class FakeNVML(MigManagementMixin, ProcessesMixin, ResetMixin):
         self._event_sets: dict[int, _EventSet] = {}
         self._samples: dict[int, _Sample | None] = {}
         self._keep: dict[int, Any] = {}  # ctypes buffers behind handles we gave out
+        # The real driver samples PCIe throughput for 20 ms inside the call; with a
+        # meeting set (``pcie_samples_meet``), each sample waits for the others.
+        self._pcie_meeting: threading.Barrier | None = None
 
     # -- the real module's constants, structures and exceptions ----------------------
 
@@ -310,6 +313,12 @@ class FakeNVML(MigManagementMixin, ProcessesMixin, ResetMixin):
                     es.queue.append((index, _RECOVERY, action, _ANY, _ANY))
                     reached += 1
         return reached
+
+    def pcie_samples_meet(self, parties: int, timeout: float = 5.0) -> None:
+        """PCIe throughput calls answer only once ``parties`` of them are in flight
+        together: proof that a reader overlaps them, as the driver's 20 ms samples
+        allow. Asked one at a time, the first waits ``timeout`` and fails."""
+        self._pcie_meeting = threading.Barrier(parties, timeout=timeout)
 
     def hang(self, function: str, index: int | None = None) -> None:
         """Calls of ``function`` (on GPU ``index``, or on any) block until release()."""
@@ -627,6 +636,14 @@ class FakeNVML(MigManagementMixin, ProcessesMixin, ResetMixin):
 
     def nvmlDeviceGetPcieThroughput(self, device: Any, counter: int) -> int:
         g = self._gpu("nvmlDeviceGetPcieThroughput", device)
+        meeting = self._pcie_meeting
+        if meeting is not None:
+            try:
+                meeting.wait()
+            except threading.BrokenBarrierError:
+                raise AssertionError(
+                    f"PCIe samples did not overlap: fewer than {meeting.parties} in flight together"
+                ) from None
         if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES:
             return g.pcie_tx_kbs
         if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES:
