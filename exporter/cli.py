@@ -22,6 +22,7 @@ from accel_common import logs
 from accel_common.durations import parse_duration
 from accel_common.httpbounds import raise_fd_limit
 from accel_common.listen import Listener, ListenError, split_listen_address
+from accel_common.nvmlhold import DEFAULT_DIR as DEFAULT_HOLD_DIR
 from exporter import __version__, backends, faults
 from exporter.backends.base import Backend, BackendOptions
 from exporter.backends.sim import SimScriptError, parse_sim_devices
@@ -196,6 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
         "and 144-150 are graded by their register fields); needs CAP_SYSLOG and the "
         "host's /dev/kmsg, and without it these Xids keep their catalogue class; an "
         "empty value turns it off (default %(default)s)",
+    )
+    b.add_argument(
+        "--path.nvml-hold",
+        dest="nvml_hold_dir",
+        default=str(DEFAULT_HOLD_DIR),
+        metavar="DIR",
+        help="where the node agent asks the nvidia backend to let go of NVML while it "
+        "resets GPUs (nvidia-smi refuses a GPU any NVML client holds): the backend is "
+        "down for the reset and discovers again after; the host directory the agent "
+        "mounts too; an empty value turns it off (default %(default)s)",
     )
     b.add_argument(
         "--oneapi.include-cpu",
@@ -396,6 +407,7 @@ def make_backends(args: argparse.Namespace) -> list[Backend]:
         ascend_dcmi_library=args.ascend_dcmi_library,
         tpu_runtime_address=args.tpu_runtime_address,
         kmsg_path=Path(args.kmsg_path) if args.kmsg_path else None,
+        nvml_hold_dir=Path(args.nvml_hold_dir) if args.nvml_hold_dir else None,
     )
     return [backends.create(name, options) for name in args.backends]
 

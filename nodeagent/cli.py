@@ -27,6 +27,7 @@ from accel_common.names import (
     PARTITION_LAYOUT_LABEL,
     PARTITION_STATE_ANNOTATION,
 )
+from accel_common.nvmlhold import DEFAULT_DIR as DEFAULT_HOLD_DIR
 from exporter.backends.base import BackendOptions
 from exporter.backends.kubelet import KubeletBackend
 from exporter.model import PodAssignment
@@ -166,6 +167,24 @@ def _host_flags(p: argparse.ArgumentParser) -> None:
         f"(default {BackendOptions().kubelet_socket})",
     )
     p.add_argument(
+        "--path.nvml-hold",
+        dest="nvml_hold_dir",
+        default=str(DEFAULT_HOLD_DIR),
+        metavar="DIR",
+        help="where the agent asks the exporter to let go of NVML before an NVIDIA reset "
+        "(nvidia-smi refuses a GPU any NVML client holds): the host directory the "
+        "exporter's --path.nvml-hold names; an empty value asks no exporter "
+        f"(default {DEFAULT_HOLD_DIR})",
+    )
+    p.add_argument(
+        "--nvml-release-wait",
+        type=_duration,
+        default=30.0,
+        metavar="DURATION",
+        help="how long the agent waits for the exporter to say it let go of NVML before "
+        "it resets anyway; above the exporter's poll interval (default 30s)",
+    )
+    p.add_argument(
         "--no-nvml",
         action="store_true",
         help="do not load NVML (nodes without NVIDIA GPUs need not say so: a missing "
@@ -294,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         boot_id=boot_id_reader(args.procfs),
         reboot=host_reboot,
         nvidia_reset=nvidia_reset(nvml),
+        nvml_hold_dir=Path(args.nvml_hold_dir) if args.nvml_hold_dir else None,
+        nvml_release_wait=args.nvml_release_wait,
     )
     tasks: list[Task] = [PartitionTask(known, retry_seconds=args.layout_retry), *TASKS]
     agent = Agent(api, ctx, tasks, interval=args.interval, max_backoff=args.max_backoff)

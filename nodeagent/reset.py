@@ -94,6 +94,7 @@ from nodeagent.channel import (
     read_status,
     unreadable_message,
 )
+from nodeagent.nvmlrelease import NOT_RESTARTED, nvml_released
 from nodeagent.resetters import (
     LOOKS,
     NVIDIA_SMI_EXIT,
@@ -483,7 +484,15 @@ class ResetTask:
         wanted = {d.uuid for d in (self.inventory.find(x) for x in req.devices) if d is not None}
         errors: list[str] = []
         for mechanism, devices in _by_mechanism(group).items():
-            errors += RESETTERS[mechanism](devices, self.inventory.devices, wanted, ctx)
+            if mechanism != "nvidia-smi":
+                errors += RESETTERS[mechanism](devices, self.inventory.devices, wanted, ctx)
+                continue
+            # nvidia-smi refuses a GPU any NVML client holds (``nvmlrelease``).
+            with nvml_released(ctx, req.id) as notes:
+                failed = RESETTERS[mechanism](devices, self.inventory.devices, wanted, ctx)
+            # What releasing NVML met explains a failed reset; NVML that did not
+            # start again after it is an error of its own.
+            errors += failed + (notes if failed else [n for n in notes if NOT_RESTARTED in n])
         return errors
 
     def _look(self, group: list[Device], ctx: AgentContext) -> list[str]:

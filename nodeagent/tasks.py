@@ -62,6 +62,10 @@ class AgentContext:
     boot_id: Callable[[], str]
     reboot: Callable[[], None]  # a host reboot in production, a fake in tests
     nvidia_reset: Callable[[list[str]], None] | None  # RESET provides the real one
+    # Where the agent asks the exporter to let go of NVML for a reset, and how long it
+    # waits for the answer (nodeagent.nvmlrelease); None: no exporter is asked.
+    nvml_hold_dir: Path | None = None
+    nvml_release_wait: float = 30.0
 
 
 class Task(Protocol):

@@ -68,6 +68,9 @@ class BackendOptions:
     # /dev/kmsg from the command line); None: not read, NVLink Xids keep their
     # catalogue class.
     kmsg_path: Path | None = None
+    # Where the node agent asks the nvidia backend to let go of NVML for a GPU reset
+    # (accel_common.nvmlhold; --path.nvml-hold); None: never asked.
+    nvml_hold_dir: Path | None = None
 
 
 class Backend(abc.ABC):

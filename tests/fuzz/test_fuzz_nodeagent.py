@@ -1,7 +1,8 @@
 """The node agent's readers of the cluster, fuzzed with hypothesis: the request and
 status annotations of the reset and reboot channel (``nodeagent.channel``), the
 partition state and layout labels (``nodeagent.partition``), the reset and reboot
-tasks as the loop calls them, and a MIG item of the layouts file.
+tasks as the loop calls them, a MIG item of the layouts file, and the NVML hold file
+the agent and the exporter share for a reset (``accel_common.nvmlhold``).
 
 Structure-aware cases start from the records the controller and the agent write, with
 one to three fields replaced by a value of any type, or by JSON text no encoder
@@ -20,6 +21,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from accel_common import nvmlhold
 from accel_common.names import (
     PARTITION_APPLIED_LABEL,
     PARTITION_LAYOUT_LABEL,
@@ -208,3 +210,56 @@ def test_mig_items(item: str) -> None:
             assert 1 <= parsed[1] <= layouts.MAX_INSTANCES
 
     check("nodeagent mig_item", read, ())
+
+
+HOLD_SEEDS: list[dict[str, Any]] = [
+    {"id": "fatal-device-fault-0123456789ab", "until": 1_800_000_300.0, "by": "agent"},
+    {"id": "r1", "at": 1_800_000_000.0, "pid": 4242},
+]
+
+
+@st.composite
+def hold_files(draw: st.DrawFn) -> bytes:
+    """The hold or answer file: a seed with fields replaced by wrong values or hostile
+    JSON, or any bytes."""
+    record = dict(draw(st.sampled_from(HOLD_SEEDS)))
+    for _ in range(draw(st.integers(0, 3))):
+        record[draw(st.sampled_from(["id", "until", "at", "pid"]))] = draw(wrong_values)
+    hostile = draw(st.none() | st.sampled_from(HOSTILE_JSON))
+    if hostile is not None:
+        record[draw(st.sampled_from(["id", "until"]))] = _MARK
+    try:
+        text = json.dumps(record)
+    except (ValueError, TypeError):
+        text = repr(record)
+    if hostile is not None:
+        text = text.replace(f'"{_MARK}"', hostile, 1)
+    return text.encode()
+
+
+@budget(300)
+@given(raw=st.one_of(hold_files(), st.binary(max_size=300)))
+def test_nvml_hold_files(raw: bytes, tmp_path_factory: Any) -> None:
+    """Both programs read these files every poll or every wait: they may only answer
+    a hold (within the cap), an id, None or HoldError."""
+    directory = tmp_path_factory.mktemp("hold")
+    (directory / nvmlhold.HOLD).write_bytes(raw)
+    (directory / nvmlhold.RELEASED).write_bytes(raw)
+
+    def read() -> None:
+        try:
+            hold = nvmlhold.read_hold(directory, 1_800_000_000.0)
+        except nvmlhold.HoldError as e:
+            assert str(e)
+        else:
+            assert hold is None or (
+                hold.id and 1_800_000_000.0 < hold.until <= 1_800_000_000.0 + 900.0
+            )
+        try:
+            rid = nvmlhold.read_released(directory)
+        except nvmlhold.HoldError as e:
+            assert str(e)
+        else:
+            assert rid is None or isinstance(rid, str)
+
+    check("nvml hold files", read, ())

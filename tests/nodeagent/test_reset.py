@@ -84,6 +84,8 @@ def make_node(
     amdsmi: Any = None,
     nvidia_reset: Callable[[list[str]], None] | None = None,
     holders: Callable[[], list[PodAssignment]] | None = None,
+    nvml_hold_dir: Path | None = None,
+    nvml_release_wait: float = 0.0,
 ) -> Node:
     api = NodeAPI.from_config(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
     pods: list[PodAssignment] = []
@@ -106,6 +108,8 @@ def make_node(
         boot_id=lambda: "boot-1",
         reboot=lambda: None,
         nvidia_reset=reset if base is not None else None,
+        nvml_hold_dir=nvml_hold_dir,
+        nvml_release_wait=nvml_release_wait,
     )
     return Node(server, Agent(api, ctx, [ResetTask()]), pods, seen)
 
@@ -358,5 +362,10 @@ def test_the_fake_reset_follows_nvidia_smis_rules() -> None:
         pcie.gpu_reset([pcie.gpus[1].bus_id])
     assert board.resets == pair.resets == pcie.resets == []
     board.inject_xid(0, 48)
+    # An NVML client that has not shut down holds every GPU (nvmlInit attaches them).
+    with pytest.raises(GpuResetError, match=r"1 NVML client\(s\)") as e:
+        board.gpu_reset([])
+    assert e.value.returncode == NOT_AVAILABLE
+    board.nvmlShutdown()
     board.gpu_reset([])
     assert board.resets == [tuple(g.bus_id for g in board.gpus)]

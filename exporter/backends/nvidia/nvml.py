@@ -19,7 +19,8 @@ Why it is built this way:
 * The parts with state of their own live beside this module: GPM samples (``gpm``),
   MIG instances (``mig``), NVLink counters (``nvlink``), the Xid event set
   (``events``), the processes on a device (``procs``), the host's GPU topology
-  (``topology``) and the PCIe samples every GPU's read shares (``pcie``).
+  (``topology``), the PCIe samples every GPU's read shares (``pcie``) and the node
+  agent's hold on NVML while it resets GPUs (``hold``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from exporter.backends.nvidia.device import (
     normalize_bus_id,
 )
 from exporter.backends.nvidia.events import XidEvents
+from exporter.backends.nvidia.hold import AgentHold
 from exporter.backends.nvidia.kmsg import KmsgReader
 from exporter.backends.nvidia.payloads import Payloads
 from exporter.backends.nvidia.pcie import PcieSampler
@@ -77,6 +79,8 @@ class NvidiaBackend(Backend):
         self.missing = MissingFields(log)
         self._calls = NvmlCalls(None, self.missing)
         self._pcie = PcieSampler(self._calls)
+        # The node agent's hold on NVML for a GPU reset (``hold``).
+        self._hold = AgentHold(options.nvml_hold_dir)
 
     # -- discovery ---------------------------------------------------------------
 
@@ -95,6 +99,9 @@ class NvidiaBackend(Backend):
     def discover(self) -> list[DeviceInfo]:
         if self._initialized:  # asked again after a failure: start from scratch
             self.close()
+        hold = self._hold.current()
+        if hold is not None:  # the node agent resets GPUs: NVML stays closed
+            raise self._hold.let_go(hold)
         nvml = self._nvml = self._load()
         self._calls = NvmlCalls(nvml, self.missing)
         self._pcie = PcieSampler(self._calls)
@@ -144,10 +151,13 @@ class NvidiaBackend(Backend):
         return devices
 
     def layout_changed(self) -> bool:
-        """MIG instances made or destroyed since discovery (the node agent's layouts)."""
+        """MIG instances made or destroyed since discovery (the node agent's layouts),
+        or the node agent's hold on NVML for a reset (discovery then lets go)."""
         nvml = self._nvml
         if nvml is None or not self._initialized:
             return False
+        if self._hold.current() is not None:
+            return True
         try:
             return mig.layout(nvml, self._gpus) != self._layout
         except Exception:  # never the reason a poll fails

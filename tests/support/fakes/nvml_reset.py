@@ -9,8 +9,9 @@ Why it is built this way:
   task's real code meets the same refusals a real reset would.
 * The rules, from the nvidia-smi manual (``-r/--gpu-reset``): without ``-i`` every
   GPU is reset; no application may be using a GPU being reset (``processes`` of
-  ``nvml_procs.py``, plus this mixin's own ``busy`` table for holders that are not
-  CUDA processes, such as another NVML client); GPUs joined by NVLink to a GPU being
+  ``nvml_procs.py``; every NVML client that has not shut down, since ``nvmlInit``
+  attaches every GPU: the exporter, the agent itself; and this mixin's own ``busy``
+  table for other holders, such as DCGM); GPUs joined by NVLink to a GPU being
   reset must be reset in the same command where individual reset is not possible
   (before Ampere, or on NVSwitch systems without Fabric Manager), and the command
   then names the GPUs it lacks. The fake takes that conservative rule for every
@@ -157,6 +158,12 @@ class ResetMixin:
 
     def _reset_users(self, index: int) -> list[str]:
         users = [f"pid {p.pid}" for p in self._reset_processes().get(index, [])]
+        # nvmlInit attaches every GPU: an NVML client that has not shut down holds
+        # them all (every client of the fake shares its count, as every process on a
+        # host shares the GPUs).
+        clients = int(getattr(self, "init_count", 0))
+        if clients > 0:
+            users.append(f"{clients} NVML client(s)")
         return users + list(self.busy.get(index, []))
 
     def _reset_processes(self) -> dict[int, list[Any]]:
