@@ -157,7 +157,8 @@ def _host_flags(p: argparse.ArgumentParser) -> None:
         dest="procfs",
         type=Path,
         default=Path("/proc"),
-        help="the host's procfs (default /proc): the boot id",
+        help="the host's procfs (default /proc): the boot id, and the processes that "
+        "hold a GPU's device file before an NVIDIA reset",
     )
     p.add_argument(
         "--kubelet-socket",
@@ -315,6 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nvidia_reset=nvidia_reset(nvml),
         nvml_hold_dir=Path(args.nvml_hold_dir) if args.nvml_hold_dir else None,
         nvml_release_wait=args.nvml_release_wait,
+        procfs=args.procfs,
     )
     tasks: list[Task] = [PartitionTask(known, retry_seconds=args.layout_retry), *TASKS]
     agent = Agent(api, ctx, tasks, interval=args.interval, max_backoff=args.max_backoff)

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -94,6 +95,7 @@ from nodeagent.channel import (
     read_status,
     unreadable_message,
 )
+from nodeagent.devholders import holders
 from nodeagent.nvmlrelease import NOT_RESTARTED, nvml_released
 from nodeagent.resetters import (
     LOOKS,
@@ -194,6 +196,10 @@ def _scan_nvidia(nvml: Any, before: Mapping[tuple[str, int], Device]) -> tuple[l
                 log.warning("GPU %d does not answer NVML (%s) and was never seen to", i, e)
             continue
         d = Device("nvidia", i, uuid, bus, handle, children=_migs(nvml, handle))
+        try:
+            d.minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
+        except nvml.NVMLError:
+            d.minor = None  # its device file cannot be looked for (``devholders``)
         _links(nvml, d)
         out.append(d)
     buses = {d.bus_id for d in out}
@@ -464,7 +470,11 @@ class ResetTask:
         if blocked:
             # Something arrived since the check: back to refused, not reset.
             return _status(req.id, "refused", uuids, f"not reset: {blocked}", ctx)
-        errors = self._reset(group, req, ctx)
+        errors, held = self._reset(group, req, ctx)
+        if held:
+            # A process outside NVML's lists holds a GPU's device file: nvidia-smi
+            # would refuse "in use" and the ladder reboot. Refused, tried again.
+            return _status(req.id, "refused", uuids, f"not reset: {held}", ctx)
         self.inventory.scan(ctx)
         unfixed = self._look(group, ctx)
         if errors or unfixed:
@@ -478,22 +488,27 @@ class ResetTask:
         log.info("reset %s: %s: %s", req.id, answer["state"], answer["message"])
         return self._finish(req.id, answer)
 
-    def _reset(self, group: list[Device], req: Request, ctx: AgentContext) -> list[str]:
+    def _reset(self, group: list[Device], req: Request, ctx: AgentContext) -> tuple[list[str], str]:
         """Each declared mechanism (``accel_common.agentsupport``) resets its share of
-        the group (``nodeagent.resetters``); what went wrong, in words."""
+        the group (``nodeagent.resetters``); what went wrong, in words, and what
+        holds a GPU's device file where nothing was reset for that ("" if nothing)."""
         wanted = {d.uuid for d in (self.inventory.find(x) for x in req.devices) if d is not None}
         errors: list[str] = []
         for mechanism, devices in _by_mechanism(group).items():
             if mechanism != "nvidia-smi":
                 errors += RESETTERS[mechanism](devices, self.inventory.devices, wanted, ctx)
                 continue
-            # nvidia-smi refuses a GPU any NVML client holds (``nvmlrelease``).
+            # nvidia-smi refuses a GPU any NVML client holds (``nvmlrelease``), and
+            # any process that holds its device file (``devholders``).
             with nvml_released(ctx, req.id) as notes:
+                held = _device_holders(ctx, devices)
+                if held:
+                    return errors, held
                 failed = RESETTERS[mechanism](devices, self.inventory.devices, wanted, ctx)
             # What releasing NVML met explains a failed reset; NVML that did not
             # start again after it is an error of its own.
             errors += failed + (notes if failed else [n for n in notes if NOT_RESTARTED in n])
-        return errors
+        return errors, ""
 
     def _look(self, group: list[Device], ctx: AgentContext) -> list[str]:
         """After the reset: why each device of the group is not fixed (it does not
@@ -514,6 +529,22 @@ class ResetTask:
         if answer.get("state") in FINAL:
             self._final[rid] = answer
         return answer
+
+
+def _device_holders(ctx: AgentContext, devices: list[Device]) -> str:
+    """The processes that hold a device file of ``devices`` once NVML was let go, in
+    words ("" when none is seen, or procfs is not looked at)."""
+    if ctx.procfs is None:
+        return ""
+    minors = {d.minor for d in devices if d.minor is not None}
+    found = holders(ctx.procfs, minors, os.getpid())
+    if not found:
+        return ""
+    return (
+        f"{len(found)} process(es) hold the GPUs' device files, which nvidia-smi "
+        f"refuses to reset under: {'; '.join(found[:10])}; stop them (a DCGM host "
+        "engine, another exporter) and the reset runs on the next round"
+    )
 
 
 def _by_mechanism(group: list[Device]) -> dict[ResetMechanism, list[Device]]:

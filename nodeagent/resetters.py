@@ -126,6 +126,7 @@ class Device:
     switched: bool = False  # NVLink to an NVSwitch
     hive: int = 0  # AMD XGMI hive id; 0: none
     answering: bool = True  # False: it stopped answering since it was first seen
+    minor: int | None = None  # NVIDIA: N of /dev/nvidiaN; None where NVML did not say
 
     def names(self) -> set[str]:
         return {self.uuid.lower(), self.bus_id, *(c.lower() for c in self.children)}

@@ -66,6 +66,9 @@ class AgentContext:
     # waits for the answer (nodeagent.nvmlrelease); None: no exporter is asked.
     nvml_hold_dir: Path | None = None
     nvml_release_wait: float = 30.0
+    # The host's procfs, where the processes holding a GPU's device file are looked
+    # for before an NVIDIA reset (nodeagent.devholders); None: not looked for.
+    procfs: Path | None = None
 
 
 class Task(Protocol):

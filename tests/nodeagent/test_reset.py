@@ -86,6 +86,7 @@ def make_node(
     holders: Callable[[], list[PodAssignment]] | None = None,
     nvml_hold_dir: Path | None = None,
     nvml_release_wait: float = 0.0,
+    procfs: Path | None = None,
 ) -> Node:
     api = NodeAPI.from_config(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
     pods: list[PodAssignment] = []
@@ -110,6 +111,7 @@ def make_node(
         nvidia_reset=reset if base is not None else None,
         nvml_hold_dir=nvml_hold_dir,
         nvml_release_wait=nvml_release_wait,
+        procfs=procfs,
     )
     return Node(server, Agent(api, ctx, [ResetTask()]), pods, seen)
 

@@ -111,3 +111,44 @@ def test_with_no_exporter_on_the_node_the_reset_runs_after_the_wait(
     assert status["state"] == "done", status["message"]
     assert fake.resets == [(fake.gpus[1].bus_id,)]
     assert fake.init_count == 1
+
+
+def fake_procfs(root: Path, processes: dict[int, tuple[str, list[str]]]) -> Path:
+    """A procfs with these processes: pid -> (comm, the paths its descriptors point at)."""
+    for pid, (comm, targets) in processes.items():
+        fd = root / str(pid) / "fd"
+        fd.mkdir(parents=True)
+        (root / str(pid) / "comm").write_text(comm + "\n")
+        for n, target in enumerate(targets):
+            (fd / str(n)).symlink_to(target)
+    return root
+
+
+def test_a_process_holding_the_device_file_refuses_the_reset_until_it_is_gone(
+    server: FakeApiServer,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    fake = nvml("pcie_node")
+    fake.busy[1] = ["nv-hostengine"]  # what nvidia-smi would see: the refusal below
+    procfs = fake_procfs(
+        tmp_path / "proc",
+        {
+            1234: ("nv-hostengine", ["/dev/nvidiactl", "/dev/nvidia1", "/dev/nvidia3"]),
+            777: ("bash", ["/dev/pts/0", "/dev/nvidia"]),  # no GPU of the group
+        },
+    )
+    node = make_node(server, tmp_path, nvml=fake, nvml_release_wait=0.0, procfs=procfs)
+    node.ask("r1", [fake.gpus[1].uuid])
+    status = node.round()
+    assert status["state"] == "refused", status
+    assert "nv-hostengine (pid 1234): /dev/nvidia1" in status["message"]
+    assert "bash" not in status["message"] and "/dev/nvidia3" not in status["message"]
+    assert fake.resets == []
+    assert fake.init_count == 1  # the agent's NVML is back after the look
+    # The host engine stops: the next round resets.
+    for fd in (procfs / "1234" / "fd").iterdir():
+        fd.unlink()
+    fake.busy.clear()
+    status = node.round()
+    assert status["state"] == "done", status
+    assert fake.resets == [(fake.gpus[1].bus_id,)]

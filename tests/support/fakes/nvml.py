@@ -449,6 +449,10 @@ class FakeNVML(MigManagementMixin, ProcessesMixin, ResetMixin):
         g = self._gpu("nvmlDeviceGetPciInfo", handle, "nvmlDeviceGetPciInfo_v3")
         return _pci_info(g.bus_id)
 
+    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+        """N of the GPU's /dev/nvidiaN: its index here, as on most hosts."""
+        return self._enter("nvmlDeviceGetMinorNumber", handle)[2]
+
     # -- load and memory ----------------------------------------------------------
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
