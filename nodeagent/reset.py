@@ -109,6 +109,11 @@ from nodeagent.tasks import AgentContext, NodePatch, Work
 
 log = logging.getLogger("accel_node_agent.reset")
 
+# After a refusal for a process that holds a device file, how long before the agent
+# lets go of NVML and looks again: each look takes the exporter's NVIDIA backend down
+# for a poll or two.
+HOLDERS_RETRY_SECONDS = 120.0
+
 UNSUPPORTED = (
     f"this agent resets {resets_summary()}; not "
     + ", ".join(s.name for s in SUPPORT.values() if not s.can_reset)
@@ -303,6 +308,10 @@ class ResetTask:
         self.inventory = Inventory()
         # Final answers this process gave, by id: never carried out twice.
         self._final: dict[str, dict[str, Any]] = {}
+        # The request last refused for a process holding a device file: when, and the
+        # refusal. NVML is not let go again (the exporter not taken down again) for
+        # HOLDERS_RETRY_SECONDS after, while that process most likely still runs.
+        self._holders: tuple[str, float, str] | None = None
 
     def start(self, ctx: AgentContext) -> NodePatch:
         self.inventory.scan(ctx)
@@ -470,11 +479,17 @@ class ResetTask:
         if blocked:
             # Something arrived since the check: back to refused, not reset.
             return _status(req.id, "refused", uuids, f"not reset: {blocked}", ctx)
+        last = self._holders
+        if last is not None and last[0] == req.id and ctx.clock() - last[1] < HOLDERS_RETRY_SECONDS:
+            return _status(req.id, "refused", uuids, last[2], ctx)
         errors, held = self._reset(group, req, ctx)
         if held:
             # A process outside NVML's lists holds a GPU's device file: nvidia-smi
             # would refuse "in use" and the ladder reboot. Refused, tried again.
-            return _status(req.id, "refused", uuids, f"not reset: {held}", ctx)
+            message = f"not reset: {held}"
+            self._holders = (req.id, ctx.clock(), message)
+            return _status(req.id, "refused", uuids, message, ctx)
+        self._holders = None
         self.inventory.scan(ctx)
         unfixed = self._look(group, ctx)
         if errors or unfixed:
@@ -543,7 +558,8 @@ def _device_holders(ctx: AgentContext, devices: list[Device]) -> str:
     return (
         f"{len(found)} process(es) hold the GPUs' device files, which nvidia-smi "
         f"refuses to reset under: {'; '.join(found[:10])}; stop them (a DCGM host "
-        "engine, another exporter) and the reset runs on the next round"
+        f"engine, another exporter): the agent looks again every "
+        f"{HOLDERS_RETRY_SECONDS:g}s and resets once they are gone"
     )
 
 

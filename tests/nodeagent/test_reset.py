@@ -87,6 +87,7 @@ def make_node(
     nvml_hold_dir: Path | None = None,
     nvml_release_wait: float = 0.0,
     procfs: Path | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Node:
     api = NodeAPI.from_config(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
     pods: list[PodAssignment] = []
@@ -105,7 +106,7 @@ def make_node(
         amdsmi=amdsmi,
         sysfs_root=tmp_path,
         holders=holders or (lambda: list(pods)),
-        clock=lambda: 1_800_000_000.0,
+        clock=clock or (lambda: 1_800_000_000.0),
         boot_id=lambda: "boot-1",
         reboot=lambda: None,
         nvidia_reset=reset if base is not None else None,

@@ -137,7 +137,16 @@ def test_a_process_holding_the_device_file_refuses_the_reset_until_it_is_gone(
             777: ("bash", ["/dev/pts/0", "/dev/nvidia"]),  # no GPU of the group
         },
     )
-    node = make_node(server, tmp_path, nvml=fake, nvml_release_wait=0.0, procfs=procfs)
+    now = [1_800_000_000.0]
+    node = make_node(
+        server,
+        tmp_path,
+        nvml=fake,
+        nvml_hold_dir=tmp_path / "run",
+        nvml_release_wait=0.0,
+        procfs=procfs,
+        clock=lambda: now[0],
+    )
     node.ask("r1", [fake.gpus[1].uuid])
     status = node.round()
     assert status["state"] == "refused", status
@@ -145,10 +154,18 @@ def test_a_process_holding_the_device_file_refuses_the_reset_until_it_is_gone(
     assert "bash" not in status["message"] and "/dev/nvidia3" not in status["message"]
     assert fake.resets == []
     assert fake.init_count == 1  # the agent's NVML is back after the look
-    # The host engine stops: the next round resets.
+    assert not (tmp_path / "run" / HOLD).exists()
+    # The host engine stops. Within two minutes the agent does not let go of NVML
+    # again (each look takes the exporter down), and says the same.
     for fd in (procfs / "1234" / "fd").iterdir():
         fd.unlink()
     fake.busy.clear()
+    shutdowns = fake.calls["nvmlShutdown"]
+    now[0] += 60
+    again = node.round()
+    assert again["state"] == "refused" and again["message"] == status["message"]
+    assert fake.calls["nvmlShutdown"] == shutdowns and fake.resets == []
+    now[0] += 61
     status = node.round()
     assert status["state"] == "done", status
     assert fake.resets == [(fake.gpus[1].bus_id,)]
